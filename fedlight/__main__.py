@@ -1,0 +1,3 @@
+from fedlight.cli import main
+
+raise SystemExit(main())

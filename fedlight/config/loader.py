@@ -1,0 +1,101 @@
+"""Recipes: YAML files composed from fragments, plus dotted ``key=value`` overrides.
+
+A recipe may list ``defaults:``, paths (relative to the recipe file) of YAML fragments that
+are deep-merged in order before the recipe's own keys. YAML stops here: the rest of
+fedlight sees only the typed ``Recipe``.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedlight.config.coerce import build_dataclass
+from fedlight.config.schema import Recipe
+from fedlight.errors import UserError
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise UserError(f"recipe file '{path}' not found; check the path")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        where = f" at line {line + 1}" if line is not None else ""
+        raise UserError(f"recipe file '{path}' is not valid YAML{where}; fix its syntax") from None
+    if not isinstance(data, dict):
+        raise UserError(f"recipe file '{path}' must hold a mapping of keys; fix its top level")
+    return data
+
+
+def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """``update`` merged into a copy of ``base``; nested mappings merge, anything else replaces."""
+    out = copy.deepcopy(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def compose(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The recipe at ``path`` with its ``defaults`` fragments merged in (recursively)."""
+    path = path.resolve()
+    if path in _seen:
+        raise UserError(f"recipe fragment '{path}' includes itself; remove the cycle from 'defaults'")
+    data = _read_yaml(path)
+    fragments = data.pop("defaults", []) or []
+    if not isinstance(fragments, list):
+        raise UserError(f"'defaults' in '{path}' must be a list of fragment paths")
+    merged: dict[str, Any] = {}
+    for fragment in fragments:
+        merged = deep_merge(merged, compose(path.parent / str(fragment), (*_seen, path)))
+    return deep_merge(merged, data)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``'partition.alpha=0.1'`` -> ``(['partition', 'alpha'], 0.1)``; values are read as YAML."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise UserError(f"override '{text}' must look like key=value (for example rounds=5)")
+    try:
+        value = yaml.safe_load(raw) if raw else None
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """A copy of ``data`` with each ``key=value`` override set (missing sections are created)."""
+    out = copy.deepcopy(data)
+    for text in overrides:
+        parts, value = parse_override(text)
+        node = out
+        for i, part in enumerate(parts[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise UserError(f"override '{text}': '{'.'.join(parts[: i + 1])}' is not a section")
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
+    """Compose, override and type-check a recipe file."""
+    path = Path(path)
+    data = apply_overrides(compose(path), list(overrides))
+    data.setdefault("name", path.stem)
+    for section in ("method", "server"):
+        if not isinstance(data.get(section, {}), dict):
+            raise UserError(f"recipe key '{section}' must be a section with a 'name' key")
+    return build_dataclass(Recipe, data)
+
+
+def recipe_from_dict(data: dict[str, Any]) -> Recipe:
+    """A recipe from an already-resolved mapping (for example a run folder's recipe.yaml)."""
+    return build_dataclass(Recipe, data)

@@ -1,0 +1,141 @@
+"""The recipe schema: typed dataclasses, one per recipe section.
+
+Every key a recipe may set is a field here (``method.*`` and ``server.*`` are typed by the
+constructor of the chosen method or aggregator, see ``fedlight.registry``). Constraints that
+a value must meet are declared next to the field as ``metadata={"check": ...}``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+def _positive(v: Any) -> str | None:
+    return None if v > 0 else "must be > 0"
+
+
+def _non_negative(v: Any) -> str | None:
+    return None if v >= 0 else "must be >= 0"
+
+
+def _fraction(v: Any) -> str | None:
+    return None if 0 < v <= 1 else "must be in (0, 1]"
+
+
+def _probability(v: Any) -> str | None:
+    return None if 0 <= v <= 1 else "must be in [0, 1]"
+
+
+def _probabilities(v: Any) -> str | None:
+    return None if all(0 <= p <= 1 for p in v) else "every entry must be in [0, 1]"
+
+
+def check(fn: Any, default: Any = None, **kw: Any) -> Any:
+    """A dataclass field whose value must pass ``fn`` (returns an error text or None)."""
+    if "default_factory" in kw:
+        return field(metadata={"check": fn}, **kw)
+    return field(default=default, metadata={"check": fn})
+
+
+@dataclass
+class DataConfig:
+    name: Literal["fashion_mnist", "cifar10", "cifar100", "svhn", "stl10", "synthetic"] = "fashion_mnist"
+    root: str = "data"
+    download: bool = False
+    subset: int | None = check(_positive, None)
+    test_subset: int | None = check(_positive, None)
+
+
+@dataclass
+class PartitionConfig:
+    kind: Literal["iid", "dirichlet", "shards", "classes"] = "dirichlet"
+    alpha: float = check(_positive, 0.5)
+    classes_per_client: int = check(_positive, 2)
+    shards_per_client: int = check(_positive, 2)
+    min_size: int = check(_non_negative, 10)
+
+
+@dataclass
+class ClientsConfig:
+    num: int = check(_positive, 10)
+    fraction: float = check(_fraction, 1.0)
+
+
+@dataclass
+class LocalConfig:
+    epochs: int = check(_positive, 1)
+    batch_size: int = check(_positive, 128)
+    lr: float = check(_positive, 1e-3)
+    optimizer: Literal["adam", "sgd", "adamw"] = "adam"
+    momentum: float = check(_probability, 0.9)
+    weight_decay: float = check(_non_negative, 1e-6)
+
+
+@dataclass
+class ModelConfig:
+    backbone: Literal["small_cnn", "resnet18"] = "small_cnn"
+
+
+@dataclass
+class ViewsConfig:
+    """Batched view augmentation (SimCLR / BYOL style); ``*_p`` lists hold one entry per view."""
+
+    crop_min_scale: float = check(_fraction, 0.2)
+    flip_p: float = check(_probability, 0.5)
+    jitter_p: float = check(_probability, 0.8)
+    brightness: float = check(_non_negative, 0.4)
+    contrast: float = check(_non_negative, 0.4)
+    saturation: float = check(_non_negative, 0.4)
+    hue: float = check(lambda v: None if 0 <= v <= 0.5 else "must be in [0, 0.5]", 0.1)
+    grayscale_p: float = check(_probability, 0.2)
+    blur_p: list[float] = check(_probabilities, default_factory=lambda: [0.0, 0.0])
+    solarize_p: list[float] = check(_probabilities, default_factory=lambda: [0.0, 0.0])
+
+
+@dataclass
+class EvalConfig:
+    every: int = check(_positive, 1)
+    label_fraction: float = check(_fraction, 1.0)
+    knn_k: int = check(_positive, 200)
+    knn_temperature: float = check(_positive, 0.1)
+    probe_epochs: int = check(_positive, 100)
+    projector_samples: int = check(_non_negative, 1000)
+
+
+@dataclass
+class FabricConfig:
+    accelerator: Literal["auto", "cpu", "gpu", "cuda", "mps"] = "auto"
+    devices: int = check(_positive, 1)
+    num_nodes: int = check(_positive, 1)
+    precision: Literal["32-true", "16-mixed", "bf16-mixed", "64-true"] = "32-true"
+    threads: int | None = check(_positive, None)
+
+
+@dataclass
+class RunConfig:
+    dir: str | None = None
+
+
+@dataclass
+class Recipe:
+    """A resolved recipe: everything one ``fedlight fit`` needs."""
+
+    name: str = "run"
+    seed: int = 0
+    rounds: int = check(_positive, 10)
+    data: DataConfig = field(default_factory=DataConfig)
+    partition: PartitionConfig = field(default_factory=PartitionConfig)
+    clients: ClientsConfig = field(default_factory=ClientsConfig)
+    local: LocalConfig = field(default_factory=LocalConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    views: ViewsConfig = field(default_factory=ViewsConfig)
+    method: dict[str, Any] = field(default_factory=lambda: {"name": "simclr"})
+    server: dict[str, Any] = field(default_factory=lambda: {"name": "fedavg"})
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    fabric: FabricConfig = field(default_factory=FabricConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    @property
+    def run_dir(self) -> str:
+        return self.run.dir or f"runs/{self.name}"

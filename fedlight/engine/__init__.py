@@ -1,0 +1,1 @@
+"""Round orchestration, the Fabric client loop, client state, ledger and checkpoints."""

@@ -1,0 +1,75 @@
+"""``fedlight fit``: from a resolved recipe to a finished run folder."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from lightning.fabric import Fabric
+
+from fedlight import registry
+from fedlight.config.schema import Recipe
+from fedlight.data.partition import partition
+from fedlight.data.sources import ImageData, load_dataset, take_subset
+from fedlight.engine.orchestrator import Federation
+from fedlight.engine.rundir import prepare_run_dir, write_yaml
+from fedlight.errors import UserError
+from fedlight.methods.base import OptimizerSpec
+from fedlight.seeding import derive_seed, numpy_rng
+
+
+def prepare_data(recipe: Recipe) -> tuple[ImageData, list]:
+    """Load, subset and partition the data (raises UserError on missing data or bad partitions)."""
+    d, p = recipe.data, recipe.partition
+    data = take_subset(load_dataset(d.name, d.root, d.download, recipe.seed), d.subset, d.test_subset, recipe.seed)
+    parts = partition(p.kind, data.train_y.numpy(), recipe.clients.num, numpy_rng(recipe.seed, "partition"),
+                      alpha=p.alpha, min_size=p.min_size, shards_per_client=p.shards_per_client,
+                      classes_per_client=p.classes_per_client)
+    return data, parts
+
+
+def _check_resumable(run_dir: Path, recipe: Recipe) -> None:
+    saved_path = run_dir / "recipe.yaml"
+    if not saved_path.is_file():
+        return
+    saved = yaml.safe_load(saved_path.read_text())
+    changed = sorted(k for k in saved if saved[k] != asdict(recipe).get(k) and k != "rounds")
+    if changed:
+        raise UserError(f"--resume with a recipe that differs from '{saved_path}' in {', '.join(changed)}; "
+                        "resume with the same recipe and overrides (rounds may grow), or use --overwrite")
+
+
+def make_fabric(recipe: Recipe) -> Fabric:
+    f = recipe.fabric
+    processes = f.devices * f.num_nodes
+    return Fabric(accelerator=f.accelerator, devices=f.devices, num_nodes=f.num_nodes, precision=f.precision,
+                  strategy="ddp" if processes > 1 else "auto")
+
+
+def fit(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
+    """Run (or resume) the simulation described by ``recipe``; returns the results mapping.
+
+    Every user error (recipe, data, partition, run folder) is raised before anything is
+    written or any process is launched.
+    """
+    registry.validate(recipe.method, recipe.server)
+    data, parts = prepare_data(recipe)
+    run_dir = Path(recipe.run_dir)
+    fabric = make_fabric(recipe)
+    if fabric.global_rank == 0:
+        if resume:
+            _check_resumable(run_dir, recipe)
+        prepare_run_dir(run_dir, resume, overwrite)
+        write_yaml(run_dir / "recipe.yaml", asdict(recipe))
+    fabric.launch()
+    if recipe.fabric.threads:
+        torch.set_num_threads(recipe.fabric.threads)
+    torch.manual_seed(derive_seed(recipe.seed, "init"))
+    l = recipe.local
+    module = registry.build_method(recipe.method, recipe.model.backbone, data.channels, data.num_classes,
+                                   OptimizerSpec(l.optimizer, l.lr, l.momentum, l.weight_decay))
+    federation = Federation(fabric, recipe, data, parts, module, registry.build_server(recipe.server), run_dir)
+    return federation.run(resume)

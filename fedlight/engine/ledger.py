@@ -1,0 +1,44 @@
+"""The communication ledger: real bytes sent per client and round, by direction and dtype."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+
+DIRECTIONS = ("up", "down", "d2d")
+
+
+def payload_bytes(payload: dict[str, torch.Tensor]) -> dict[str, int]:
+    """Bytes of each dtype in ``payload`` (element count x element size)."""
+    out: dict[str, int] = defaultdict(int)
+    for t in payload.values():
+        out[str(t.dtype).removeprefix("torch.")] += t.numel() * t.element_size()
+    return dict(out)
+
+
+class CommLedger:
+    """Rows of (round, client, direction, dtype, bytes)."""
+
+    def __init__(self, rows: list[list] | None = None) -> None:
+        self.rows: list[list] = [list(r) for r in rows or []]
+
+    def record(self, round_: int, client: int, direction: str, payload: dict[str, torch.Tensor]) -> None:
+        """Count ``payload`` as sent by/to ``client`` in ``round_`` (``direction`` in up, down, d2d)."""
+        assert direction in DIRECTIONS, direction
+        for dtype, n in sorted(payload_bytes(payload).items()):
+            self.rows.append([round_, client, direction, dtype, n])
+
+    def totals(self, round_: int | None = None) -> dict[str, int]:
+        """``{"bytes_up", "bytes_down", "bytes_d2d"}`` for one round, or the whole run if None."""
+        out = {f"bytes_{d}": 0 for d in DIRECTIONS}
+        for r, _, d, _, n in self.rows:
+            if round_ is None or r == round_:
+                out[f"bytes_{d}"] += n
+        return out
+
+    @staticmethod
+    def csv_lines(rows: list[list]) -> str:
+        return "".join(",".join(str(v) for v in row) + "\n" for row in rows)
+
+    CSV_HEADER = "round,client,direction,dtype,bytes\n"

@@ -1,0 +1,63 @@
+"""The Fabric loop that trains one client: the only place a LightningModule is stepped."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from lightning.fabric import Fabric
+
+from fedlight.data.views import ViewMaker
+from fedlight.methods.base import FederatedModule
+
+
+@dataclass
+class LocalResult:
+    """What a client's local training reports: summed loss over ``steps`` optimizer steps."""
+
+    loss_sum: float
+    steps: int
+
+    @property
+    def mean_loss(self) -> float:
+        return self.loss_sum / max(self.steps, 1)
+
+
+def train_client(fabric: Fabric, module: FederatedModule, images: torch.Tensor, labels: torch.Tensor,
+                 indices: torch.Tensor, views: ViewMaker, epochs: int, batch_size: int,
+                 generator: torch.Generator) -> LocalResult:
+    """Run ``epochs`` of local training on one client's data.
+
+    Args:
+        fabric: devices, precision and backward.
+        module: the worker model, already holding this client's starting state.
+        images: (N, C, H, W) uint8 training images of the whole federation on ``fabric.device``.
+        labels: (N,) int64 labels on the device (only supervised objectives read them).
+        indices: (n,) int64 indices (on the device) of this client's samples.
+        views: makes the augmented views in batches.
+        epochs: local epochs E.
+        batch_size: local batch size B; a trailing batch of one sample is skipped
+            (BatchNorm and contrastive losses need two).
+        generator: seeded by (seed, round, client): shuffling and augmentation.
+    """
+    optimizer = fabric.setup_optimizers(module.configure_optimizers())
+    module.train()
+    n = len(indices)
+    loss_sum = torch.zeros((), device=fabric.device)
+    steps = 0
+    for _ in range(epochs):
+        order = indices[torch.randperm(n, generator=generator).to(indices.device)]
+        for start in range(0, n, batch_size):
+            idx = order[start:start + batch_size]
+            if len(idx) < 2:
+                continue
+            batch = (views.views(images[idx], module.num_views, generator), labels[idx])
+            with fabric.autocast():
+                loss = module.training_step(batch, steps)
+            optimizer.zero_grad(set_to_none=True)
+            fabric.backward(loss)
+            optimizer.step()
+            module.on_train_batch_end(loss, batch, steps)
+            loss_sum += loss.detach()
+            steps += 1
+    return LocalResult(float(loss_sum), steps)

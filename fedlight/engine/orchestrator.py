@@ -1,0 +1,300 @@
+"""The round orchestrator: sample, train (sharded over ranks), aggregate, evaluate, log, save.
+
+A round, as in ARCHITECTURE.md:
+
+    sample clients -> for each sampled client owned by this rank:
+        global shared state + the client's private state -> local training -> payload
+        folded into the aggregator's accumulator; private state saved
+    -> accumulators summed across ranks -> aggregator.finalize -> new global state
+    -> evaluate (rank 0) -> log -> checkpoint
+
+Client ``c`` is always trained by rank ``c % world_size``, so its private state never moves
+between processes, and every random choice is keyed by (seed, round, client): 1 or N
+processes, straight or resumed, give the same numbers (up to float summation order).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from lightning.fabric import Fabric
+from lightning.fabric.loggers import TensorBoardLogger
+from tqdm.auto import tqdm
+
+from fedlight.config.schema import Recipe
+from fedlight.data.partition import class_counts
+from fedlight.data.sources import ImageData
+from fedlight.data.views import ViewMaker, ViewParams
+from fedlight.engine.checkpoint import load_checkpoint, save_checkpoint
+from fedlight.engine.ledger import CommLedger
+from fedlight.engine.local_loop import train_client
+from fedlight.engine.rundir import CHECKPOINT, write_json
+from fedlight.engine.store import ClientStateStore
+from fedlight.engine.tensorboard import flatten, partition_figure
+from fedlight.eval.probes import knn_accuracy, label_subset, linear_probe_accuracy
+from fedlight.methods.base import FederatedModule
+from fedlight.seeding import numpy_rng, torch_generator
+from fedlight.server.base import Aggregator
+
+State = dict[str, torch.Tensor]
+
+
+def sample_clients(seed: int, round_: int, num_clients: int, fraction: float) -> list[int]:
+    """The sorted ids of the ``max(1, round(fraction * K))`` clients sampled in ``round_``."""
+    m = max(1, int(round(fraction * num_clients)))
+    return sorted(numpy_rng(seed, "sample", round_).choice(num_clients, m, replace=False).tolist())
+
+
+class Federation:
+    """One federated simulation on one or more Fabric ranks.
+
+    Args:
+        fabric: launched Fabric (devices, precision, collectives).
+        recipe: the resolved recipe.
+        data: the federation's images and labels (CPU, uint8).
+        parts: one index array per client into ``data.train_x``.
+        module: the worker model (one per process).
+        aggregator: the server's aggregation strategy.
+        run_dir: the run folder (written by rank 0 only).
+    """
+
+    def __init__(self, fabric: Fabric, recipe: Recipe, data: ImageData, parts: list[np.ndarray],
+                 module: FederatedModule, aggregator: Aggregator, run_dir: Path) -> None:
+        self.fabric, self.recipe, self.data = fabric, recipe, data
+        self.rank, self.world = fabric.global_rank, fabric.world_size
+        self.module = fabric.to_device(module)
+        covered = set(self.module.state_dict()) - set(self.module.shared_state()) - set(self.module.private_state())
+        assert not covered, f"{type(module).__name__} state is neither shared nor private: {sorted(covered)[:3]}"
+        self.aggregator = aggregator
+        self.run_dir = run_dir
+        self.parts = [torch.as_tensor(p, dtype=torch.long) for p in parts]
+        self.images = fabric.to_device(data.train_x)
+        self.labels = fabric.to_device(data.train_y)
+        v = recipe.views
+        self.views = ViewMaker(ViewParams(**{**asdict(v), "blur_p": tuple(v.blur_p), "solarize_p": tuple(v.solarize_p)}),
+                               *data.mean_std())
+        self.store = ClientStateStore()
+        self.ledger = CommLedger()
+        self.history: list[dict[str, Any]] = []
+        self.baseline: dict[str, float] | None = None
+        self.rounds_done = 0
+        self.wall_before = 0.0
+        self.global_state = self._snapshot(self.module.shared_state())
+        labels = data.train_y.numpy()
+        self.probe_idx = torch.as_tensor(label_subset(labels, recipe.eval.label_fraction,
+                                                      numpy_rng(recipe.seed, "label-fraction")))
+        self.logger: TensorBoardLogger | None = None
+
+    # ---------------------------------------------------------------- collectives
+    @staticmethod
+    def _snapshot(state: State) -> State:
+        return {k: v.detach().clone() for k, v in state.items()}
+
+    def _sum_across_ranks(self, acc: State) -> State:
+        if self.world == 1:
+            return acc
+        keys = sorted(acc)
+        flat = torch.cat([acc[k].reshape(-1).to(self.fabric.device) for k in keys])
+        flat = self.fabric.all_reduce(flat, reduce_op="sum")
+        out, offset = {}, 0
+        for k in keys:
+            n = acc[k].numel()
+            out[k] = flat[offset:offset + n].view_as(acc[k]).to(acc[k].device)
+            offset += n
+        return out
+
+    def _gather(self, obj: Any) -> list[Any]:
+        if self.world == 1:
+            return [obj]
+        out: list[Any] = [None] * self.world
+        dist.all_gather_object(out, obj)
+        return out
+
+    # ---------------------------------------------------------------- one round
+    def _train_round(self, round_: int, progress: Any) -> list[dict[str, Any]]:
+        r = self.recipe
+        sampled = sample_clients(r.seed, round_, r.clients.num, r.clients.fraction)
+        mine = [c for c in sampled if c % self.world == self.rank]
+        acc: State | None = None
+        reports = []
+        for client in mine:
+            self.module.load_partial(self.global_state)
+            private = self.store.get(client)
+            if private is None:
+                self.module.reset_private_state()
+            else:
+                self.module.load_partial(private)
+            result = train_client(self.fabric, self.module, self.images, self.labels,
+                                  self.parts[client].to(self.images.device), self.views, r.local.epochs,
+                                  r.local.batch_size, torch_generator(r.seed, "local", round_, client))
+            payload = self.module.shared_state()
+            weight = float(len(self.parts[client]))
+            acc = self.aggregator.accumulate(acc, payload, weight)
+            self.store.put(client, self.module.private_state())
+            ledger = CommLedger()
+            ledger.record(round_, client, "down", self.global_state)
+            ledger.record(round_, client, "up", payload)
+            reports.append({"client": client, "loss": result.mean_loss, "steps": result.steps,
+                            "samples": int(weight), "ledger": ledger.rows})
+            if progress is not None:
+                progress.update(1)
+        if acc is None:  # this rank trained nobody: a neutral element keeps the collective aligned
+            acc = self.aggregator.accumulate(None, self.global_state, 0.0)
+        acc = self._sum_across_ranks(acc)
+        self.global_state = self._snapshot(self.aggregator.finalize(self.global_state, acc))
+        self.module.load_partial(self.global_state)
+        return sorted((rep for reports_ in self._gather(reports) for rep in reports_), key=lambda x: x["client"])
+
+    # ---------------------------------------------------------------- evaluation
+    @torch.no_grad()
+    def _features(self, images: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
+        self.module.eval()
+        out = []
+        for start in range(0, len(images), chunk):
+            x = self.views.normalize(self.fabric.to_device(images[start:start + chunk]))
+            with self.fabric.autocast():
+                out.append(self.module.features(x).float())
+        return torch.cat(out)
+
+    def evaluate(self) -> dict[str, float]:
+        """Linear-probe and kNN accuracy of the current global encoder on the test split."""
+        e, d = self.recipe.eval, self.data
+        train_f = self._features(d.train_x[self.probe_idx])
+        train_y = self.fabric.to_device(d.train_y[self.probe_idx])
+        test_f = self._features(d.test_x)
+        test_y = self.fabric.to_device(d.test_y)
+        return {
+            "linear_probe_acc": linear_probe_accuracy(train_f, train_y, test_f, test_y, d.num_classes,
+                                                      steps=e.probe_epochs),
+            "knn_acc": knn_accuracy(train_f, train_y, test_f, test_y, d.num_classes, e.knn_k, e.knn_temperature),
+        }
+
+    # ---------------------------------------------------------------- persistence
+    def _checkpoint(self, wall: float) -> None:
+        shards = self._gather(self.store.state_dict())
+        if self.rank != 0:
+            return
+        clients = {c: s for shard in shards for c, s in shard.items()}
+        save_checkpoint(self.run_dir / CHECKPOINT, {
+            "rounds_completed": self.rounds_done,
+            "global": {k: v.cpu() for k, v in self.global_state.items()},
+            "server": self.aggregator.state_dict(),
+            "clients": clients,
+            "history": self.history,
+            "ledger": self.ledger.rows,
+            "baseline": self.baseline,
+            "wall_seconds": wall,
+        })
+
+    def _restore(self) -> None:
+        ckpt = load_checkpoint(self.run_dir / CHECKPOINT)
+        self.rounds_done = int(ckpt["rounds_completed"])
+        self.global_state = {k: self.fabric.to_device(v) for k, v in ckpt["global"].items()}
+        self.module.load_partial(self.global_state)
+        self.aggregator.load_state_dict(ckpt["server"])
+        self.store.load_state_dict(ckpt["clients"], keep=lambda c: c % self.world == self.rank)
+        self.history = list(ckpt["history"])
+        self.ledger = CommLedger(ckpt["ledger"])
+        self.baseline = ckpt["baseline"]
+        self.wall_before = float(ckpt["wall_seconds"])
+
+    def _results(self, wall: float, final: dict[str, float] | None) -> dict[str, Any]:
+        return {
+            "recipe": asdict(self.recipe),
+            "rounds_completed": self.rounds_done,
+            "history": self.history,
+            "final": final,
+            "baseline": self.baseline,
+            "comm": self.ledger.totals(),
+            "wall_seconds": wall,
+        }
+
+    # ---------------------------------------------------------------- logging
+    def _open_logger(self) -> None:
+        if self.rank != 0:
+            return
+        # purge_step drops events a killed run logged after its last checkpoint
+        self.logger = TensorBoardLogger(str(self.run_dir), name="tensorboard", version="",
+                                        default_hp_metric=False, purge_step=self.rounds_done + 1)
+        (self.run_dir / "comm.csv").write_text(CommLedger.CSV_HEADER + CommLedger.csv_lines(self.ledger.rows))
+        if self.rounds_done == 0:
+            counts = class_counts(self.data.train_y.numpy(), [p.numpy() for p in self.parts], self.data.num_classes)
+            self.logger.experiment.add_figure("data/partition", partition_figure(counts), 0)
+            self.logger.log_metrics({f"baseline/{k}": v for k, v in self.baseline.items()}, step=0)
+
+    def _log_round(self, row: dict[str, Any], rows: list[list]) -> None:
+        if self.logger is None:
+            return
+        scalars = {"train/loss": row["train_loss"], "time/round_seconds": row["seconds"],
+                   **{f"comm/{k}": row[k] for k in ("bytes_up", "bytes_down", "bytes_d2d")},
+                   **{f"eval/{k}": row[k] for k in ("linear_probe_acc", "knn_acc") if row[k] is not None}}
+        self.logger.log_metrics(scalars, step=row["round"])
+        with open(self.run_dir / "comm.csv", "a") as f:
+            f.write(CommLedger.csv_lines(rows))
+
+    def _log_final(self, final: dict[str, float]) -> None:
+        if self.logger is None:
+            return
+        self.logger.log_hyperparams(flatten(asdict(self.recipe)),
+                                    metrics={f"final/{k}": v for k, v in final.items()})
+        n = min(self.recipe.eval.projector_samples, len(self.data.test_x))
+        if n:
+            images = self.data.test_x[:n]
+            self.logger.experiment.add_embedding(
+                self._features(images).cpu(), metadata=self.data.test_y[:n].tolist(),
+                label_img=images.float().div(255), global_step=self.rounds_done, tag="final_global_encoder")
+        self.logger.finalize("success")
+
+    # ---------------------------------------------------------------- the run
+    def run(self, resume: bool) -> dict[str, Any]:
+        """Train the remaining rounds; returns (and on rank 0 writes) the results."""
+        r = self.recipe
+        start = time.perf_counter()
+        if resume:
+            self._restore()
+        elif self.rank == 0:
+            self.baseline = self.evaluate()
+        self._open_logger()
+        wall = self.wall_before
+        last_eval = self.history[-1] if self.history and self.history[-1]["knn_acc"] is not None else None
+        rounds = tqdm(range(self.rounds_done, r.rounds), initial=self.rounds_done, total=r.rounds,
+                      desc="rounds", disable=self.rank != 0, dynamic_ncols=True)
+        for round_ in rounds:
+            t0 = time.perf_counter()
+            m = max(1, int(round(r.clients.fraction * r.clients.num)))
+            clients_bar = tqdm(total=m, desc=f"round {round_ + 1} clients", leave=False,
+                               disable=self.rank != 0, dynamic_ncols=True)
+            reports = self._train_round(round_, clients_bar)
+            clients_bar.close()
+            rows = [row for rep in reports for row in rep["ledger"]]
+            self.ledger.rows.extend(rows)
+            self.rounds_done = round_ + 1
+            metrics = {"linear_probe_acc": None, "knn_acc": None}
+            if self.rank == 0 and (self.rounds_done % r.eval.every == 0 or self.rounds_done == r.rounds):
+                metrics = self.evaluate()
+                last_eval = metrics
+            row = {"round": self.rounds_done,
+                   "train_loss": float(np.mean([rep["loss"] for rep in reports])),
+                   **metrics, **self.ledger.totals(round_), "seconds": time.perf_counter() - t0,
+                   "clients": [rep["client"] for rep in reports]}
+            self.history.append(row)
+            wall = self.wall_before + time.perf_counter() - start
+            self._checkpoint(wall)
+            self._log_round(row, rows)
+            if self.rank == 0:
+                write_json(self.run_dir / "results.json", self._results(wall, None))
+                rounds.set_postfix(loss=f"{row['train_loss']:.3f}",
+                                   probe=f"{last_eval['linear_probe_acc']:.3f}" if last_eval else "-")
+        rounds.close()
+        final = {k: last_eval[k] for k in ("linear_probe_acc", "knn_acc")} if last_eval else None
+        results = self._results(wall, final)
+        if self.rank == 0:
+            write_json(self.run_dir / "results.json", results)
+            self._log_final(final)
+        return results

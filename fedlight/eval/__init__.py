@@ -1,0 +1,1 @@
+"""Linear-probe and kNN evaluation (torchmetrics)."""

@@ -1,0 +1,82 @@
+"""Representation quality: linear probe and weighted kNN on frozen features.
+
+Both take precomputed features, so the caller decides which encoder and which images
+(and the same features serve both probes).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torchmetrics.classification import MulticlassAccuracy
+
+
+def label_subset(labels: np.ndarray, fraction: float, rng: np.random.Generator) -> np.ndarray:
+    """Indices of a class-balanced ``fraction`` of the labelled examples (>= 1 per class)."""
+    if fraction >= 1.0:
+        return np.arange(len(labels))
+    keep = []
+    for c in np.unique(labels):
+        idx = np.flatnonzero(labels == c)
+        keep.append(rng.choice(idx, size=max(1, int(round(fraction * len(idx)))), replace=False))
+    return np.sort(np.concatenate(keep))
+
+
+def _accuracy(pred: torch.Tensor, target: torch.Tensor, num_classes: int) -> float:
+    metric = MulticlassAccuracy(num_classes=num_classes, average="micro").to(pred.device)
+    return float(metric(pred, target))
+
+
+def knn_accuracy(train_feats: torch.Tensor, train_labels: torch.Tensor, test_feats: torch.Tensor,
+                 test_labels: torch.Tensor, num_classes: int, k: int = 200, temperature: float = 0.1,
+                 chunk: int = 1024) -> float:
+    """Weighted kNN accuracy (Wu et al. 2018, as used in SimCLR/MoCo code bases).
+
+    Each test point votes with its ``k`` most cosine-similar training points, weighted by
+    exp(sim / temperature).
+
+    Args:
+        train_feats: (N, D) bank features. train_labels: (N,) int64.
+        test_feats: (M, D) query features. test_labels: (M,) int64.
+    """
+    bank = F.normalize(train_feats, dim=1)
+    k = min(k, len(bank))
+    preds = []
+    for start in range(0, len(test_feats), chunk):
+        q = F.normalize(test_feats[start:start + chunk], dim=1)
+        sim, idx = (q @ bank.T).topk(k, dim=1)
+        votes = torch.zeros(len(q), num_classes, device=q.device)
+        votes.scatter_add_(1, train_labels[idx], (sim / temperature).exp())
+        preds.append(votes.argmax(dim=1))
+    return _accuracy(torch.cat(preds), test_labels, num_classes)
+
+
+def linear_probe_accuracy(train_feats: torch.Tensor, train_labels: torch.Tensor, test_feats: torch.Tensor,
+                          test_labels: torch.Tensor, num_classes: int, steps: int = 100,
+                          weight_decay: float = 1e-4) -> float:
+    """Accuracy of a multinomial logistic regression on standardised frozen features.
+
+    Fitted full-batch with L-BFGS (deterministic and quick for the feature sizes here).
+
+    Args:
+        train_feats: (N, D) features of the labelled examples. train_labels: (N,) int64.
+        test_feats: (M, D). test_labels: (M,).
+        steps: L-BFGS iterations.
+        weight_decay: L2 penalty on the weights.
+    """
+    mean, std = train_feats.mean(0), train_feats.std(0).clamp_min(1e-6)
+    xtr, xte = (train_feats - mean) / std, (test_feats - mean) / std
+    head = torch.nn.Linear(xtr.shape[1], num_classes).to(xtr.device)
+    opt = torch.optim.LBFGS(head.parameters(), lr=1.0, max_iter=steps, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = F.cross_entropy(head(xtr), train_labels) + weight_decay * head.weight.pow(2).sum()
+        loss.backward()
+        return loss
+
+    with torch.enable_grad():
+        opt.step(closure)
+    with torch.no_grad():
+        return _accuracy(head(xte).argmax(1), test_labels, num_classes)

@@ -1,0 +1,1 @@
+"""Local objectives (one LightningModule each)."""

@@ -1,0 +1,50 @@
+"""Encoders that map images (B, C, H, W) to features (B, D); each exposes ``feature_dim``."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torchvision.models import resnet18
+
+
+class SmallCNN(nn.Sequential):
+    """Three conv-BN-ReLU blocks (32-64-128 channels) and global average pooling; fast on CPU.
+
+    Args:
+        in_channels: image channels (1 for Fashion-MNIST, 3 for CIFAR).
+        widths: channels of the three blocks.
+    """
+
+    def __init__(self, in_channels: int = 3, widths: tuple[int, int, int] = (32, 64, 128)) -> None:
+        layers: list[nn.Module] = []
+        c = in_channels
+        for i, w in enumerate(widths):
+            layers += [nn.Conv2d(c, w, 3, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU(inplace=True)]
+            if i < len(widths) - 1:
+                layers.append(nn.MaxPool2d(2))
+            c = w
+        layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten()]
+        super().__init__(*layers)
+        self.feature_dim = widths[-1]
+
+
+class ResNet18Cifar(nn.Module):
+    """ResNet-18 with the CIFAR stem (3x3 conv, stride 1, no max-pool) used by SimCLR/FLESD/SOFed.
+
+    Args:
+        in_channels: image channels.
+
+    Shapes: (B, C, H, W) -> (B, 512).
+    """
+
+    def __init__(self, in_channels: int = 3) -> None:
+        super().__init__()
+        net = resnet18(num_classes=10)
+        net.conv1 = nn.Conv2d(in_channels, 64, 3, 1, 1, bias=False)
+        net.maxpool = nn.Identity()
+        net.fc = nn.Identity()
+        self.net = net
+        self.feature_dim = 512
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)

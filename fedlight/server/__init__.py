@@ -1,0 +1,1 @@
+"""Aggregators (no Lightning here): pure tensor math in ops.py, one strategy per file."""

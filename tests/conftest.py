@@ -1,0 +1,33 @@
+"""Shared fixtures: tiny recipes on synthetic data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+TINY = """
+defaults:
+  - {repo}/configs/data/synthetic.yaml
+  - {repo}/configs/model/small_cnn.yaml
+  - {repo}/configs/views/simclr.yaml
+seed: 3
+rounds: 2
+partition: {{kind: dirichlet, alpha: 1.0, min_size: 5}}
+clients: {{num: 2, fraction: 1.0}}
+local: {{epochs: 1, batch_size: 64, lr: 0.001}}
+method: {{name: simclr, hidden_dim: 64, output_dim: 32}}
+server: {{name: fedavg}}
+eval: {{every: 1, probe_epochs: 20, knn_k: 20, projector_samples: 50}}
+fabric: {{accelerator: cpu, devices: 1}}
+"""
+
+
+@pytest.fixture
+def tiny_recipe(tmp_path: Path) -> Path:
+    """A 2-client x 2-round SimCLR + FedAvg recipe on synthetic data, run folder in tmp."""
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY.format(repo=REPO) + f"run: {{dir: {tmp_path / 'run'}}}\n")
+    return path

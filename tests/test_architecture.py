@@ -1,0 +1,43 @@
+"""Dependencies point one way (ARCHITECTURE.md): a test keeps it so."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[1] / "fedlight"
+
+
+def _imports(folder: str) -> dict[str, set[str]]:
+    out = {}
+    for path in (PKG / folder).rglob("*.py"):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+        out[str(path.relative_to(PKG))] = names
+    return out
+
+
+def _offenders(folder: str, forbidden: tuple[str, ...]) -> list[str]:
+    return [f"{f}: {n}" for f, names in _imports(folder).items() for n in names if n.startswith(forbidden)]
+
+
+def test_server_never_imports_lightning() -> None:
+    assert _offenders("server", ("lightning", "pytorch_lightning", "fedlight.engine", "fedlight.methods")) == []
+
+
+def test_methods_never_import_engine_or_server() -> None:
+    assert _offenders("methods", ("fedlight.engine", "fedlight.server", "lightning.fabric")) == []
+
+
+def test_only_engine_touches_fabric() -> None:
+    for folder in ("config", "data", "models", "methods", "server", "eval"):
+        assert _offenders(folder, ("lightning.fabric", "torch.distributed")) == [], folder
+
+
+def test_config_and_data_do_not_depend_on_the_engine() -> None:
+    for folder in ("config", "data", "eval", "models"):
+        assert _offenders(folder, ("fedlight.engine", "fedlight.registry")) == [], folder

@@ -1,0 +1,74 @@
+from pathlib import Path
+
+import pytest
+
+from fedlight.cli import main
+from fedlight.config import load_recipe
+from fedlight.config.loader import apply_overrides, deep_merge
+from fedlight.errors import UserError
+
+
+def test_fragments_merge_then_recipe_then_overrides(tiny_recipe: Path) -> None:
+    r = load_recipe(tiny_recipe, ["rounds=7", "partition.alpha=0.1", "method.temperature=0.2"])
+    assert r.data.name == "synthetic"          # from a fragment
+    assert r.views.grayscale_p == 0.2          # from a fragment
+    assert r.clients.num == 2                  # from the recipe
+    assert (r.rounds, r.partition.alpha) == (7, 0.1)
+    assert r.method == {"name": "simclr", "hidden_dim": 64, "output_dim": 32, "temperature": 0.2}
+    assert r.name == "tiny"
+
+
+def test_deep_merge_and_override_values_are_yaml() -> None:
+    merged = deep_merge({"a": {"b": 1, "c": 2}}, {"a": {"c": 3}})
+    assert merged == {"a": {"b": 1, "c": 3}}
+    out = apply_overrides({}, ["x.y=[1, 2]", "flag=true", "name=abc", "none=null"])
+    assert out == {"x": {"y": [1, 2]}, "flag": True, "name": "abc", "none": None}
+
+
+def test_int_is_accepted_for_float_but_not_the_reverse(tiny_recipe: Path) -> None:
+    assert load_recipe(tiny_recipe, ["local.lr=1"]).local.lr == 1.0
+    with pytest.raises(UserError, match="'rounds'"):
+        load_recipe(tiny_recipe, ["rounds=2.5"])
+
+
+BAD = [
+    (["rounds=0"], "'rounds'"),
+    (["partition.alpha=0"], "'partition.alpha'"),
+    (["partition.alpha=-1"], "'partition.alpha'"),
+    (["clients.fraction=0"], "'clients.fraction'"),
+    (["clients.fraction=1.5"], "'clients.fraction'"),
+    (["partition.kind=banana"], "'partition.kind'"),
+    (["partition.alhpa=1"], "'partition.alhpa'"),
+    (["local.epochs=two"], "'local.epochs'"),
+    (["method.name=nope"], "method.name"),
+    (["method.tmperature=1"], "'method.tmperature'"),
+    (["method.temperature=hot"], "'method.temperature'"),
+    (["server.name=nope"], "server.name"),
+    (["clients.num=5000"], "clients.num"),
+    (["data.subset=100000"], "data.subset"),
+    (["data.name=fashion_mnist", "data.root=/nonexistent"], "data.root"),
+    (["data.name=cifar10", "data.root=/nonexistent"], "data.download"),
+    (["novalue"], "key=value"),
+]
+
+
+@pytest.mark.parametrize("overrides,named", BAD)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tiny_recipe: Path, capsys, overrides, named) -> None:
+    code = main(["fit", "--recipe", str(tiny_recipe), *overrides])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("fedlight: error: ")
+    assert named in err
+    assert not (tiny_recipe.parent / "run").exists()
+
+
+def test_missing_recipe_file(capsys) -> None:
+    assert main(["fit", "--recipe", "/nonexistent/recipe.yaml"]) == 2
+    assert "/nonexistent/recipe.yaml" in capsys.readouterr().err
+
+
+def test_invalid_yaml_names_the_file(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rounds: [1, 2\n")
+    assert main(["fit", "--recipe", str(bad)]) == 2
+    assert "bad.yaml" in capsys.readouterr().err

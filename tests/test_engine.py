@@ -1,0 +1,139 @@
+"""Short real runs on synthetic data: schema, TensorBoard, resume, ranks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from fedlight.cli import main
+from fedlight.config import load_recipe
+from fedlight.engine.fit import fit
+from fedlight.engine.orchestrator import sample_clients
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _global(run: Path) -> dict[str, torch.Tensor]:
+    return torch.load(run / "checkpoints/last.pt", weights_only=True)["global"]
+
+
+def _strip_time(history: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if k != "seconds"} for row in history]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("run")
+    from conftest import TINY
+
+    recipe = tmp / "tiny.yaml"
+    recipe.write_text(TINY.format(repo=REPO) + f"run: {{dir: {tmp / 'run'}}}\n")
+    assert main(["fit", "--recipe", str(recipe)]) == 0
+    return tmp / "run"
+
+
+def test_results_json_schema(tiny_run: Path) -> None:
+    res = json.loads((tiny_run / "results.json").read_text())
+    assert set(res) == {"recipe", "rounds_completed", "history", "final", "baseline", "comm", "wall_seconds"}
+    assert res["rounds_completed"] == 2 and len(res["history"]) == 2
+    for row in res["history"]:
+        assert {"round", "train_loss", "linear_probe_acc", "knn_acc", "bytes_up", "bytes_down",
+                "bytes_d2d", "seconds"} <= set(row)
+        assert 0 <= row["linear_probe_acc"] <= 1 and row["bytes_up"] > 0 and row["bytes_d2d"] == 0
+    assert set(res["final"]) == set(res["baseline"]) == {"linear_probe_acc", "knn_acc"}
+    assert res["comm"]["bytes_up"] == sum(r["bytes_up"] for r in res["history"])
+    assert res["recipe"]["data"]["name"] == "synthetic"
+
+
+def test_bytes_are_the_real_payload_size(tiny_run: Path) -> None:
+    res = json.loads((tiny_run / "results.json").read_text())
+    shared = _global(tiny_run)
+    size = sum(v.numel() * v.element_size() for v in shared.values())
+    assert res["history"][0]["bytes_up"] == 2 * size == res["history"][0]["bytes_down"]
+    lines = (tiny_run / "comm.csv").read_text().splitlines()
+    assert lines[0] == "round,client,direction,dtype,bytes" and len(lines) > 1
+
+
+def test_run_folder_contents(tiny_run: Path) -> None:
+    assert (tiny_run / "recipe.yaml").is_file()
+    assert load_recipe(tiny_run / "recipe.yaml").rounds == 2
+    assert (tiny_run / "checkpoints/last.pt").is_file()
+
+
+def test_tensorboard_has_the_scalars(tiny_run: Path) -> None:
+    acc = EventAccumulator(str(tiny_run / "tensorboard"), size_guidance={"images": 0, "tensors": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"train/loss", "eval/linear_probe_acc", "eval/knn_acc", "comm/bytes_up", "comm/bytes_down",
+            "baseline/linear_probe_acc"} <= tags
+    assert [e.step for e in acc.Scalars("train/loss")] == [1, 2]
+    assert "data/partition" in acc.Tags()["images"]
+    assert (tiny_run / "tensorboard" / "projector_config.pbtxt").is_file() or any(
+        p.name == "projector_config.pbtxt" for p in (tiny_run / "tensorboard").rglob("*"))
+
+
+def test_non_empty_run_folder_is_not_overwritten(tiny_recipe: Path, tiny_run: Path, capsys) -> None:
+    before = (tiny_run / "results.json").read_bytes()
+    assert main(["fit", "--recipe", str(tiny_recipe), f"run.dir={tiny_run}"]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert (tiny_run / "results.json").read_bytes() == before
+
+
+def test_resume_equals_straight_run_bit_for_bit(tmp_path: Path, tiny_recipe: Path) -> None:
+    straight = fit(load_recipe(tiny_recipe, ["rounds=4", f"run.dir={tmp_path / 'a'}"]))
+    fit(load_recipe(tiny_recipe, ["rounds=2", f"run.dir={tmp_path / 'b'}"]))
+    resumed = fit(load_recipe(tiny_recipe, ["rounds=4", f"run.dir={tmp_path / 'b'}"]), resume=True)
+    a, b = _global(tmp_path / "a"), _global(tmp_path / "b")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert _strip_time(straight["history"]) == _strip_time(resumed["history"])
+    assert straight["final"] == resumed["final"]
+
+
+def test_resume_refuses_a_changed_recipe(tmp_path: Path, tiny_recipe: Path) -> None:
+    fit(load_recipe(tiny_recipe, ["rounds=1", f"run.dir={tmp_path / 'r'}"]))
+    from fedlight.errors import UserError
+
+    with pytest.raises(UserError, match="partition"):
+        fit(load_recipe(tiny_recipe, ["rounds=2", "partition.alpha=5", f"run.dir={tmp_path / 'r'}"]), resume=True)
+
+
+def test_byol_and_supervised_run_and_keep_private_state(tmp_path: Path, tiny_recipe: Path) -> None:
+    res = fit(load_recipe(tiny_recipe, ["method={name: byol, hidden_dim: 32, output_dim: 16}",
+                                        f"run.dir={tmp_path / 'byol'}"]))
+    assert res["rounds_completed"] == 2
+    clients = torch.load(tmp_path / "byol/checkpoints/last.pt", weights_only=True)["clients"]
+    assert sorted(clients) == [0, 1] and all(k.startswith(("backbone_momentum", "projection_head_momentum"))
+                                             for k in clients[0])
+    res = fit(load_recipe(tiny_recipe, ["method.name=supervised", "method={name: supervised}",
+                                        "views.blur_p=[0.0]", f"run.dir={tmp_path / 'sup'}"]))
+    assert res["final"]["linear_probe_acc"] > 0.5  # synthetic classes are easy when labels are used
+
+
+def test_client_sampling_is_seeded_and_sized() -> None:
+    a = sample_clients(0, 3, 100, 0.1)
+    assert a == sample_clients(0, 3, 100, 0.1) and len(a) == 10 and a == sorted(set(a))
+    assert a != sample_clients(0, 4, 100, 0.1)
+    assert sample_clients(0, 0, 5, 0.01) and len(sample_clients(0, 0, 5, 0.01)) == 1
+
+
+def test_two_processes_match_one(tmp_path: Path, tiny_recipe: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for devices in (1, 2):
+        cmd = [sys.executable, "-m", "fedlight", "fit", "--recipe", str(tiny_recipe), "clients.num=4",
+               f"fabric.devices={devices}", "fabric.threads=1", f"run.dir={tmp_path / str(devices)}"]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    one, two = _global(tmp_path / "1"), _global(tmp_path / "2")
+    for k in one:
+        assert torch.allclose(one[k].double(), two[k].double(), atol=1e-5, rtol=1e-4), k
+    r1 = json.loads((tmp_path / "1/results.json").read_text())
+    r2 = json.loads((tmp_path / "2/results.json").read_text())
+    assert r1["comm"] == r2["comm"]
+    assert [h["clients"] for h in r1["history"]] == [h["clients"] for h in r2["history"]]

@@ -1,0 +1,63 @@
+import pytest
+import torch
+
+from fedlight.methods.base import OptimizerSpec
+from fedlight.methods.byol import BYOL
+from fedlight.methods.simclr import SimCLR, info_nce
+from fedlight.methods.supervised import Supervised
+from fedlight.models.backbones import ResNet18Cifar, SmallCNN
+
+BATCH = ([torch.randn(6, 1, 12, 12), torch.randn(6, 1, 12, 12)], torch.arange(6) % 3)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: SimCLR(SmallCNN(1), hidden_dim=16, output_dim=8),
+    lambda: SimCLR(SmallCNN(1), hidden_dim=16, output_dim=8, loss="infonce"),
+    lambda: BYOL(SmallCNN(1), hidden_dim=16, output_dim=8),
+    lambda: Supervised(SmallCNN(1), num_classes=3),
+])
+def test_each_method_trains_and_declares_all_its_state(make) -> None:
+    m = make()
+    covered = set(m.shared_state()) | set(m.private_state())
+    assert covered == set(m.state_dict())
+    before = {k: v.clone() for k, v in m.shared_state().items()}
+    opt = m.configure_optimizers()
+    loss = m.training_step(BATCH, 0)
+    loss.backward()
+    opt.step()
+    m.on_train_batch_end(loss, BATCH, 0)
+    assert torch.isfinite(loss)
+    assert any(not torch.equal(before[k], v) for k, v in m.shared_state().items())
+
+
+def test_info_nce_hand_computed() -> None:
+    q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    loss = info_nce(q, q, temperature=1.0)
+    expected = -torch.log(torch.exp(torch.tensor(1.0)) / (torch.exp(torch.tensor(1.0)) + 1))
+    assert torch.allclose(loss, expected)
+
+
+def test_byol_private_target_starts_as_online_copy_and_follows_by_ema() -> None:
+    m = BYOL(SmallCNN(1), hidden_dim=16, output_dim=8, momentum=0.5)
+    with torch.no_grad():
+        for p in m.backbone.parameters():
+            p.add_(1.0)
+    m.reset_private_state()
+    assert all(torch.equal(a, b) for a, b in zip(m.backbone.parameters(), m.backbone_momentum.parameters()))
+    w_target = next(m.backbone_momentum.parameters()).clone()
+    with torch.no_grad():
+        next(m.backbone.parameters()).add_(2.0)
+    m.on_train_batch_end(None, None, 0)
+    assert torch.allclose(next(m.backbone_momentum.parameters()), w_target + 1.0)  # 0.5*t + 0.5*(t+2)
+
+
+def test_optimizer_spec() -> None:
+    p = [torch.nn.Parameter(torch.zeros(1))]
+    assert isinstance(OptimizerSpec("sgd", 0.1).build(p), torch.optim.SGD)
+    assert isinstance(OptimizerSpec("adamw").build(p), torch.optim.AdamW)
+
+
+def test_resnet18_cifar_stem() -> None:
+    net = ResNet18Cifar(3)
+    assert net.net.conv1.kernel_size == (3, 3) and isinstance(net.net.maxpool, torch.nn.Identity)
+    assert net(torch.randn(2, 3, 32, 32)).shape == (2, 512)
