@@ -22,9 +22,8 @@ import torch
 
 from fedlight import registry
 from fedlight.config import load_recipe
-from fedlight.data.views import ViewMaker, ViewParams
 from fedlight.engine.fit import make_fabric, prepare_data
-from fedlight.engine.orchestrator import Federation, sample_clients
+from fedlight.engine.orchestrator import Federation, build_views, sample_clients
 from fedlight.methods.base import OptimizerSpec
 from fedlight.seeding import derive_seed, torch_generator
 
@@ -50,9 +49,7 @@ def run_fedlight(recipe, data, parts, rounds: int) -> tuple[float, dict]:
 
 def run_plain(recipe, data, parts, rounds: int) -> tuple[float, dict]:
     model = build(recipe, data)
-    v = recipe.views
-    views = ViewMaker(ViewParams(v.crop_min_scale, v.flip_p, v.jitter_p, v.brightness, v.contrast, v.saturation,
-                                 v.hue, v.grayscale_p, tuple(v.blur_p), tuple(v.solarize_p)), *data.mean_std())
+    views = build_views(recipe.views, data)
     shared = list(model.shared_state())
     global_state = {k: t.clone() for k, t in model.state_dict().items() if k in shared}
     images, labels, l = data.train_x, data.train_y, recipe.local

@@ -137,3 +137,25 @@ def test_two_processes_match_one(tmp_path: Path, tiny_recipe: Path) -> None:
     r2 = json.loads((tmp_path / "2/results.json").read_text())
     assert r1["comm"] == r2["comm"]
     assert [h["clients"] for h in r1["history"]] == [h["clients"] for h in r2["history"]]
+
+
+def test_sigkill_mid_run_then_resume_ends_where_a_straight_run_ends(tmp_path: Path, tiny_recipe: Path) -> None:
+    import signal
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    run = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "fedlight", "fit", "--recipe", str(tiny_recipe), "rounds=4", f"run.dir={run}"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (run / "checkpoints/last.pt").exists():
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert (run / "checkpoints/last.pt").exists()
+    subprocess.run([*cmd, "--resume"], env=env, check=True, capture_output=True, timeout=300)
+    straight = fit(load_recipe(tiny_recipe, ["rounds=4", f"run.dir={tmp_path / 'straight'}"]))
+    a, b = _global(tmp_path / "straight"), _global(run)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    resumed = json.loads((run / "results.json").read_text())
+    assert _strip_time(resumed["history"]) == _strip_time(straight["history"])

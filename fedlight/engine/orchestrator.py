@@ -27,7 +27,7 @@ from lightning.fabric import Fabric
 from lightning.fabric.loggers import TensorBoardLogger
 from tqdm.auto import tqdm
 
-from fedlight.config.schema import Recipe
+from fedlight.config.schema import Recipe, ViewsConfig
 from fedlight.data.partition import class_counts
 from fedlight.data.sources import ImageData
 from fedlight.data.views import ViewMaker, ViewParams
@@ -49,6 +49,12 @@ def sample_clients(seed: int, round_: int, num_clients: int, fraction: float) ->
     """The sorted ids of the ``max(1, round(fraction * K))`` clients sampled in ``round_``."""
     m = max(1, int(round(fraction * num_clients)))
     return sorted(numpy_rng(seed, "sample", round_).choice(num_clients, m, replace=False).tolist())
+
+
+def build_views(cfg: ViewsConfig, data: ImageData) -> ViewMaker:
+    """The view maker for recipe section ``views``, normalised with the data's statistics."""
+    params = ViewParams(**{**asdict(cfg), "blur_p": tuple(cfg.blur_p), "solarize_p": tuple(cfg.solarize_p)})
+    return ViewMaker(params, *data.mean_std())
 
 
 class Federation:
@@ -76,9 +82,7 @@ class Federation:
         self.parts = [torch.as_tensor(p, dtype=torch.long) for p in parts]
         self.images = fabric.to_device(data.train_x)
         self.labels = fabric.to_device(data.train_y)
-        v = recipe.views
-        self.views = ViewMaker(ViewParams(**{**asdict(v), "blur_p": tuple(v.blur_p), "solarize_p": tuple(v.solarize_p)}),
-                               *data.mean_std())
+        self.views = build_views(recipe.views, data)
         self.store = ClientStateStore()
         self.ledger = CommLedger()
         self.history: list[dict[str, Any]] = []
