@@ -33,13 +33,13 @@ REPO = Path(__file__).resolve().parents[1]
 def build(recipe, data):
     torch.manual_seed(derive_seed(recipe.seed, "init"))
     l = recipe.local
-    return registry.build_method(recipe.method, recipe.model.backbone, data.channels, data.num_classes,
+    return registry.build_method(recipe.method, recipe.model.backbone, data.channels, data.image_size, data.num_classes,
                                  OptimizerSpec(l.optimizer, l.lr, l.momentum, l.weight_decay))
 
 
 def run_fedlight(recipe, data, parts, rounds: int) -> tuple[float, dict]:
     fabric = make_fabric(recipe)
-    fed = Federation(fabric, recipe, data, parts, build(recipe, data), registry.build_server(recipe.server),
+    fed = Federation(fabric, recipe, data, parts, build(recipe, data), registry.build_server(recipe.server, recipe.clients.num),
                      Path(tempfile.mkdtemp()))
     start = time.perf_counter()
     for r in range(rounds):

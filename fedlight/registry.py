@@ -17,54 +17,95 @@ from fedlight.config.coerce import coerce
 from fedlight.errors import UserError
 from fedlight.methods.base import FederatedModule, OptimizerSpec
 from fedlight.methods.byol import BYOL
+from fedlight.methods.fedema import FedEMA
+from fedlight.methods.fedprox import FedProx
+from fedlight.methods.fedu import FedU
+from fedlight.methods.moon import MOON
+from fedlight.methods.scaffold import Scaffold as ScaffoldClient
 from fedlight.methods.simclr import SimCLR
 from fedlight.methods.supervised import Supervised
-from fedlight.models.backbones import ResNet18Cifar, SmallCNN
+from fedlight.methods.wrapper import ObjectiveWrapper
+from fedlight.models.backbones import MoonCNN, ResNet18Cifar, SmallCNN
 from fedlight.server.base import Aggregator
+from fedlight.server.centralized import Centralized
 from fedlight.server.fedavg import FedAvg
+from fedlight.server.local_only import LocalOnly
+from fedlight.server.scaffold import Scaffold
 
-METHODS: dict[str, type[FederatedModule]] = {"simclr": SimCLR, "byol": BYOL, "supervised": Supervised}
-SERVERS: dict[str, type[Aggregator]] = {"fedavg": FedAvg}
-BACKBONES: dict[str, Callable[[int], nn.Module]] = {"small_cnn": SmallCNN, "resnet18": ResNet18Cifar}
+# local objectives; ``fedprox`` and ``scaffold`` wrap the objective named by ``method.objective``
+METHODS: dict[str, type[FederatedModule]] = {
+    "simclr": SimCLR, "byol": BYOL, "supervised": Supervised, "moon": MOON, "fedu": FedU, "fedema": FedEMA,
+    "fedprox": FedProx, "scaffold": ScaffoldClient,
+}
+SERVERS: dict[str, type[Aggregator]] = {
+    "fedavg": FedAvg, "scaffold": Scaffold, "local_only": LocalOnly, "centralized": Centralized,
+}
+BACKBONES: dict[str, Callable[[int, int], nn.Module]] = {
+    "small_cnn": lambda channels, size: SmallCNN(channels),
+    "resnet18": lambda channels, size: ResNet18Cifar(channels),
+    "moon_cnn": MoonCNN,
+}
+# the server a method needs when the recipe's server does not fit it
+REQUIRED_SERVER = {"scaffold": "scaffold"}
 
 # constructor arguments the engine fills in; a recipe cannot set them
-ENGINE_ARGS = frozenset({"self", "backbone", "optim", "num_classes"})
+ENGINE_ARGS = frozenset({"self", "backbone", "optim", "num_classes", "objective", "num_clients"})
 
 
-def _options(section: str, spec: dict[str, Any], table: dict[str, type]) -> tuple[type, dict[str, Any]]:
+def _params(cls: type) -> dict[str, inspect.Parameter]:
+    return {p: v for p, v in inspect.signature(cls.__init__).parameters.items() if p not in ENGINE_ARGS}
+
+
+def _options(section: str, spec: dict[str, Any], table: dict[str, type]) -> list[tuple[type, dict[str, Any]]]:
+    """[(class, kwargs)] for the section, outermost first (a wrapper, then its objective)."""
     name = spec.get("name")
     if name not in table:
         raise UserError(f"unknown {section}.name {name!r}; valid names: {', '.join(sorted(table))}")
-    cls = table[name]
-    params = {p: v for p, v in inspect.signature(cls.__init__).parameters.items() if p not in ENGINE_ARGS}
-    hints = typing.get_type_hints(cls.__init__)
-    kwargs = {}
+    chain = [table[name]]
+    if issubclass(chain[0], ObjectiveWrapper):
+        inner = spec.get("objective", "supervised")
+        if inner not in table or issubclass(table[inner], ObjectiveWrapper):
+            valid = ", ".join(sorted(k for k, c in table.items() if not issubclass(c, ObjectiveWrapper)))
+            raise UserError(f"{section}.objective {inner!r} is not a local objective; valid: {valid}")
+        chain.append(table[inner])
+    kwargs: list[dict[str, Any]] = [{} for _ in chain]
     for key, value in spec.items():
-        if key == "name":
+        if key in ("name", "objective") and (key == "name" or len(chain) > 1):
             continue
-        if key not in params:
-            valid = ", ".join(f"{section}.{p}" for p in sorted(params)) or "none"
-            raise UserError(f"unknown recipe key '{section}.{key}' for {section}.name={name}; valid keys: {valid}")
-        kwargs[key] = coerce(value, hints.get(key, Any), f"{section}.{key}")
-    return cls, kwargs
+        owner = next((i for i, cls in enumerate(chain) if key in _params(cls)), None)
+        if owner is None:
+            valid = sorted({p for cls in chain for p in _params(cls)} | ({"objective"} if len(chain) > 1 else set()))
+            raise UserError(f"unknown recipe key '{section}.{key}' for {section}.name={name}; valid keys: "
+                            + (", ".join(f"{section}.{p}" for p in valid) or "none"))
+        hints = typing.get_type_hints(chain[owner].__init__)
+        kwargs[owner][key] = coerce(value, hints.get(key, Any), f"{section}.{key}")
+    return list(zip(chain, kwargs))
 
 
 def validate(method: dict[str, Any], server: dict[str, Any]) -> None:
     """Raise a UserError if the ``method`` or ``server`` section does not fit its class."""
     _options("method", method, METHODS)
     _options("server", server, SERVERS)
+    needed = REQUIRED_SERVER.get(method.get("name"))
+    if needed and server.get("name") != needed:
+        raise UserError(f"method.name={method['name']} needs server.name={needed} (got {server.get('name')!r}); "
+                        f"set server.name={needed}")
 
 
-def build_method(method: dict[str, Any], backbone: str, channels: int, num_classes: int,
+def build_method(method: dict[str, Any], backbone: str, channels: int, image_size: int, num_classes: int,
                  optim: OptimizerSpec) -> FederatedModule:
-    """The local objective named by ``method.name`` around a fresh ``backbone``."""
-    cls, kwargs = _options("method", method, METHODS)
+    """The local objective named by ``method.name`` around a fresh ``backbone`` (wrapped if asked)."""
+    (outer, outer_kwargs), *inner = _options("method", method, METHODS)
+    (cls, kwargs) = inner[0] if inner else (outer, outer_kwargs)
     if "num_classes" in inspect.signature(cls.__init__).parameters:
         kwargs["num_classes"] = num_classes
-    return cls(backbone=BACKBONES[backbone](channels), optim=optim, **kwargs)
+    module = cls(backbone=BACKBONES[backbone](channels, image_size), optim=optim, **kwargs)
+    return outer(objective=module, **outer_kwargs) if inner else module
 
 
-def build_server(server: dict[str, Any]) -> Aggregator:
+def build_server(server: dict[str, Any], num_clients: int) -> Aggregator:
     """The aggregator named by ``server.name``."""
-    cls, kwargs = _options("server", server, SERVERS)
+    ((cls, kwargs),) = _options("server", server, SERVERS)
+    if "num_clients" in inspect.signature(cls.__init__).parameters:
+        kwargs["num_clients"] = num_clients
     return cls(**kwargs)

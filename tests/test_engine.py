@@ -47,7 +47,8 @@ def test_results_json_schema(tiny_run: Path) -> None:
         assert {"round", "train_loss", "linear_probe_acc", "knn_acc", "bytes_up", "bytes_down",
                 "bytes_d2d", "seconds"} <= set(row)
         assert 0 <= row["linear_probe_acc"] <= 1 and row["bytes_up"] > 0 and row["bytes_d2d"] == 0
-    assert set(res["final"]) == set(res["baseline"]) == {"linear_probe_acc", "knn_acc"}
+    assert set(res["final"]) == set(res["baseline"]) == {"linear_probe_acc", "knn_acc", "test_acc"}
+    assert res["final"]["test_acc"] is None  # SimCLR has no classifier
     assert res["comm"]["bytes_up"] == sum(r["bytes_up"] for r in res["history"])
     assert res["recipe"]["data"]["name"] == "synthetic"
 

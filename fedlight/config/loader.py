@@ -32,11 +32,17 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+def _renamed(old: Any, new: Any) -> bool:
+    """A section that names a different class (``method``, ``server``) replaces the old one whole."""
+    return isinstance(old, dict) and isinstance(new, dict) and "name" in new and old.get("name", new["name"]) != new["name"]
+
+
 def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    """``update`` merged into a copy of ``base``; nested mappings merge, anything else replaces."""
+    """``update`` merged into a copy of ``base``; nested mappings merge (unless their ``name``
+    differs: then the new section replaces the old), anything else replaces."""
     out = copy.deepcopy(base)
     for key, value in update.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and not _renamed(out[key], value):
             out[key] = deep_merge(out[key], value)
         else:
             out[key] = copy.deepcopy(value)
@@ -73,14 +79,17 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """A copy of ``data`` with each ``key=value`` override set (missing sections are created)."""
     out = copy.deepcopy(data)
-    for text in overrides:
-        parts, value = parse_override(text)
+    parsed = [parse_override(text) + (text,) for text in overrides]
+    # `x.name=...` first: naming a different class resets its section, then its keys apply
+    for parts, value, text in sorted(parsed, key=lambda p: p[0][-1] != "name"):
         node = out
         for i, part in enumerate(parts[:-1]):
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
                 raise UserError(f"override '{text}': '{'.'.join(parts[: i + 1])}' is not a section")
             node = child
+        if parts[-1] == "name" and len(parts) > 1 and node.get("name", value) != value:
+            node.clear()
         node[parts[-1]] = value
     return out
 

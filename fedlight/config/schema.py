@@ -74,7 +74,7 @@ class LocalConfig:
 
 @dataclass
 class ModelConfig:
-    backbone: Literal["small_cnn", "resnet18"] = "small_cnn"
+    backbone: Literal["small_cnn", "resnet18", "moon_cnn"] = "small_cnn"
 
 
 @dataclass

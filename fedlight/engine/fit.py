@@ -69,7 +69,8 @@ def fit(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> dict[s
         torch.set_num_threads(recipe.fabric.threads)
     torch.manual_seed(derive_seed(recipe.seed, "init"))
     l = recipe.local
-    module = registry.build_method(recipe.method, recipe.model.backbone, data.channels, data.num_classes,
-                                   OptimizerSpec(l.optimizer, l.lr, l.momentum, l.weight_decay))
-    federation = Federation(fabric, recipe, data, parts, module, registry.build_server(recipe.server), run_dir)
+    module = registry.build_method(recipe.method, recipe.model.backbone, data.channels, data.image_size,
+                                   data.num_classes, OptimizerSpec(l.optimizer, l.lr, l.momentum, l.weight_decay))
+    server = registry.build_server(recipe.server, recipe.clients.num)
+    federation = Federation(fabric, recipe, data, parts, module, server, run_dir)
     return federation.run(resume)

@@ -42,6 +42,7 @@ def train_client(fabric: Fabric, module: FederatedModule, images: torch.Tensor, 
     """
     optimizer = fabric.setup_optimizers(module.configure_optimizers())
     module.train()
+    module.on_train_start()
     n = len(indices)
     loss_sum = torch.zeros((), device=fabric.device)
     steps = 0
@@ -56,8 +57,10 @@ def train_client(fabric: Fabric, module: FederatedModule, images: torch.Tensor, 
                 loss = module.training_step(batch, steps)
             optimizer.zero_grad(set_to_none=True)
             fabric.backward(loss)
+            module.on_before_optimizer_step(optimizer)
             optimizer.step()
             module.on_train_batch_end(loss, batch, steps)
             loss_sum += loss.detach()
             steps += 1
+    module.on_train_end()
     return LocalResult(float(loss_sum), steps)

@@ -43,6 +43,7 @@ from fedlight.seeding import numpy_rng, torch_generator
 from fedlight.server.base import Aggregator
 
 State = dict[str, torch.Tensor]
+METRICS = ("linear_probe_acc", "knn_acc", "test_acc")
 
 
 def sample_clients(seed: int, round_: int, num_clients: int, fraction: float) -> list[int]:
@@ -75,11 +76,15 @@ class Federation:
         self.fabric, self.recipe, self.data = fabric, recipe, data
         self.rank, self.world = fabric.global_rank, fabric.world_size
         self.module = fabric.to_device(module)
-        covered = set(self.module.state_dict()) - set(self.module.shared_state()) - set(self.module.private_state())
-        assert not covered, f"{type(module).__name__} state is neither shared nor private: {sorted(covered)[:3]}"
+        declared = {**self.module.shared_state(), **self.module.private_state(), **self.module.transient_state()}
+        undeclared = sorted(set(self.module.state_dict()) - set(declared))
+        assert not undeclared, f"{type(module).__name__} state not declared shared/private/transient: {undeclared[:3]}"
         self.aggregator = aggregator
         self.run_dir = run_dir
+        if aggregator.pools_clients:
+            parts = [np.sort(np.concatenate(parts))]
         self.parts = [torch.as_tensor(p, dtype=torch.long) for p in parts]
+        self.num_clients = len(self.parts)
         self.images = fabric.to_device(data.train_x)
         self.labels = fabric.to_device(data.train_y)
         self.views = build_views(recipe.views, data)
@@ -123,7 +128,7 @@ class Federation:
     # ---------------------------------------------------------------- one round
     def _train_round(self, round_: int, progress: Any) -> list[dict[str, Any]]:
         r = self.recipe
-        sampled = sample_clients(r.seed, round_, r.clients.num, r.clients.fraction)
+        sampled = sample_clients(r.seed, round_, self.num_clients, r.clients.fraction)
         mine = [c for c in sampled if c % self.world == self.rank]
         acc: State | None = None
         reports = []
@@ -137,47 +142,86 @@ class Federation:
             result = train_client(self.fabric, self.module, self.images, self.labels,
                                   self.parts[client].to(self.images.device), self.views, r.local.epochs,
                                   r.local.batch_size, torch_generator(r.seed, "local", round_, client))
-            payload = self.module.shared_state()
+            payload = self.module.payload()
             weight = float(len(self.parts[client]))
             acc = self.aggregator.accumulate(acc, payload, weight)
-            self.store.put(client, self.module.private_state())
+            self.store.put(client, self._persistent_state())
             ledger = CommLedger()
-            ledger.record(round_, client, "down", self.global_state)
-            ledger.record(round_, client, "up", payload)
+            if self.aggregator.communicates:
+                ledger.record(round_, client, "down", self.global_state)
+                ledger.record(round_, client, "up", payload)
             reports.append({"client": client, "loss": result.mean_loss, "steps": result.steps,
                             "samples": int(weight), "ledger": ledger.rows})
             if progress is not None:
                 progress.update(1)
         if acc is None:  # this rank trained nobody: a neutral element keeps the collective aligned
-            acc = self.aggregator.accumulate(None, self.global_state, 0.0)
+            self.module.load_partial(self.global_state)
+            acc = self.aggregator.zeros(self.module.payload())
         acc = self._sum_across_ranks(acc)
         self.global_state = self._snapshot(self.aggregator.finalize(self.global_state, acc))
         self.module.load_partial(self.global_state)
         return sorted((rep for reports_ in self._gather(reports) for rep in reports_), key=lambda x: x["client"])
 
+    def _persistent_state(self) -> State:
+        """What the store keeps for a client: its private state (and its whole model for local-only)."""
+        state = self.module.private_state()
+        return {**self.module.shared_state(), **state} if self.aggregator.keeps_models_local else state
+
     # ---------------------------------------------------------------- evaluation
     @torch.no_grad()
-    def _features(self, images: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
+    def _apply(self, fn: Any, images: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
         self.module.eval()
         out = []
         for start in range(0, len(images), chunk):
             x = self.views.normalize(self.fabric.to_device(images[start:start + chunk]))
             with self.fabric.autocast():
-                out.append(self.module.features(x).float())
+                out.append(fn(x).float())
         return torch.cat(out)
 
-    def evaluate(self) -> dict[str, float]:
-        """Linear-probe and kNN accuracy of the current global encoder on the test split."""
+    def _model_metrics(self) -> dict[str, float | None]:
         e, d = self.recipe.eval, self.data
-        train_f = self._features(d.train_x[self.probe_idx])
+        train_f = self._apply(self.module.features, d.train_x[self.probe_idx])
         train_y = self.fabric.to_device(d.train_y[self.probe_idx])
-        test_f = self._features(d.test_x)
+        test_f = self._apply(self.module.features, d.test_x)
         test_y = self.fabric.to_device(d.test_y)
+        test_acc = None
+        if self.module.has_classifier:
+            pred = self._apply(self.module.classify, d.test_x).argmax(1)
+            test_acc = float((pred == test_y).float().mean())
         return {
             "linear_probe_acc": linear_probe_accuracy(train_f, train_y, test_f, test_y, d.num_classes,
                                                       steps=e.probe_epochs),
             "knn_acc": knn_accuracy(train_f, train_y, test_f, test_y, d.num_classes, e.knn_k, e.knn_temperature),
+            "test_acc": test_acc,
         }
+
+    def evaluate(self, client_models: list[State] | None = None) -> dict[str, float | None]:
+        """Linear-probe, kNN (and classifier) accuracy on the test split.
+
+        With ``client_models`` (local-only training) each client's model is evaluated and
+        the mean is reported with the standard deviation under ``<metric>_std``.
+        """
+        if client_models is None:
+            return self._model_metrics()
+        per_client = []
+        for state in client_models:
+            self.module.load_partial(state)
+            per_client.append(self._model_metrics())
+        self.module.load_partial(self.global_state)
+        out: dict[str, float | None] = {}
+        for key in METRICS:
+            values = [m[key] for m in per_client if m[key] is not None]
+            out[key] = float(np.mean(values)) if values else None
+            out[f"{key}_std"] = float(np.std(values)) if values else None
+        return out
+
+    def _client_models(self) -> list[State] | None:
+        """Every trained client's model, gathered on all ranks (local-only training), else None."""
+        if not self.aggregator.keeps_models_local:
+            return None
+        shards = self._gather(self.store.state_dict())
+        states = {c: s for shard in shards for c, s in shard.items()}
+        return [{k: self.fabric.to_device(v) for k, v in states[c].items()} for c in sorted(states)]
 
     # ---------------------------------------------------------------- persistence
     def _checkpoint(self, wall: float) -> None:
@@ -230,14 +274,14 @@ class Federation:
         if self.rounds_done == 0:
             counts = class_counts(self.data.train_y.numpy(), [p.numpy() for p in self.parts], self.data.num_classes)
             self.logger.experiment.add_figure("data/partition", partition_figure(counts), 0)
-            self.logger.log_metrics({f"baseline/{k}": v for k, v in self.baseline.items()}, step=0)
+            self.logger.log_metrics({f"baseline/{k}": v for k, v in self.baseline.items() if v is not None}, step=0)
 
     def _log_round(self, row: dict[str, Any], rows: list[list]) -> None:
         if self.logger is None:
             return
         scalars = {"train/loss": row["train_loss"], "time/round_seconds": row["seconds"],
                    **{f"comm/{k}": row[k] for k in ("bytes_up", "bytes_down", "bytes_d2d")},
-                   **{f"eval/{k}": row[k] for k in ("linear_probe_acc", "knn_acc") if row[k] is not None}}
+                   **{f"eval/{k}": v for k, v in row.items() if k.startswith(METRICS) and v is not None}}
         self.logger.log_metrics(scalars, step=row["round"])
         with open(self.run_dir / "comm.csv", "a") as f:
             f.write(CommLedger.csv_lines(rows))
@@ -246,12 +290,12 @@ class Federation:
         if self.logger is None:
             return
         self.logger.log_hyperparams(flatten(asdict(self.recipe)),
-                                    metrics={f"final/{k}": v for k, v in final.items()})
+                                    metrics={f"final/{k}": v for k, v in final.items() if v is not None})
         n = min(self.recipe.eval.projector_samples, len(self.data.test_x))
         if n:
             images = self.data.test_x[:n]
             self.logger.experiment.add_embedding(
-                self._features(images).cpu(), metadata=self.data.test_y[:n].tolist(),
+                self._apply(self.module.features, images).cpu(), metadata=self.data.test_y[:n].tolist(),
                 label_img=images.float().div(255), global_step=self.rounds_done, tag="final_global_encoder")
         self.logger.finalize("success")
 
@@ -266,12 +310,13 @@ class Federation:
             self.baseline = self.evaluate()
         self._open_logger()
         wall = self.wall_before
-        last_eval = self.history[-1] if self.history and self.history[-1]["knn_acc"] is not None else None
+        evaluated = [row for row in self.history if row["knn_acc"] is not None]
+        last_eval = evaluated[-1] if evaluated else None
         rounds = tqdm(range(self.rounds_done, r.rounds), initial=self.rounds_done, total=r.rounds,
                       desc="rounds", disable=self.rank != 0, dynamic_ncols=True)
         for round_ in rounds:
             t0 = time.perf_counter()
-            m = max(1, int(round(r.clients.fraction * r.clients.num)))
+            m = max(1, int(round(r.clients.fraction * self.num_clients)))
             clients_bar = tqdm(total=m, desc=f"round {round_ + 1} clients", leave=False,
                                disable=self.rank != 0, dynamic_ncols=True)
             reports = self._train_round(round_, clients_bar)
@@ -279,10 +324,12 @@ class Federation:
             rows = [row for rep in reports for row in rep["ledger"]]
             self.ledger.rows.extend(rows)
             self.rounds_done = round_ + 1
-            metrics = {"linear_probe_acc": None, "knn_acc": None}
-            if self.rank == 0 and (self.rounds_done % r.eval.every == 0 or self.rounds_done == r.rounds):
-                metrics = self.evaluate()
-                last_eval = metrics
+            metrics: dict[str, float | None] = dict.fromkeys(METRICS)
+            if self.rounds_done % r.eval.every == 0 or self.rounds_done == r.rounds:
+                client_models = self._client_models()  # a collective: every rank takes part
+                if self.rank == 0:
+                    metrics = self.evaluate(client_models)
+                    last_eval = metrics
             row = {"round": self.rounds_done,
                    "train_loss": float(np.mean([rep["loss"] for rep in reports])),
                    **metrics, **self.ledger.totals(round_), "seconds": time.perf_counter() - t0,
@@ -296,7 +343,7 @@ class Federation:
                 rounds.set_postfix(loss=f"{row['train_loss']:.3f}",
                                    probe=f"{last_eval['linear_probe_acc']:.3f}" if last_eval else "-")
         rounds.close()
-        final = {k: last_eval[k] for k in ("linear_probe_acc", "knn_acc")} if last_eval else None
+        final = {k: last_eval[k] for k in last_eval if k.startswith(METRICS)} if last_eval else None
         results = self._results(wall, final)
         if self.rank == 0:
             write_json(self.run_dir / "results.json", results)

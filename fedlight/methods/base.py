@@ -1,10 +1,13 @@
 """The contract between a local objective and the federated engine.
 
-A method is a LightningModule that the engine drives with an explicit Fabric loop
-(``training_step`` / ``configure_optimizers`` / ``on_train_batch_end``). It declares which of
-its sub-modules are communicated to the server (``shared_modules``) and which are private
-to the client and must persist between the client's rounds (``private_modules``). Every
-other parameter is rebuilt each round.
+A method is a LightningModule that the engine drives with an explicit Fabric loop, calling
+its Lightning hooks in Lightning's order: ``on_train_start``, then per batch
+``training_step`` -> backward -> ``on_before_optimizer_step`` -> step ->
+``on_train_batch_end``, and ``on_train_end``. It declares which of its sub-modules are
+communicated by the server (``shared_modules``), which are private to the client and
+persist between the client's rounds (``private_modules``), and which are rebuilt from
+those at every round (``transient_modules``, e.g. MOON's frozen global model). What the
+client uploads is ``payload()`` (by default its shared state).
 """
 
 from __future__ import annotations
@@ -47,8 +50,10 @@ class FederatedModule(L.LightningModule):
 
     shared_modules: tuple[str, ...] = ("backbone",)
     private_modules: tuple[str, ...] = ()
+    transient_modules: tuple[str, ...] = ()
     num_views: int = 2
     uses_labels: bool = False
+    has_classifier: bool = False
 
     def __init__(self, backbone: nn.Module, optim: OptimizerSpec | None = None) -> None:
         super().__init__()
@@ -59,6 +64,10 @@ class FederatedModule(L.LightningModule):
         """Representation used for evaluation: backbone output (B, D)."""
         return self.backbone(x)
 
+    def classify(self, x: torch.Tensor) -> torch.Tensor:
+        """Class logits (B, num_classes), for methods with ``has_classifier``."""
+        raise NotImplementedError(f"{type(self).__name__} has no classifier")
+
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return self.optim.build([p for p in self.parameters() if p.requires_grad])
 
@@ -66,7 +75,7 @@ class FederatedModule(L.LightningModule):
         """Initialise private modules for a client seen for the first time (default: nothing)."""
 
     def _module_state(self, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
-        return {f"{n}.{k}": v for n in names for k, v in getattr(self, n).state_dict().items()}
+        return {f"{n}.{k}": v for n in names for k, v in self.get_submodule(n).state_dict().items()}
 
     def shared_state(self) -> dict[str, torch.Tensor]:
         """The communicated tensors (live references), keyed like ``state_dict``."""
@@ -75,6 +84,14 @@ class FederatedModule(L.LightningModule):
     def private_state(self) -> dict[str, torch.Tensor]:
         """The client's persistent private tensors (live references)."""
         return self._module_state(self.private_modules)
+
+    def transient_state(self) -> dict[str, torch.Tensor]:
+        """Tensors rebuilt every round from shared / private state."""
+        return self._module_state(self.transient_modules)
+
+    def payload(self) -> dict[str, torch.Tensor]:
+        """What the client uploads after local training (default: its shared state)."""
+        return self.shared_state()
 
     def load_partial(self, state: dict[str, torch.Tensor]) -> None:
         """Copy ``state`` (a subset of ``state_dict`` keys) into this module in place."""

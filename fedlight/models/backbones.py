@@ -48,3 +48,25 @@ class ResNet18Cifar(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
+
+
+class MoonCNN(nn.Sequential):
+    """The CNN of MOON's CIFAR-10 experiments (Li et al., CVPR 2021), with any channel count.
+
+    conv(C, 6, 5) - ReLU - pool - conv(6, 16, 5) - ReLU - pool - fc(., 120) - ReLU - fc(120, 84) - ReLU.
+
+    Args:
+        in_channels: 3 for CIFAR, 1 for Fashion-MNIST.
+        image_size: side of the square input (32 -> fc(400, 120); 28 -> fc(256, 120)).
+
+    Shapes: (B, C, H, W) -> (B, 84).
+    """
+
+    def __init__(self, in_channels: int = 3, image_size: int = 32) -> None:
+        side = ((image_size - 4) // 2 - 4) // 2
+        super().__init__(
+            nn.Conv2d(in_channels, 6, 5), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+            nn.Conv2d(6, 16, 5), nn.ReLU(inplace=True), nn.MaxPool2d(2), nn.Flatten(),
+            nn.Linear(16 * side * side, 120), nn.ReLU(inplace=True), nn.Linear(120, 84), nn.ReLU(inplace=True),
+        )
+        self.feature_dim = 84

@@ -16,11 +16,25 @@ State = dict[str, torch.Tensor]
 
 
 class Aggregator:
-    """Base class: subclasses implement ``accumulate`` and ``finalize``."""
+    """Base class: subclasses implement ``accumulate`` and ``finalize``.
+
+    Attributes:
+        communicates: False for baselines in which nothing crosses the network.
+        keeps_models_local: every client keeps its whole model (no global model to load).
+        pools_clients: the clients' data is pooled into a single client (centralized).
+    """
+
+    communicates = True
+    keeps_models_local = False
+    pools_clients = False
 
     def accumulate(self, acc: State | None, payload: State, weight: float) -> State:
         """Fold one client's ``payload`` (with its ``weight``, e.g. sample count) into ``acc``."""
         raise NotImplementedError
+
+    def zeros(self, payload: State) -> State:
+        """An accumulator that adds nothing, shaped as if ``payload`` had been folded in."""
+        return {k: torch.zeros_like(v) for k, v in self.accumulate(None, payload, 1.0).items()}
 
     def finalize(self, global_state: State, acc: State | None) -> State:
         """The new global state from the summed accumulator (None when no client answered)."""

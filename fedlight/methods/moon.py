@@ -1,0 +1,104 @@
+"""MOON: model-contrastive federated learning (Li, He and Song, CVPR 2021), Algorithm 1."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+from lightly.models.modules import SimCLRProjectionHead
+from lightly.models.utils import deactivate_requires_grad
+from torch import nn
+
+from fedlight.methods.base import Batch, FederatedModule, OptimizerSpec
+
+
+def model_contrastive_loss(z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.Tensor, tau: float) -> torch.Tensor:
+    """l_con = -log( e^{sim(z, z_glob)/tau} / (e^{sim(z, z_glob)/tau} + e^{sim(z, z_prev)/tau}) ), batch mean.
+
+    Args:
+        z: (B, D) projections of the local model being trained.
+        z_glob: (B, D) projections of the frozen global model (the positive).
+        z_prev: (B, D) projections of the client's previous local model (the negative).
+        tau: temperature.
+    """
+    logits = torch.stack([F.cosine_similarity(z, z_glob, dim=1), F.cosine_similarity(z, z_prev, dim=1)], 1) / tau
+    return F.cross_entropy(logits, torch.zeros(len(z), dtype=torch.long, device=z.device))
+
+
+class _Representation(nn.Module):
+    """A frozen copy of backbone + projection head: x -> z."""
+
+    def __init__(self, backbone: nn.Module, head: nn.Module) -> None:
+        super().__init__()
+        self.backbone, self.head = copy.deepcopy(backbone), copy.deepcopy(head)
+        deactivate_requires_grad(self)
+        self.register_buffer("valid", torch.zeros((), dtype=torch.bool))
+
+    def copy_from(self, backbone: nn.Module, head: nn.Module) -> None:
+        self.backbone.load_state_dict(backbone.state_dict())
+        self.head.load_state_dict(head.state_dict())
+        self.valid.fill_(True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.backbone(x))
+
+
+class MOON(FederatedModule):
+    """Supervised CE on the projection + mu * model-contrastive loss.
+
+    The representation z is the projection head's output and the classifier sits on z
+    (MOON's code). ``previous`` (the client's model after its last local training) is the
+    client's private state; a client without one (its first round) trains with mu = 0,
+    i.e. plain FedAvg. ``frozen_global`` is rebuilt from the global model every round.
+
+    Args:
+        backbone: encoder (B, C, H, W) -> (B, D); MOON uses ``moon_cnn`` (D = 84).
+        num_classes: number of classes.
+        optim: local optimizer (MOON: SGD 0.01, momentum 0.9, weight decay 1e-5).
+        mu: weight of the model-contrastive term (5 for CIFAR-10, 1 for CIFAR-100).
+        tau: temperature (0.5).
+        output_dim: projection dimension (256); the head is D - D - output_dim.
+    """
+
+    shared_modules = ("backbone", "projection_head", "classifier")
+    private_modules = ("previous",)
+    transient_modules = ("frozen_global",)
+    num_views = 1
+    uses_labels = True
+    has_classifier = True
+
+    def __init__(self, backbone: nn.Module, num_classes: int, optim: OptimizerSpec | None = None,
+                 mu: float = 5.0, tau: float = 0.5, output_dim: int = 256) -> None:
+        super().__init__(backbone, optim)
+        d = backbone.feature_dim
+        self.projection_head = SimCLRProjectionHead(d, d, output_dim, num_layers=2, batch_norm=False)
+        self.classifier = nn.Linear(output_dim, num_classes)
+        self.previous = _Representation(backbone, self.projection_head)
+        self.frozen_global = _Representation(backbone, self.projection_head)
+        self.mu, self.tau = mu, tau
+
+    def classify(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.projection_head(self.backbone(x)))
+
+    def reset_private_state(self) -> None:
+        self.previous.valid.fill_(False)
+
+    def on_train_start(self) -> None:
+        self.frozen_global.copy_from(self.backbone, self.projection_head)
+        self.frozen_global.eval()
+        self.previous.eval()
+
+    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
+        views, y = batch
+        x = views[0]
+        z = self.projection_head(self.backbone(x))
+        loss = F.cross_entropy(self.classifier(z), y)
+        if self.mu > 0 and bool(self.previous.valid):
+            with torch.no_grad():
+                z_glob, z_prev = self.frozen_global(x), self.previous(x)
+            loss = loss + self.mu * model_contrastive_loss(z, z_glob, z_prev, self.tau)
+        return loss
+
+    def on_train_end(self) -> None:
+        self.previous.copy_from(self.backbone, self.projection_head)

@@ -1,0 +1,59 @@
+"""A method that adds a client-side correction around any local objective (FedProx, SCAFFOLD)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from fedlight.methods.base import Batch, FederatedModule
+
+
+class ObjectiveWrapper(FederatedModule):
+    """Delegates everything to ``objective``; subclasses add to the loss, gradients or payload.
+
+    The objective's module names are prefixed with ``objective.`` so its shared and private
+    state keep their meaning.
+
+    Args:
+        objective: the wrapped local objective (SimCLR, BYOL, supervised, ...).
+    """
+
+    def __init__(self, objective: FederatedModule) -> None:
+        nn.Module.__init__(self)
+        self.objective = objective
+        self.optim = objective.optim
+        prefix = lambda names: tuple(f"objective.{n}" for n in names)  # noqa: E731
+        self.shared_modules = prefix(objective.shared_modules)
+        self.private_modules = prefix(objective.private_modules)
+        self.transient_modules = prefix(objective.transient_modules)
+        self.num_views, self.uses_labels = objective.num_views, objective.uses_labels
+        self.has_classifier = objective.has_classifier
+
+    def trainable_shared(self) -> list[tuple[str, nn.Parameter]]:
+        """(name, parameter) of the communicated parameters that receive gradients."""
+        return [(f"{m}.{n}", p) for m in self.shared_modules
+                for n, p in self.get_submodule(m).named_parameters() if p.requires_grad]
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.objective.features(x)
+
+    def classify(self, x: torch.Tensor) -> torch.Tensor:
+        return self.objective.classify(x)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return self.objective.configure_optimizers()
+
+    def reset_private_state(self) -> None:
+        self.objective.reset_private_state()
+
+    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
+        return self.objective.training_step(batch, batch_idx)
+
+    def on_train_start(self) -> None:
+        self.objective.on_train_start()
+
+    def on_train_batch_end(self, outputs: torch.Tensor, batch: Batch, batch_idx: int) -> None:
+        self.objective.on_train_batch_end(outputs, batch, batch_idx)
+
+    def on_train_end(self) -> None:
+        self.objective.on_train_end()
