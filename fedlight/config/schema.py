@@ -68,6 +68,7 @@ class LocalConfig:
     batch_size: int = check(_positive, 128)
     lr: float = check(_positive, 1e-3)
     optimizer: Literal["adam", "sgd", "adamw"] = "adam"
+    lr_schedule: Literal["constant", "cosine"] = "constant"
     momentum: float = check(_probability, 0.9)
     weight_decay: float = check(_non_negative, 1e-6)
 

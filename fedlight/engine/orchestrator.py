@@ -15,6 +15,7 @@ processes, straight or resumed, give the same numbers (up to float summation ord
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -126,8 +127,16 @@ class Federation:
         return out
 
     # ---------------------------------------------------------------- one round
+    def _round_lr(self, round_: int) -> float:
+        """``local.lr`` under ``local.lr_schedule`` (cosine decays over the rounds, as FedU/FedEMA)."""
+        l = self.recipe.local
+        if l.lr_schedule == "cosine":
+            return l.lr * 0.5 * (1 + math.cos(math.pi * round_ / self.recipe.rounds))
+        return l.lr
+
     def _train_round(self, round_: int, progress: Any) -> list[dict[str, Any]]:
         r = self.recipe
+        self.module.optim.lr = self._round_lr(round_)
         sampled = sample_clients(r.seed, round_, self.num_clients, r.clients.fraction)
         mine = [c for c in sampled if c % self.world == self.rank]
         acc: State | None = None

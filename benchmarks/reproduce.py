@@ -1,0 +1,70 @@
+"""Run recipes over seeds and tabulate them (mean +- std over seeds), for REPRODUCTION.md.
+
+    python benchmarks/reproduce.py --out runs/repro/moon --seeds 0 1 2 \
+        --metric test_acc --reference fedavg_fmnist \
+        recipes/moon_fmnist.yaml recipes/fedavg_fmnist.yaml ...
+
+Each (recipe, seed) is one ``fedlight fit`` into ``<out>/<recipe>/seed<k>``; finished runs
+are reused. The table gives the final metric, the total bytes and the first round at which
+each run reaches the reference recipe's final accuracy (MOON's Table 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def run(recipe: Path, seed: int, out: Path, overrides: list[str]) -> dict:
+    folder = out / recipe.stem / f"seed{seed}"
+    results = folder / "results.json"
+    done = results.is_file() and json.loads(results.read_text())["final"] is not None
+    if not done:
+        cmd = [sys.executable, "-m", "fedlight", "fit", "--recipe", str(recipe), f"seed={seed}",
+               f"run.dir={folder}", *overrides, "--overwrite"]
+        print("+", " ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True, stderr=subprocess.DEVNULL)
+    return json.loads(results.read_text())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("recipes", nargs="+", type=Path)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--metric", default="test_acc")
+    parser.add_argument("--reference", help="recipe stem whose mean final accuracy is the rounds-to-reach target")
+    parser.add_argument("--set", nargs="*", default=[], help="overrides for every run")
+    args = parser.parse_args()
+    table = {r.stem: [run(r, s, args.out, args.set) for s in args.seeds] for r in args.recipes}
+    target = None
+    if args.reference:
+        target = float(np.mean([res["final"][args.metric] for res in table[args.reference]]))
+    lines = [f"| recipe | {args.metric} (mean +- std, {len(args.seeds)} seeds) | spread over clients | "
+             f"rounds to reach {args.reference or '-'} ({target * 100:.2f}) | bytes up+down | wall s |"
+             if target else f"| recipe | {args.metric} | spread over clients | - | bytes up+down | wall s |",
+             "|---|---|---|---|---|---|"]
+    for name, runs in table.items():
+        acc = np.array([res["final"][args.metric] for res in runs]) * 100
+        spread = [res["final"].get(f"{args.metric}_std") for res in runs]
+        spread_text = f"{np.mean(spread) * 100:.2f}" if all(s is not None for s in spread) else "-"
+        reach = "-"
+        if target is not None:
+            hits = [next((h["round"] for h in res["history"] if h[args.metric] is not None
+                          and h[args.metric] >= target), None) for res in runs]
+            reach = ", ".join("never" if h is None else str(h) for h in hits)
+        comm = np.mean([res["comm"]["bytes_up"] + res["comm"]["bytes_down"] for res in runs])
+        wall = np.mean([res["wall_seconds"] for res in runs])
+        lines.append(f"| {name} | {acc.mean():.2f} +- {acc.std():.2f} | {spread_text} | {reach} | {comm:.3g} | {wall:.0f} |")
+    text = "\n".join(lines)
+    print(text)
+    (args.out / "table.md").write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+"""Hand-computed cases for FedProx, SCAFFOLD, MOON, FedU and FedEMA, and short real runs of each."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from fedlight.config import load_recipe
+from fedlight.engine.fit import fit
+from fedlight.methods.fedema import FedEMA, ema_weight
+from fedlight.methods.fedprox import FedProx, proximal_term
+from fedlight.methods.fedu import FedU, divergence
+from fedlight.methods.moon import MOON, model_contrastive_loss
+from fedlight.methods.scaffold import Scaffold as ScaffoldClient, control_update
+from fedlight.methods.supervised import Supervised
+from fedlight.models.backbones import MoonCNN, SmallCNN
+from fedlight.server.scaffold import Scaffold
+
+
+def test_proximal_gradient_is_mu_times_the_gap() -> None:
+    w = torch.tensor([1.0, -2.0], requires_grad=True)
+    anchor = torch.tensor([0.5, 0.0])
+    term = proximal_term([w], [anchor], mu=0.1)
+    term.backward()
+    assert torch.isclose(term, torch.tensor(0.5 * 0.1 * (0.25 + 4.0)))
+    assert torch.allclose(w.grad, 0.1 * torch.tensor([0.5, -2.0]))
+
+
+def test_fedprox_adds_nothing_at_the_anchor_and_pulls_back_after() -> None:
+    m = FedProx(Supervised(SmallCNN(1), num_classes=2), mu=1.0)
+    batch = ([torch.randn(4, 1, 8, 8)], torch.tensor([0, 1, 0, 1]))
+    m.train()
+    m.on_train_start()
+    assert torch.isclose(m.training_step(batch, 0), m.objective.training_step(batch, 0))
+    with torch.no_grad():
+        m.objective.classifier.bias.add_(1.0)
+    assert torch.isclose(m.training_step(batch, 0) - m.objective.training_step(batch, 0), torch.tensor(1.0))
+
+
+def test_scaffold_control_update_hand_computed() -> None:
+    # c_i+ = c_i - c + (w_global - w_i) / (K * lr) = 0.1 - 0.3 + (1.0 - 0.4) / (3 * 0.5) = 0.2
+    new = control_update(torch.tensor(0.1), torch.tensor(0.3), torch.tensor(1.0), torch.tensor(0.4), 3, 0.5)
+    assert torch.isclose(new, torch.tensor(0.2))
+
+
+def test_scaffold_client_uses_the_real_step_count_and_corrects_gradients() -> None:
+    m = ScaffoldClient(Supervised(SmallCNN(1, (2, 2, 2)), num_classes=2))
+    m.optim.name, m.optim.lr = "sgd", 0.1
+    with torch.no_grad():
+        for c in m.control_global.values():
+            c.fill_(0.5)
+    opt = m.configure_optimizers()
+    batch = ([torch.randn(4, 1, 8, 8)], torch.tensor([0, 1, 0, 1]))
+    m.train()
+    m.on_train_start()
+    start = [p.detach().clone() for _, p in m.trainable_shared()]
+    for step in range(3):
+        loss = m.training_step(batch, step)
+        opt.zero_grad()
+        loss.backward()
+        raw = [p.grad.clone() for _, p in m.trainable_shared()]
+        m.on_before_optimizer_step(opt)
+        assert all(torch.allclose(p.grad, g + 0.5) for (_, p), g in zip(m.trainable_shared(), raw))
+        opt.step()
+        m.on_train_batch_end(loss, batch, step)
+    m.on_train_end()
+    (name, p0), w0 = m.trainable_shared()[0], start[0]
+    expected = 0 - 0.5 + (w0 - p0.detach()) / (3 * 0.1)
+    assert torch.allclose(m.control_local.values()[0], expected, atol=1e-6)
+    payload = m.payload()
+    assert any(k.startswith("control_delta.") for k in payload)
+    assert not any(k.startswith("objective.control") or k.startswith("control_global") for k in payload)
+
+
+def test_scaffold_server_moves_c_by_sum_over_n() -> None:
+    agg = Scaffold(num_clients=4)
+    global_state = {"w": torch.tensor([0.0]), "control_global.w": torch.tensor([1.0])}
+    acc = agg.accumulate(None, {"w": torch.tensor([2.0]), "control_delta.w": torch.tensor([0.4])}, 1.0)
+    acc = agg.accumulate(acc, {"w": torch.tensor([4.0]), "control_delta.w": torch.tensor([0.8])}, 3.0)
+    out = agg.finalize(global_state, acc)
+    assert torch.allclose(out["w"], torch.tensor([3.5]))                  # (2 + 3*4) / 4
+    assert torch.allclose(out["control_global.w"], torch.tensor([1.3]))   # 1 + (2/4) * mean(0.4, 0.8)
+    nothing = agg.zeros({"w": torch.zeros(1), "control_delta.w": torch.zeros(1)})
+    assert agg.finalize(global_state, nothing) is global_state
+
+
+def test_moon_contrastive_loss_on_fixed_vectors() -> None:
+    z = torch.tensor([[1.0, 0.0]])
+    z_glob = torch.tensor([[1.0, 0.0]])   # sim 1
+    z_prev = torch.tensor([[0.0, 1.0]])   # sim 0
+    loss = model_contrastive_loss(z, z_glob, z_prev, tau=0.5)
+    expected = -math.log(math.exp(2) / (math.exp(2) + math.exp(0)))
+    assert math.isclose(float(loss), expected, rel_tol=1e-6)
+
+
+def test_moon_term_is_zero_weighted_without_a_previous_model() -> None:
+    m = MOON(MoonCNN(1, 28), num_classes=10, mu=5.0)
+    batch = ([torch.randn(4, 1, 28, 28)], torch.tensor([0, 1, 2, 3]))
+    m.reset_private_state()
+    m.train()
+    m.on_train_start()
+    ce = torch.nn.functional.cross_entropy(m.classify(batch[0][0]), batch[1])
+    assert torch.isclose(m.training_step(batch, 0), ce)
+    m.on_train_end()  # now the client has a previous model
+    with torch.no_grad():
+        m.classifier.bias.zero_()
+        for p in m.backbone.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    m.on_train_start()
+    ce = torch.nn.functional.cross_entropy(m.classify(batch[0][0]), batch[1])
+    assert m.training_step(batch, 0) > ce
+
+
+def test_moon_cnn_shapes() -> None:
+    assert MoonCNN(3, 32)(torch.randn(2, 3, 32, 32)).shape == (2, 84)
+    assert MoonCNN(1, 28)(torch.randn(2, 1, 28, 28)).shape == (2, 84)
+    assert MoonCNN(3, 32)[7].in_features == 400
+
+
+def _byol_pair(cls, **kw):
+    m = cls(SmallCNN(1, (2, 2, 2)), hidden_dim=8, output_dim=4, **kw)
+    m.reset_private_state()
+    m.on_train_end()                     # local copy = current model
+    with torch.no_grad():                # the "global" model moves away from it
+        for p in m.backbone.parameters():
+            p.add_(1.0)
+        for p in m.prediction_head.parameters():
+            p.add_(1.0)
+    return m
+
+
+def test_divergence_is_mean_conv_weight_distance() -> None:
+    a, b = SmallCNN(1, (2, 2, 2)), SmallCNN(1, (2, 2, 2))
+    b.load_state_dict(a.state_dict())
+    with torch.no_grad():
+        b[0].weight.add_(1.0)  # first conv: 1*2*3*3 = 18 weights, distance sqrt(18)
+    assert math.isclose(divergence(a, b), math.sqrt(18) / 3, rel_tol=1e-6)
+
+
+@pytest.mark.parametrize("threshold,keeps_local", [(1e9, False), (1e-9, True)])
+def test_fedu_switches_predictor_at_the_threshold(threshold: float, keeps_local: bool) -> None:
+    m = _byol_pair(FedU, threshold=threshold)
+    global_pred = [p.clone() for p in m.prediction_head.parameters()]
+    m.on_train_start()
+    source = m.local.prediction_head.parameters() if keeps_local else iter(global_pred)
+    assert all(torch.equal(p, q) for p, q in zip(m.prediction_head.parameters(), source))
+    assert m.last_divergence is not None and m.last_divergence > 0
+
+
+def test_fedema_mu_is_tau_at_the_first_update_then_scales_with_divergence() -> None:
+    m = _byol_pair(FedEMA, tau=0.7)
+    g = next(m.backbone.parameters()).clone()
+    l = next(m.local.backbone.parameters()).clone()
+    m.on_train_start()
+    assert math.isclose(m.last_mu, 0.7, rel_tol=1e-6)
+    assert torch.allclose(next(m.backbone.parameters()), 0.7 * l + 0.3 * g, atol=1e-6)
+    assert ema_weight(0.5, 1.0) == 0.5 and ema_weight(3.0, 1.0) == 1.0
+
+
+METHOD_RUNS = {
+    "fedprox": ["method={name: fedprox, objective: simclr, mu: 0.01, hidden_dim: 32, output_dim: 16}"],
+    "scaffold": ["method={name: scaffold, objective: supervised}", "server.name=scaffold", "views.blur_p=[0.0]"],
+    "moon": ["method={name: moon, mu: 5.0}", "model.backbone=moon_cnn", "views.blur_p=[0.0]"],
+    "fedu": ["method={name: fedu, hidden_dim: 32, output_dim: 16}"],
+    "fedema": ["method={name: fedema, hidden_dim: 32, output_dim: 16}"],
+    "local_only": ["server.name=local_only"],
+    "centralized": ["server.name=centralized"],
+}
+
+
+@pytest.mark.parametrize("name", METHOD_RUNS)
+def test_short_real_run_then_resume_keeps_private_state(tmp_path: Path, tiny_recipe: Path, name: str) -> None:
+    args = [*METHOD_RUNS[name], "clients.num=3", "clients.fraction=0.67"]
+    straight = fit(load_recipe(tiny_recipe, [*args, "rounds=3", f"run.dir={tmp_path / 'a'}"]))
+    fit(load_recipe(tiny_recipe, [*args, "rounds=2", f"run.dir={tmp_path / 'b'}"]))
+    resumed = fit(load_recipe(tiny_recipe, [*args, "rounds=3", f"run.dir={tmp_path / 'b'}"]), resume=True)
+    assert straight["final"] == resumed["final"]
+    assert all(torch.isfinite(torch.tensor(row["train_loss"])) for row in straight["history"])
+    ckpt = torch.load(tmp_path / "a/checkpoints/last.pt", weights_only=True)
+    if name in ("scaffold", "moon", "fedu", "fedema", "local_only"):
+        assert ckpt["clients"], "private state must be stored"
+    if name == "local_only":
+        assert straight["final"]["linear_probe_acc_std"] is not None and straight["comm"]["bytes_up"] == 0
+    if name == "centralized":
+        assert all(row["clients"] == [0] for row in straight["history"])
