@@ -29,6 +29,7 @@ from fedlight.models.backbones import MoonCNN, ResNet18Cifar, SmallCNN
 from fedlight.server.base import Aggregator
 from fedlight.server.centralized import Centralized
 from fedlight.server.fedavg import FedAvg
+from fedlight.server.flesd import FLESD
 from fedlight.server.local_only import LocalOnly
 from fedlight.server.scaffold import Scaffold
 
@@ -38,7 +39,7 @@ METHODS: dict[str, type[FederatedModule]] = {
     "fedprox": FedProx, "scaffold": ScaffoldClient,
 }
 SERVERS: dict[str, type[Aggregator]] = {
-    "fedavg": FedAvg, "scaffold": Scaffold, "local_only": LocalOnly, "centralized": Centralized,
+    "fedavg": FedAvg, "scaffold": Scaffold, "local_only": LocalOnly, "centralized": Centralized, "flesd": FLESD,
 }
 BACKBONES: dict[str, Callable[[int, int], nn.Module]] = {
     "small_cnn": lambda channels, size: SmallCNN(channels),
@@ -82,14 +83,21 @@ def _options(section: str, spec: dict[str, Any], table: dict[str, type]) -> list
     return list(zip(chain, kwargs))
 
 
-def validate(method: dict[str, Any], server: dict[str, Any]) -> None:
-    """Raise a UserError if the ``method`` or ``server`` section does not fit its class."""
+def validate(method: dict[str, Any], server: dict[str, Any], num_clients: int,
+             public_client: int | None = None) -> None:
+    """Raise a UserError if the ``method`` or ``server`` section does not fit its class or the rest."""
     _options("method", method, METHODS)
-    _options("server", server, SERVERS)
+    aggregator = build_server(server, num_clients)
     needed = REQUIRED_SERVER.get(method.get("name"))
     if needed and server.get("name") != needed:
         raise UserError(f"method.name={method['name']} needs server.name={needed} (got {server.get('name')!r}); "
                         f"set server.name={needed}")
+    if public_client is not None and not 0 <= public_client < num_clients:
+        raise UserError(f"partition.public_client={public_client} is not a client id (0..{num_clients - 1}); fix it")
+    if aggregator.uses_public_set and public_client is None:
+        raise UserError(f"server.name={server['name']} needs a public set: set partition.public_client (e.g. 0)")
+    if aggregator.uses_public_set and num_clients < 2:
+        raise UserError("a public client leaves no client to train; raise clients.num to at least 2")
 
 
 def build_method(method: dict[str, Any], backbone: str, channels: int, image_size: int, num_classes: int,

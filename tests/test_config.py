@@ -72,3 +72,12 @@ def test_invalid_yaml_names_the_file(tmp_path: Path, capsys) -> None:
     bad.write_text("rounds: [1, 2\n")
     assert main(["fit", "--recipe", str(bad)]) == 2
     assert "bad.yaml" in capsys.readouterr().err
+
+
+def test_a_section_naming_another_class_replaces_the_inherited_one() -> None:
+    merged = deep_merge({"method": {"name": "moon", "mu": 5}}, {"method": {"name": "supervised"}})
+    assert merged["method"] == {"name": "supervised"}
+    assert deep_merge({"method": {"name": "moon", "mu": 5}}, {"method": {"tau": 1}})["method"] == \
+        {"name": "moon", "mu": 5, "tau": 1}
+    out = apply_overrides({"method": {"name": "simclr", "temperature": 0.5}}, ["method.momentum=0.9", "method.name=byol"])
+    assert out["method"] == {"name": "byol", "momentum": 0.9}

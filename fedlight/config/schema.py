@@ -54,6 +54,7 @@ class PartitionConfig:
     classes_per_client: int = check(_positive, 2)
     shards_per_client: int = check(_positive, 2)
     min_size: int = check(_non_negative, 10)
+    public_client: int | None = check(_non_negative, None)
 
 
 @dataclass

@@ -55,7 +55,7 @@ def fit(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> dict[s
     Every user error (recipe, data, partition, run folder) is raised before anything is
     written or any process is launched.
     """
-    registry.validate(recipe.method, recipe.server)
+    registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client)
     data, parts = prepare_data(recipe)
     run_dir = Path(recipe.run_dir)
     fabric = make_fabric(recipe)

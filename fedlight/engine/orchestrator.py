@@ -33,6 +33,7 @@ from fedlight.data.partition import class_counts
 from fedlight.data.sources import ImageData
 from fedlight.data.views import ViewMaker, ViewParams
 from fedlight.engine.checkpoint import load_checkpoint, save_checkpoint
+from fedlight.engine.distill import EnsembleDistiller
 from fedlight.engine.ledger import CommLedger
 from fedlight.engine.local_loop import train_client
 from fedlight.engine.rundir import CHECKPOINT, write_json
@@ -86,6 +87,8 @@ class Federation:
             parts = [np.sort(np.concatenate(parts))]
         self.parts = [torch.as_tensor(p, dtype=torch.long) for p in parts]
         self.num_clients = len(self.parts)
+        public = recipe.partition.public_client
+        self.trainable = [c for c in range(self.num_clients) if c != public]
         self.images = fabric.to_device(data.train_x)
         self.labels = fabric.to_device(data.train_y)
         self.views = build_views(recipe.views, data)
@@ -100,6 +103,11 @@ class Federation:
         self.probe_idx = torch.as_tensor(label_subset(labels, recipe.eval.label_fraction,
                                                       numpy_rng(recipe.seed, "label-fraction")))
         self.logger: TensorBoardLogger | None = None
+        self.distiller: EnsembleDistiller | None = None
+        if aggregator.uses_public_set:  # FLESD: public client's images, never trained on
+            self.public_images = self.images[self.parts[public].to(self.images.device)]
+            self.distiller = EnsembleDistiller(fabric, self.module, self.public_images, self.views, recipe.seed)
+            aggregator.bind_distiller(self.distiller)
 
     # ---------------------------------------------------------------- collectives
     @staticmethod
@@ -137,7 +145,7 @@ class Federation:
     def _train_round(self, round_: int, progress: Any) -> list[dict[str, Any]]:
         r = self.recipe
         self.module.optim.lr = self._round_lr(round_)
-        sampled = sample_clients(r.seed, round_, self.num_clients, r.clients.fraction)
+        sampled = [self.trainable[i] for i in sample_clients(r.seed, round_, len(self.trainable), r.clients.fraction)]
         mine = [c for c in sampled if c % self.world == self.rank]
         acc: State | None = None
         reports = []
@@ -151,7 +159,7 @@ class Federation:
             result = train_client(self.fabric, self.module, self.images, self.labels,
                                   self.parts[client].to(self.images.device), self.views, r.local.epochs,
                                   r.local.batch_size, torch_generator(r.seed, "local", round_, client))
-            payload = self.module.payload()
+            payload = self._client_payload()
             weight = float(len(self.parts[client]))
             acc = self.aggregator.accumulate(acc, payload, weight)
             self.store.put(client, self._persistent_state())
@@ -165,11 +173,19 @@ class Federation:
                 progress.update(1)
         if acc is None:  # this rank trained nobody: a neutral element keeps the collective aligned
             self.module.load_partial(self.global_state)
-            acc = self.aggregator.zeros(self.module.payload())
+            acc = self.aggregator.zeros(self._client_payload())
         acc = self._sum_across_ranks(acc)
+        if self.distiller is not None:
+            self.distiller.round = round_
         self.global_state = self._snapshot(self.aggregator.finalize(self.global_state, acc))
         self.module.load_partial(self.global_state)
         return sorted((rep for reports_ in self._gather(reports) for rep in reports_), key=lambda x: x["client"])
+
+    def _client_payload(self) -> State:
+        """What the client just trained uploads: its payload, or a message about the public set."""
+        if self.aggregator.uses_public_set:
+            return self.aggregator.client_message(self._apply(self.module.embed, self.public_images))
+        return self.module.payload()
 
     def _persistent_state(self) -> State:
         """What the store keeps for a client: its private state (and its whole model for local-only)."""
@@ -325,7 +341,7 @@ class Federation:
                       desc="rounds", disable=self.rank != 0, dynamic_ncols=True)
         for round_ in rounds:
             t0 = time.perf_counter()
-            m = max(1, int(round(r.clients.fraction * self.num_clients)))
+            m = max(1, int(round(r.clients.fraction * len(self.trainable))))
             clients_bar = tqdm(total=m, desc=f"round {round_ + 1} clients", leave=False,
                                disable=self.rank != 0, dynamic_ncols=True)
             reports = self._train_round(round_, clients_bar)

@@ -64,6 +64,10 @@ class FederatedModule(L.LightningModule):
         """Representation used for evaluation: backbone output (B, D)."""
         return self.backbone(x)
 
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        """Unit-length embedding (B, d) that similarity-based servers (FLESD) compare."""
+        return torch.nn.functional.normalize(self.features(x), dim=1)
+
     def classify(self, x: torch.Tensor) -> torch.Tensor:
         """Class logits (B, num_classes), for methods with ``has_classifier``."""
         raise NotImplementedError(f"{type(self).__name__} has no classifier")

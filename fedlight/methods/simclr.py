@@ -54,6 +54,10 @@ class SimCLR(FederatedModule):
         """(B, C, H, W) -> (B, output_dim) projection."""
         return self.projection_head(self.backbone(x))
 
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        """Unit-length projection (B, output_dim), what FLESD's clients compare."""
+        return F.normalize(self.project(x), dim=1)
+
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         (x0, x1), _ = batch
         z0, z1 = self.project(x0), self.project(x1)

@@ -21,11 +21,15 @@ class Supervised(FederatedModule):
     shared_modules = ("backbone", "classifier")
     num_views = 1
     uses_labels = True
+    has_classifier = True
 
     def __init__(self, backbone: nn.Module, num_classes: int, optim: OptimizerSpec | None = None) -> None:
         super().__init__(backbone, optim)
         self.classifier = nn.Linear(backbone.feature_dim, num_classes)
 
+    def classify(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.backbone(x))
+
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         views, y = batch
-        return F.cross_entropy(self.classifier(self.backbone(views[0])), y)
+        return F.cross_entropy(self.classify(views[0]), y)

@@ -37,6 +37,9 @@ class ObjectiveWrapper(FederatedModule):
     def features(self, x: torch.Tensor) -> torch.Tensor:
         return self.objective.features(x)
 
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        return self.objective.embed(x)
+
     def classify(self, x: torch.Tensor) -> torch.Tensor:
         return self.objective.classify(x)
 

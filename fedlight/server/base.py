@@ -22,14 +22,20 @@ class Aggregator:
         communicates: False for baselines in which nothing crosses the network.
         keeps_models_local: every client keeps its whole model (no global model to load).
         pools_clients: the clients' data is pooled into a single client (centralized).
+        uses_public_set: clients send ``client_message(public embeddings)`` instead of weights.
     """
 
     communicates = True
+    uses_public_set = False
     keeps_models_local = False
     pools_clients = False
 
     def accumulate(self, acc: State | None, payload: State, weight: float) -> State:
         """Fold one client's ``payload`` (with its ``weight``, e.g. sample count) into ``acc``."""
+        raise NotImplementedError
+
+    def client_message(self, embeddings: torch.Tensor) -> State:
+        """For ``uses_public_set`` servers: the message for a client's (N, d) public embeddings."""
         raise NotImplementedError
 
     def zeros(self, payload: State) -> State:

@@ -1,0 +1,81 @@
+"""FLESD's server (Shi et al., 2022): ensemble the clients' public-set similarities, then distill.
+
+No weights reach this aggregator: each client's message is decoded to its similarity matrix
+S_k and folded into sum_k exp((S_k - rowmax S_k) / tau_T); the mean A is the target of
+ensemble similarity distillation (ESD) of the global model on the public set, which the
+engine runs through Fabric (``bind_distiller``) with the hyper-parameters held here.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Literal
+
+import torch
+
+from fedlight.errors import UserError
+from fedlight.server.base import Aggregator, State
+from fedlight.server.similarity import decode, encode, ensemble_term
+
+COUNT_KEY = "__count__"
+ENSEMBLE_KEY = "ensemble"
+
+
+class FLESD(Aggregator):
+    """Similarity-matrix aggregation with ensemble similarity distillation.
+
+    Args:
+        payload: ``similarity`` (N x N) or ``embeddings`` (N x d) per client.
+        dtype: ``float32``, ``float16`` or ``int8`` on the wire.
+        topk_percent: keep only the top p% of each similarity row (100: all).
+        tau_t: target temperature (0.1).
+        tau_s: student temperature (0.1).
+        momentum: momentum-encoder factor zeta (0.999).
+        queue_size: anchor queue length (2048).
+        epochs: ESD epochs over the public set (200).
+        batch_size: ESD batch (128).
+        lr: ESD Adam learning rate (1e-3).
+        weight_decay: ESD Adam weight decay (1e-6).
+    """
+
+    uses_public_set = True
+
+    def __init__(self, payload: Literal["similarity", "embeddings"] = "similarity",
+                 dtype: Literal["float32", "float16", "int8"] = "float32", topk_percent: float = 100.0,
+                 tau_t: float = 0.1, tau_s: float = 0.1, momentum: float = 0.999, queue_size: int = 2048,
+                 epochs: int = 200, batch_size: int = 128, lr: float = 1e-3, weight_decay: float = 1e-6) -> None:
+        if payload == "embeddings" and topk_percent < 100:
+            raise UserError("server.topk_percent applies to server.payload=similarity only; drop it or switch payload")
+        if not 0 < topk_percent <= 100:
+            raise UserError(f"server.topk_percent must be in (0, 100] (got {topk_percent}); fix the recipe")
+        self.payload, self.dtype, self.topk_percent = payload, dtype, topk_percent
+        self.tau_t, self.tau_s, self.momentum = tau_t, tau_s, momentum
+        self.queue_size, self.epochs, self.batch_size = queue_size, epochs, batch_size
+        self.lr, self.weight_decay = lr, weight_decay
+        self.distiller: Callable[..., State] | None = None
+
+    def bind_distiller(self, distiller: Callable[..., State]) -> None:
+        """The engine's ESD trainer: ``distiller(ensemble, **esd_hyperparameters) -> new global state``."""
+        self.distiller = distiller
+
+    def client_message(self, embeddings: torch.Tensor) -> State:
+        """What a client sends for its (N, d) unit-length public embeddings."""
+        return encode(embeddings, self.payload, self.dtype, self.topk_percent)
+
+    def accumulate(self, acc: State | None, payload: State, weight: float) -> State:
+        n = len(payload["index"]) if "index" in payload else len(payload["values"])
+        term = ensemble_term(decode(payload, n), self.tau_t)
+        if acc is None:
+            acc = {ENSEMBLE_KEY: torch.zeros_like(term), COUNT_KEY: torch.zeros((), device=term.device)}
+        acc[ENSEMBLE_KEY] += term
+        acc[COUNT_KEY] += 1
+        return acc
+
+    def finalize(self, global_state: State, acc: State | None) -> State:
+        if acc is None or float(acc[COUNT_KEY]) == 0:
+            return global_state
+        if self.distiller is None:
+            raise RuntimeError("FLESD needs the engine's distiller (bind_distiller) before finalize")
+        ensemble = acc[ENSEMBLE_KEY] / acc[COUNT_KEY]  # A = mean_k A_k (FLESD eq. 6)
+        return self.distiller(ensemble, tau_s=self.tau_s, momentum=self.momentum, queue_size=self.queue_size,
+                              epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
+                              weight_decay=self.weight_decay)

@@ -1,0 +1,113 @@
+"""FLESD: ensemble formula, queue bookkeeping, target rows, payload bytes, and a real run."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedlight.config import load_recipe
+from fedlight.engine.fit import fit
+from fedlight.engine.ledger import payload_bytes
+from fedlight.errors import UserError
+from fedlight.server.esd import KeyQueue, distillation_loss, target_distribution
+from fedlight.server.flesd import FLESD
+from fedlight.server.similarity import decode, encode, ensemble_term
+
+
+def test_ensemble_hand_computed_3x3() -> None:
+    s1 = torch.tensor([[1.0, 0.5, 0.0], [0.5, 1.0, 0.2], [0.0, 0.2, 1.0]])
+    s2 = torch.tensor([[1.0, 0.0, 0.5], [0.0, 1.0, 0.0], [0.5, 0.0, 1.0]])
+    tau = 0.5
+    a1, a2 = ensemble_term(s1, tau), ensemble_term(s2, tau)
+    # row max is the diagonal (1.0): A[0, 1] = exp((0.5 - 1) / 0.5) = e^-1
+    assert math.isclose(float(a1[0, 1]), math.exp(-1), rel_tol=1e-6)
+    assert math.isclose(float(a1[1, 2]), math.exp((0.2 - 1) / 0.5), rel_tol=1e-6)
+    assert torch.allclose(torch.diagonal(a1), torch.ones(3))
+    agg = FLESD(tau_t=tau)
+    acc = agg.accumulate(agg.accumulate(None, {"values": s1}, 1.0), {"values": s2}, 1.0)
+    mean = acc["ensemble"] / acc["__count__"]
+    expected = torch.tensor([[1.0, (math.exp(-1) + math.exp(-2)) / 2, (math.exp(-2) + math.exp(-1)) / 2]])
+    assert torch.allclose(mean[0:1], expected, atol=1e-6)
+
+
+def test_queue_indices_follow_their_keys_and_the_current_batch_is_inside() -> None:
+    q = KeyQueue(size=4, dim=1)
+    q.push(torch.tensor([[10.0], [11.0], [12.0]]), torch.tensor([0, 1, 2]))
+    keys, idx = q.contents()
+    assert idx.tolist() == [0, 1, 2] and keys.squeeze(1).tolist() == [10, 11, 12]
+    q.push(torch.tensor([[13.0], [14.0]]), torch.tensor([3, 4]))  # oldest (0) dropped
+    keys, idx = q.contents()
+    assert sorted(idx.tolist()) == [1, 2, 3, 4]
+    assert all(float(k) == 10 + i for k, i in zip(keys.squeeze(1), idx))
+    assert {3, 4} <= set(idx.tolist())
+
+
+def test_target_rows_sum_to_one_and_positive_dominates() -> None:
+    a = ensemble_term(torch.eye(5) * 0.9 + 0.05, 0.1)
+    target = target_distribution(a, torch.tensor([0, 3]), torch.tensor([3, 0, 1, 2]))
+    assert torch.allclose(target.sum(1), torch.ones(2))
+    assert target[0].argmax() == 1 and target[1].argmax() == 0  # A[i, i] is the positive
+
+
+def test_distillation_loss_is_minimal_when_student_matches_target() -> None:
+    keys = torch.nn.functional.normalize(torch.randn(6, 4), dim=1)
+    q = keys[:2].clone()
+    target = torch.softmax(q @ keys.T / 0.1, dim=1)
+    best = distillation_loss(q, keys, target, 0.1)
+    worse = distillation_loss(torch.nn.functional.normalize(torch.randn(2, 4), dim=1), keys, target, 0.1)
+    assert best < worse
+
+
+@pytest.mark.parametrize("payload,dtype,topk,expected", [
+    ("similarity", "float32", 100.0, 10 * 10 * 4),
+    ("similarity", "float16", 100.0, 10 * 10 * 2),
+    ("similarity", "int8", 100.0, 10 * 10 + 4),
+    ("similarity", "float32", 20.0, 10 * 2 * 4 + 10 * 2 * 4),       # values + int32 indices
+    ("embeddings", "float32", 100.0, 10 * 3 * 4),
+    ("embeddings", "int8", 100.0, 10 * 3 + 4),
+])
+def test_payload_bytes_per_dtype(payload: str, dtype: str, topk: float, expected: int) -> None:
+    z = torch.nn.functional.normalize(torch.randn(10, 3), dim=1)
+    msg = encode(z, payload, dtype, topk)
+    assert sum(payload_bytes(msg).values()) == expected
+    sim = decode(msg, 10)
+    exact = z @ z.T
+    if topk == 100:
+        assert torch.allclose(sim, exact, atol=0.02)
+    else:
+        assert torch.isinf(sim).sum() == 10 * 8 and torch.allclose(sim.amax(1), exact.amax(1))
+
+
+def test_topk_with_embeddings_is_a_user_error() -> None:
+    with pytest.raises(UserError, match="server.topk_percent"):
+        FLESD(payload="embeddings", topk_percent=10)
+
+
+FLESD_ARGS = ["partition.public_client=0", "clients.num=3",
+              "method={name: simclr, loss: infonce, temperature: 0.4, hidden_dim: 64, output_dim: 32}",
+              "server={name: flesd, epochs: 2, queue_size: 64, batch_size: 32, dtype: float16}"]
+
+
+def test_real_flesd_run_sends_no_weights(tmp_path: Path, tiny_recipe: Path, monkeypatch) -> None:
+    received: list[set[str]] = []
+    original = FLESD.accumulate
+
+    def spy(self, acc, payload, weight):
+        received.append(set(payload))
+        return original(self, acc, payload, weight)
+
+    monkeypatch.setattr(FLESD, "accumulate", spy)
+    res = fit(load_recipe(tiny_recipe, [*FLESD_ARGS, f"run.dir={tmp_path / 'f'}"]))
+    assert received and all(keys == {"values"} for keys in received)  # float16 similarity, nothing else
+    assert all(row["clients"] == [1, 2] for row in res["history"])  # the public client never trains
+    assert res["history"][0]["bytes_up"] < res["history"][0]["bytes_down"]
+
+
+def test_flesd_needs_a_public_client(tiny_recipe: Path) -> None:
+    with pytest.raises(UserError, match="partition.public_client"):
+        fit(load_recipe(tiny_recipe, ["server.name=flesd"]))
+    with pytest.raises(UserError, match="partition.public_client"):
+        fit(load_recipe(tiny_recipe, ["server.name=flesd", "partition.public_client=7"]))
