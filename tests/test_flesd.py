@@ -8,10 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from fedlight import registry
 from fedlight.config import load_recipe
+from fedlight.engine.distill import EnsembleDistiller
 from fedlight.engine.fit import fit
 from fedlight.engine.ledger import payload_bytes
 from fedlight.errors import UserError
+from fedlight.methods.base import OptimizerSpec
+from fedlight.seeding import derive_seed
 from fedlight.server.esd import KeyQueue, distillation_loss, target_distribution
 from fedlight.server.flesd import FLESD
 from fedlight.server.similarity import decode, encode, ensemble_term
@@ -111,3 +115,19 @@ def test_flesd_needs_a_public_client(tiny_recipe: Path) -> None:
         fit(load_recipe(tiny_recipe, ["server.name=flesd"]))
     with pytest.raises(UserError, match="partition.public_client"):
         fit(load_recipe(tiny_recipe, ["server.name=flesd", "partition.public_client=7"]))
+
+
+def test_distillation_starts_from_the_global_model(tmp_path: Path, tiny_recipe: Path, monkeypatch) -> None:
+    seen = []
+    original = EnsembleDistiller.__call__
+
+    def spy(self, ensemble, **kw):
+        seen.append({k: v.clone() for k, v in self.module.shared_state().items()})
+        return original(self, ensemble, **kw)
+
+    monkeypatch.setattr(EnsembleDistiller, "__call__", spy)
+    recipe = load_recipe(tiny_recipe, [*FLESD_ARGS, "rounds=1", f"run.dir={tmp_path / 'f'}"])
+    fit(recipe)
+    torch.manual_seed(derive_seed(recipe.seed, "init"))
+    init = registry.build_method(recipe.method, "small_cnn", 3, 16, 10, OptimizerSpec()).shared_state()
+    assert all(torch.equal(seen[0][k], init[k]) for k in init)

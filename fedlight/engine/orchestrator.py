@@ -171,8 +171,8 @@ class Federation:
                             "samples": int(weight), "ledger": ledger.rows})
             if progress is not None:
                 progress.update(1)
+        self.module.load_partial(self.global_state)  # server-side training (FLESD) starts from the global model
         if acc is None:  # this rank trained nobody: a neutral element keeps the collective aligned
-            self.module.load_partial(self.global_state)
             acc = self.aggregator.zeros(self._client_payload())
         acc = self._sum_across_ranks(acc)
         if self.distiller is not None:
