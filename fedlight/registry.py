@@ -70,8 +70,9 @@ def _options(section: str, spec: dict[str, Any], table: dict[str, type]) -> list
             raise UserError(f"{section}.objective {inner!r} is not a local objective; valid: {valid}")
         chain.append(table[inner])
     kwargs: list[dict[str, Any]] = [{} for _ in chain]
+    reserved = {"name", "objective"} if len(chain) > 1 else {"name"}
     for key, value in spec.items():
-        if key in ("name", "objective") and (key == "name" or len(chain) > 1):
+        if key in reserved:
             continue
         owner = next((i for i, cls in enumerate(chain) if key in _params(cls)), None)
         if owner is None:

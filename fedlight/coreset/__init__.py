@@ -1,0 +1,1 @@
+"""Replay-buffer policies for streaming clients (SOFed): fifo, reservoir, kcenter, importance."""
