@@ -7,6 +7,8 @@ SCAFFOLD's control variate) lives here, so memory grows with that state, not wit
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 State = dict[str, torch.Tensor]
@@ -33,6 +35,6 @@ class ClientStateStore:
     def state_dict(self) -> dict[int, State]:
         return dict(self._states)
 
-    def load_state_dict(self, states: dict[int, State], keep: "callable[[int], bool]" = lambda c: True) -> None:
+    def load_state_dict(self, states: dict[int, State], keep: Callable[[int], bool] = lambda c: True) -> None:
         """Restore states; ``keep`` selects the clients this process owns."""
         self._states = {int(c): s for c, s in states.items() if keep(int(c))}
