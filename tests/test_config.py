@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import pytest
+import torch
 
 from fedlight.cli import main
 from fedlight.config import load_recipe
@@ -49,6 +50,10 @@ BAD = [
     (["data.name=fashion_mnist", "data.root=/nonexistent"], "data.root"),
     (["data.name=cifar10", "data.root=/nonexistent"], "data.download"),
     (["novalue"], "key=value"),
+    (["partition.public_client=9"], "partition.public_client"),
+    (["server.name=flesd"], "partition.public_client"),
+    (["method.name=scaffold"], "server.name=scaffold"),
+    (["method={name: fedprox, objective: fedprox}"], "method.objective"),
 ]
 
 
@@ -81,3 +86,10 @@ def test_a_section_naming_another_class_replaces_the_inherited_one() -> None:
         {"name": "moon", "mu": 5, "tau": 1}
     out = apply_overrides({"method": {"name": "simclr", "temperature": 0.5}}, ["method.momentum=0.9", "method.name=byol"])
     assert out["method"] == {"name": "byol", "momentum": 0.9}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
+def test_asking_for_a_missing_gpu_is_a_user_error(tiny_recipe: Path, capsys) -> None:
+    assert main(["fit", "--recipe", str(tiny_recipe), "fabric.accelerator=gpu"]) == 2
+    assert "fabric.accelerator" in capsys.readouterr().err
+    assert not (tiny_recipe.parent / "run").exists()

@@ -43,10 +43,16 @@ def _check_resumable(run_dir: Path, recipe: Recipe) -> None:
 
 
 def make_fabric(recipe: Recipe) -> Fabric:
+    """Fabric for ``fabric.*``; an impossible device request is a user error."""
     f = recipe.fabric
     processes = f.devices * f.num_nodes
-    return Fabric(accelerator=f.accelerator, devices=f.devices, num_nodes=f.num_nodes, precision=f.precision,
-                  strategy="ddp" if processes > 1 else "auto")
+    try:
+        return Fabric(accelerator=f.accelerator, devices=f.devices, num_nodes=f.num_nodes, precision=f.precision,
+                      strategy="ddp" if processes > 1 else "auto")
+    except (RuntimeError, ValueError) as exc:  # Lightning's MisconfigurationException is a ValueError
+        raise UserError(f"fabric.accelerator={f.accelerator} fabric.devices={f.devices} "
+                        f"fabric.precision={f.precision} cannot be set up here ({exc}); "
+                        "use fabric.accelerator=auto or cpu") from None
 
 
 def fit(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
