@@ -39,7 +39,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--metric", default="test_acc")
     parser.add_argument("--reference", help="recipe stem whose mean final accuracy is the rounds-to-reach target")
-    parser.add_argument("--set", nargs="*", default=[], help="overrides for every run")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every run (repeatable)")
     args = parser.parse_args()
     table = {r.stem: [run(r, s, args.out, args.set) for s in args.seeds] for r in args.recipes}
     target = None

@@ -37,3 +37,41 @@ def test_every_sample_once_per_pass_and_velocity() -> None:
 
 def test_arrival_batches() -> None:
     assert [len(b) for b in arrival_batches(np.arange(10), 4)] == [4, 4, 2]
+
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from fedlight.config import load_recipe  # noqa: E402
+from fedlight.engine.fit import fit  # noqa: E402
+
+STREAM = ["stream.velocity=192", "stream.stc=20", "buffer.size=32", "local.lr=0.05", "local.optimizer=sgd",
+          "method={name: byol, hidden_dim: 32, output_dim: 16}"]
+
+
+@pytest.mark.parametrize("policy", ["importance", "fifo", "reservoir", "kcenter"])
+def test_short_real_streaming_run(tmp_path, tiny_recipe, policy: str) -> None:
+    args = [*STREAM, f"buffer.policy={policy}", "buffer.lazy_interval=2"]
+    straight = fit(load_recipe(tiny_recipe, [*args, "rounds=3", f"run.dir={tmp_path / 'a'}"]))
+    fit(load_recipe(tiny_recipe, [*args, "rounds=2", f"run.dir={tmp_path / 'b'}"]))
+    resumed = fit(load_recipe(tiny_recipe, [*args, "rounds=3", f"run.dir={tmp_path / 'b'}"]), resume=True)
+    assert straight["final"] == resumed["final"]
+    row = straight["history"][-1]
+    assert 0 <= row["buffer_dropped_new"] <= 1 and len(row["buffer_classes"]) == 2
+    assert all(sum(counts) == 32 for counts in row["buffer_classes"])  # full, never larger
+    clients = torch.load(tmp_path / "a/checkpoints/last.pt", weights_only=True)["clients"]
+    assert all(len(state["buffer.ids"]) == 32 and int(state["buffer.seen"]) == 3 * 192 for state in clients.values())
+    if policy == "fifo":
+        assert row["buffer_dropped_new"] < 1  # the newest samples always enter
+
+
+def test_sofed_headline_recipe_names_root_and_download_when_cifar10_is_missing(tmp_path, capsys) -> None:
+    from conftest import REPO
+
+    from fedlight.cli import main
+
+    code = main(["fit", "--recipe", str(REPO / "recipes/sofed_cifar10.yaml"), f"data.root={tmp_path}",
+                 f"run.dir={tmp_path / 'run'}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "data.root" in err and "data.download" in err and err.count("\n") == 1
+    assert not (tmp_path / "run").exists()

@@ -75,6 +75,23 @@ class LocalConfig:
 
 
 @dataclass
+class StreamConfig:
+    """Streaming clients (SOFed): set ``velocity`` to turn a client's data into a stream."""
+
+    velocity: int | None = check(_positive, None)
+    stc: int = check(_positive, 500)
+
+
+@dataclass
+class BufferConfig:
+    """The on-device replay buffer of streaming clients."""
+
+    size: int = check(_positive, 128)
+    policy: Literal["fifo", "reservoir", "kcenter", "importance"] = "importance"
+    lazy_interval: int = check(_positive, 1)
+
+
+@dataclass
 class ModelConfig:
     backbone: Literal["small_cnn", "resnet18", "moon_cnn"] = "small_cnn"
 
@@ -130,6 +147,8 @@ class Recipe:
     partition: PartitionConfig = field(default_factory=PartitionConfig)
     clients: ClientsConfig = field(default_factory=ClientsConfig)
     local: LocalConfig = field(default_factory=LocalConfig)
+    stream: StreamConfig = field(default_factory=StreamConfig)
+    buffer: BufferConfig = field(default_factory=BufferConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     views: ViewsConfig = field(default_factory=ViewsConfig)
     method: dict[str, Any] = field(default_factory=lambda: {"name": "simclr"})

@@ -52,15 +52,22 @@ def train_client(fabric: Fabric, module: FederatedModule, images: torch.Tensor, 
             idx = order[start:start + batch_size]
             if len(idx) < 2:
                 continue
-            batch = (views.views(images[idx], module.num_views, generator), labels[idx])
-            with fabric.autocast():
-                loss = module.training_step(batch, steps)
-            optimizer.zero_grad(set_to_none=True)
-            fabric.backward(loss)
-            module.on_before_optimizer_step(optimizer)
-            optimizer.step()
-            module.on_train_batch_end(loss, batch, steps)
-            loss_sum += loss.detach()
+            loss_sum += training_step(fabric, module, optimizer, images, labels, idx, views, generator, steps)
             steps += 1
     module.on_train_end()
     return LocalResult(float(loss_sum), steps)
+
+
+def training_step(fabric: Fabric, module: FederatedModule, optimizer: torch.optim.Optimizer, images: torch.Tensor,
+                  labels: torch.Tensor, idx: torch.Tensor, views: ViewMaker, generator: torch.Generator,
+                  step: int) -> torch.Tensor:
+    """One optimizer step on samples ``idx`` with Lightning's hook order; returns the detached loss."""
+    batch = (views.views(images[idx], module.num_views, generator), labels[idx])
+    with fabric.autocast():
+        loss = module.training_step(batch, step)
+    optimizer.zero_grad(set_to_none=True)
+    fabric.backward(loss)
+    module.on_before_optimizer_step(optimizer)
+    optimizer.step()
+    module.on_train_batch_end(loss, batch, step)
+    return loss.detach()

@@ -29,13 +29,16 @@ from lightning.fabric.loggers import TensorBoardLogger
 from tqdm.auto import tqdm
 
 from fedlight.config.schema import Recipe, ViewsConfig
+from fedlight.coreset.buffer import ReplayBuffer
 from fedlight.data.partition import class_counts
+from fedlight.data.streams import arrival_batches, segment
 from fedlight.data.sources import ImageData
 from fedlight.data.views import ViewMaker, ViewParams
 from fedlight.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedlight.engine.distill import EnsembleDistiller
 from fedlight.engine.ledger import CommLedger
-from fedlight.engine.local_loop import train_client
+from fedlight.engine.local_loop import LocalResult, train_client
+from fedlight.engine.stream_loop import train_client_stream
 from fedlight.engine.rundir import CHECKPOINT, write_json
 from fedlight.engine.store import ClientStateStore
 from fedlight.engine.tensorboard import flatten, partition_figure
@@ -45,6 +48,7 @@ from fedlight.seeding import numpy_rng, torch_generator
 from fedlight.server.base import Aggregator
 
 State = dict[str, torch.Tensor]
+BUFFER = "buffer."  # store keys of a streaming client's replay buffer
 METRICS = ("linear_probe_acc", "knn_acc", "test_acc")
 
 
@@ -151,24 +155,22 @@ class Federation:
         reports = []
         for client in mine:
             self.module.load_partial(self.global_state)
-            private = self.store.get(client)
-            if private is None:
-                self.module.reset_private_state()
+            private = self.store.get(client) or {}
+            module_state = {k: v for k, v in private.items() if not k.startswith(BUFFER)}
+            if module_state:
+                self.module.load_partial(module_state)
             else:
-                self.module.load_partial(private)
-            result = train_client(self.fabric, self.module, self.images, self.labels,
-                                  self.parts[client].to(self.images.device), self.views, r.local.epochs,
-                                  r.local.batch_size, torch_generator(r.seed, "local", round_, client))
+                self.module.reset_private_state()
+            result, weight, extra = self._local_work(client, round_, private)
             payload = self._client_payload()
-            weight = float(len(self.parts[client]))
             acc = self.aggregator.accumulate(acc, payload, weight)
-            self.store.put(client, self._persistent_state())
+            self.store.put(client, {**self._persistent_state(), **extra.pop("buffer_state", {})})
             ledger = CommLedger()
             if self.aggregator.communicates:
                 ledger.record(round_, client, "down", self.global_state)
                 ledger.record(round_, client, "up", payload)
             reports.append({"client": client, "loss": result.mean_loss, "steps": result.steps,
-                            "samples": int(weight), "ledger": ledger.rows})
+                            "samples": int(weight), "ledger": ledger.rows, **extra})
             if progress is not None:
                 progress.update(1)
         self.module.load_partial(self.global_state)  # server-side training (FLESD) starts from the global model
@@ -180,6 +182,33 @@ class Federation:
         self.global_state = self._snapshot(self.aggregator.finalize(self.global_state, acc))
         self.module.load_partial(self.global_state)
         return sorted((rep for reports_ in self._gather(reports) for rep in reports_), key=lambda x: x["client"])
+
+    def _local_work(self, client: int, round_: int, private: State) -> tuple[LocalResult, float, dict[str, Any]]:
+        """Train ``client`` for one round: E epochs on its data, or its stream through its buffer.
+
+        Returns the local result, the client's aggregation weight (its sample count, or the
+        samples that streamed in this round) and, for streams, buffer statistics and state.
+        """
+        r = self.recipe
+        generator = torch_generator(r.seed, "local", round_, client)
+        if r.stream.velocity is None:
+            result = train_client(self.fabric, self.module, self.images, self.labels,
+                                  self.parts[client].to(self.images.device), self.views, r.local.epochs,
+                                  r.local.batch_size, generator)
+            return result, float(len(self.parts[client])), {}
+        saved = {k[len(BUFFER):]: v for k, v in private.items() if k.startswith(BUFFER)}
+        buffer = ReplayBuffer.from_state(r.buffer.size, saved) if saved else ReplayBuffer(r.buffer.size)
+        labels = self.data.train_y.numpy()
+        samples = segment(labels, self.parts[client].numpy(), r.stream.stc,
+                          lambda p: numpy_rng(r.seed, "stream", client, p), round_, r.stream.velocity)
+        arrivals = [torch.as_tensor(b) for b in arrival_batches(samples, r.buffer.size)]
+        result, stats = train_client_stream(self.fabric, self.module, self.images, self.labels, arrivals, buffer,
+                                            r.buffer.policy, r.buffer.lazy_interval, self.views, generator)
+        return result, float(len(samples)), {
+            "buffer": vars(stats),
+            "buffer_classes": np.bincount(labels[buffer.ids.numpy()], minlength=self.data.num_classes).tolist(),
+            "buffer_state": {BUFFER + k: v for k, v in buffer.state_dict().items()},
+        }
 
     def _client_payload(self) -> State:
         """What the client just trained uploads: its payload, or a message about the public set."""
@@ -301,12 +330,27 @@ class Federation:
             self.logger.experiment.add_figure("data/partition", partition_figure(counts), 0)
             self.logger.log_metrics({f"baseline/{k}": v for k, v in self.baseline.items() if v is not None}, step=0)
 
+    @staticmethod
+    def _buffer_summary(reports: list[dict[str, Any]]) -> dict[str, Any]:
+        """Streaming rounds: share of new samples dropped at once, share of buffered samples re-scored."""
+        if not reports or "buffer" not in reports[0]:
+            return {}
+        total = {k: sum(rep["buffer"][k] for rep in reports) for k in reports[0]["buffer"]}
+        return {"buffer_dropped_new": total["dropped_new"] / max(total["new"], 1),
+                "buffer_rescored": total["rescored"] / max(total["buffered"], 1),
+                "buffer_classes": [rep["buffer_classes"] for rep in reports]}
+
     def _log_round(self, row: dict[str, Any], rows: list[list]) -> None:
         if self.logger is None:
             return
         scalars = {"train/loss": row["train_loss"], "time/round_seconds": row["seconds"],
                    **{f"comm/{k}": row[k] for k in ("bytes_up", "bytes_down", "bytes_d2d")},
                    **{f"eval/{k}": v for k, v in row.items() if k.startswith(METRICS) and v is not None}}
+        if "buffer_classes" in row:
+            scalars.update({"stream/dropped_new": row["buffer_dropped_new"], "stream/rescored": row["buffer_rescored"]})
+            self.logger.experiment.add_figure(
+                "stream/buffer_classes", partition_figure(np.array(row["buffer_classes"]), "buffer classes"),
+                row["round"])
         self.logger.log_metrics(scalars, step=row["round"])
         with open(self.run_dir / "comm.csv", "a") as f:
             f.write(CommLedger.csv_lines(rows))
@@ -358,7 +402,7 @@ class Federation:
             row = {"round": self.rounds_done,
                    "train_loss": float(np.mean([rep["loss"] for rep in reports])),
                    **metrics, **self.ledger.totals(round_), "seconds": time.perf_counter() - t0,
-                   "clients": [rep["client"] for rep in reports]}
+                   "clients": [rep["client"] for rep in reports], **self._buffer_summary(reports)}
             self.history.append(row)
             wall = self.wall_before + time.perf_counter() - start
             self._checkpoint(wall)

@@ -11,14 +11,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 
-def partition_figure(counts: np.ndarray) -> Any:
+def partition_figure(counts: np.ndarray, title: str = "partition") -> Any:
     """Heat map of a (K clients, C classes) count matrix."""
     k, c = counts.shape
     fig, ax = plt.subplots(figsize=(max(4, c * 0.5), max(3, min(k, 100) * 0.25)))
     image = ax.imshow(counts, aspect="auto", cmap="viridis", interpolation="nearest")
     ax.set_xlabel("class")
     ax.set_ylabel("client")
-    ax.set_title(f"partition: {k} clients x {c} classes")
+    ax.set_title(f"{title}: {k} clients x {c} classes")
     fig.colorbar(image, ax=ax, label="samples")
     fig.tight_layout()
     return fig

@@ -68,6 +68,14 @@ class FederatedModule(L.LightningModule):
         """Unit-length embedding (B, d) that similarity-based servers (FLESD) compare."""
         return torch.nn.functional.normalize(self.features(x), dim=1)
 
+    @torch.no_grad()
+    def importance_score(self, x: torch.Tensor) -> torch.Tensor:
+        """SOFed eq. 3: 1 - cos(embedding of x, embedding of its horizontal flip), shape (B,).
+
+        Methods with a target network (BYOL) compare online and target projections instead.
+        """
+        return 1 - (self.embed(x) * self.embed(x.flip(-1))).sum(dim=1)
+
     def classify(self, x: torch.Tensor) -> torch.Tensor:
         """Class logits (B, num_classes), for methods with ``has_classifier``."""
         raise NotImplementedError(f"{type(self).__name__} has no classifier")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 import torch
+import torch.nn.functional as F
 from lightly.loss import NegativeCosineSimilarity
 from lightly.models.modules import BYOLPredictionHead, BYOLProjectionHead
 from lightly.models.utils import deactivate_requires_grad, update_momentum
@@ -56,6 +57,15 @@ class BYOL(FederatedModule):
     def target(self, x: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) -> (B, output_dim) target projection."""
         return self.projection_head_momentum(self.backbone_momentum(x))
+
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        """Unit-length online projection (B, output_dim)."""
+        return F.normalize(self.projection_head(self.backbone(x)), dim=1)
+
+    @torch.no_grad()
+    def importance_score(self, x: torch.Tensor) -> torch.Tensor:
+        """SOFed eq. 3: S(x) = 1 - cos(online projection of x, target projection of flip(x)), (B,)."""
+        return 1 - F.cosine_similarity(self.projection_head(self.backbone(x)), self.target(x.flip(-1)), dim=1)
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         (x0, x1), _ = batch

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import lightning as L
 import torch
 from torch import nn
 
@@ -19,7 +20,7 @@ class ObjectiveWrapper(FederatedModule):
     """
 
     def __init__(self, objective: FederatedModule) -> None:
-        nn.Module.__init__(self)
+        L.LightningModule.__init__(self)  # not FederatedModule's: the backbone belongs to the objective
         self.objective = objective
         self.optim = objective.optim
         prefix = lambda names: tuple(f"objective.{n}" for n in names)  # noqa: E731

@@ -1,0 +1,68 @@
+"""The Fabric loop of a streaming client (SOFed, Algorithm 1): select into the buffer, train on it.
+
+For every arriving batch the client updates its fixed-size replay buffer with the chosen
+policy (scores and features come from the current model, in eval mode and without
+gradients) and then takes one training step on the buffer. Only buffer ids are kept;
+the stream itself is never stored.
+"""
+
+from __future__ import annotations
+
+import torch
+from lightning.fabric import Fabric
+
+from fedlight.coreset.buffer import ReplayBuffer, UpdateStats, fifo, importance, kcenter, reservoir
+from fedlight.data.views import ViewMaker
+from fedlight.engine.local_loop import LocalResult, training_step
+from fedlight.methods.base import FederatedModule
+
+
+def update_buffer(buffer: ReplayBuffer, new_ids: torch.Tensor, policy: str, lazy_interval: int,
+                  module: FederatedModule, images: torch.Tensor, views: ViewMaker,
+                  generator: torch.Generator) -> UpdateStats:
+    """Apply ``policy`` (fifo | reservoir | kcenter | importance) to the buffer for one arrival."""
+    module.eval()
+
+    @torch.no_grad()
+    def run(fn, ids: torch.Tensor) -> torch.Tensor:
+        return fn(views.normalize(images[ids.to(images.device)])).float().cpu()
+
+    if policy == "fifo":
+        return fifo(buffer, new_ids)
+    if policy == "reservoir":
+        return reservoir(buffer, new_ids, generator)
+    if policy == "kcenter":
+        return kcenter(buffer, new_ids, lambda ids: run(module.features, ids))
+    return importance(buffer, new_ids, lambda ids: run(module.importance_score, ids), lazy_interval)
+
+
+def train_client_stream(fabric: Fabric, module: FederatedModule, images: torch.Tensor, labels: torch.Tensor,
+                        arrivals: list[torch.Tensor], buffer: ReplayBuffer, policy: str, lazy_interval: int,
+                        views: ViewMaker, generator: torch.Generator) -> tuple[LocalResult, UpdateStats]:
+    """One round of a streaming client.
+
+    Args:
+        images, labels: the federation's uint8 images (N, C, H, W) and labels on the device.
+        arrivals: the round's batches of stream ids (CPU int64), in arrival order.
+        buffer: the client's replay buffer (updated in place).
+        policy, lazy_interval: ``buffer.policy`` and ``buffer.lazy_interval``.
+        generator: seeded by (seed, round, client).
+    Returns:
+        the local result and the summed buffer statistics of the round.
+    """
+    optimizer = fabric.setup_optimizers(module.configure_optimizers())
+    module.on_train_start()
+    totals = UpdateStats(0, 0, 0, 0)
+    loss_sum = torch.zeros((), device=fabric.device)
+    steps = 0
+    for new_ids in arrivals:
+        stats = update_buffer(buffer, new_ids, policy, lazy_interval, module, images, views, generator)
+        totals = UpdateStats(*(a + b for a, b in zip(vars(totals).values(), vars(stats).values())))
+        if len(buffer.ids) < 2:
+            continue
+        module.train()
+        loss_sum += training_step(fabric, module, optimizer, images, labels, buffer.ids.to(images.device),
+                                  views, generator, steps)
+        steps += 1
+    module.on_train_end()
+    return LocalResult(float(loss_sum), steps), totals
