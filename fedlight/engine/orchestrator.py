@@ -36,20 +36,19 @@ from fedlight.data.sources import ImageData
 from fedlight.data.views import ViewMaker, ViewParams
 from fedlight.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedlight.engine.distill import EnsembleDistiller
+from fedlight.engine.evaluator import METRICS, Evaluator
 from fedlight.engine.ledger import CommLedger
 from fedlight.engine.local_loop import LocalResult, train_client
 from fedlight.engine.stream_loop import train_client_stream
 from fedlight.engine.rundir import CHECKPOINT, write_json
 from fedlight.engine.store import ClientStateStore
 from fedlight.engine.tensorboard import flatten, partition_figure
-from fedlight.eval.probes import knn_accuracy, label_subset, linear_probe_accuracy
 from fedlight.methods.base import FederatedModule
 from fedlight.seeding import numpy_rng, torch_generator
 from fedlight.server.base import Aggregator
 
 State = dict[str, torch.Tensor]
 BUFFER = "buffer."  # store keys of a streaming client's replay buffer
-METRICS = ("linear_probe_acc", "knn_acc", "test_acc")
 
 
 def sample_clients(seed: int, round_: int, num_clients: int, fraction: float) -> list[int]:
@@ -103,9 +102,7 @@ class Federation:
         self.rounds_done = 0
         self.wall_before = 0.0
         self.global_state = self._snapshot(self.module.shared_state())
-        labels = data.train_y.numpy()
-        self.probe_idx = torch.as_tensor(label_subset(labels, recipe.eval.label_fraction,
-                                                      numpy_rng(recipe.seed, "label-fraction")))
+        self.evaluator = Evaluator(fabric, self.module, data, self.views, recipe.eval, recipe.seed)
         self.logger: TensorBoardLogger | None = None
         self.distiller: EnsembleDistiller | None = None
         if aggregator.uses_public_set:  # FLESD: public client's images, never trained on
@@ -213,7 +210,7 @@ class Federation:
     def _client_payload(self) -> State:
         """What the client just trained uploads: its payload, or a message about the public set."""
         if self.aggregator.uses_public_set:
-            return self.aggregator.client_message(self._apply(self.module.embed, self.public_images))
+            return self.aggregator.client_message(self.evaluator.apply(self.module.embed, self.public_images))
         return self.module.payload()
 
     def _persistent_state(self) -> State:
@@ -222,52 +219,11 @@ class Federation:
         return {**self.module.shared_state(), **state} if self.aggregator.keeps_models_local else state
 
     # ---------------------------------------------------------------- evaluation
-    @torch.no_grad()
-    def _apply(self, fn: Any, images: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
-        self.module.eval()
-        out = []
-        for start in range(0, len(images), chunk):
-            x = self.views.normalize(self.fabric.to_device(images[start:start + chunk]))
-            with self.fabric.autocast():
-                out.append(fn(x).float())
-        return torch.cat(out)
-
-    def _model_metrics(self) -> dict[str, float | None]:
-        e, d = self.recipe.eval, self.data
-        train_f = self._apply(self.module.features, d.train_x[self.probe_idx])
-        train_y = self.fabric.to_device(d.train_y[self.probe_idx])
-        test_f = self._apply(self.module.features, d.test_x)
-        test_y = self.fabric.to_device(d.test_y)
-        test_acc = None
-        if self.module.has_classifier:
-            pred = self._apply(self.module.classify, d.test_x).argmax(1)
-            test_acc = float((pred == test_y).float().mean())
-        return {
-            "linear_probe_acc": linear_probe_accuracy(train_f, train_y, test_f, test_y, d.num_classes,
-                                                      steps=e.probe_epochs),
-            "knn_acc": knn_accuracy(train_f, train_y, test_f, test_y, d.num_classes, e.knn_k, e.knn_temperature),
-            "test_acc": test_acc,
-        }
-
     def evaluate(self, client_models: list[State] | None = None) -> dict[str, float | None]:
-        """Linear-probe, kNN (and classifier) accuracy on the test split.
-
-        With ``client_models`` (local-only training) each client's model is evaluated and
-        the mean is reported with the standard deviation under ``<metric>_std``.
-        """
+        """Accuracies of the global model, or mean and spread over ``client_models`` (local-only)."""
         if client_models is None:
-            return self._model_metrics()
-        per_client = []
-        for state in client_models:
-            self.module.load_partial(state)
-            per_client.append(self._model_metrics())
-        self.module.load_partial(self.global_state)
-        out: dict[str, float | None] = {}
-        for key in METRICS:
-            values = [m[key] for m in per_client if m[key] is not None]
-            out[key] = float(np.mean(values)) if values else None
-            out[f"{key}_std"] = float(np.std(values)) if values else None
-        return out
+            return self.evaluator.model_metrics()
+        return self.evaluator.clients_metrics(client_models, self.global_state)
 
     def _client_models(self) -> list[State] | None:
         """Every trained client's model, gathered on all ranks (local-only training), else None."""
@@ -364,7 +320,7 @@ class Federation:
         if n:
             images = self.data.test_x[:n]
             self.logger.experiment.add_embedding(
-                self._apply(self.module.features, images).cpu(), metadata=self.data.test_y[:n].tolist(),
+                self.evaluator.apply(self.module.features, images).cpu(), metadata=self.data.test_y[:n].tolist(),
                 label_img=images.float().div(255), global_step=self.rounds_done, tag="final_global_encoder")
         self.logger.finalize("success")
 

@@ -1,0 +1,82 @@
+"""Evaluating the worker model: linear probe, kNN and (if it has one) its classifier, on the test split."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from lightning.fabric import Fabric
+
+from fedlight.config.schema import EvalConfig
+from fedlight.data.sources import ImageData
+from fedlight.data.views import ViewMaker
+from fedlight.eval.probes import knn_accuracy, label_subset, linear_probe_accuracy
+from fedlight.methods.base import FederatedModule
+from fedlight.seeding import numpy_rng
+
+State = dict[str, torch.Tensor]
+METRICS = ("linear_probe_acc", "knn_acc", "test_acc")
+
+
+class Evaluator:
+    """Scores whatever the worker model holds when called.
+
+    Args:
+        fabric: device and precision.
+        module: the worker model.
+        data: training images (the probe's labelled pool) and the test split.
+        views: normalisation (no augmentation at evaluation).
+        cfg: ``eval.*`` (label fraction, kNN k and temperature, probe iterations).
+        seed: run seed (the labelled subset is drawn from it).
+    """
+
+    def __init__(self, fabric: Fabric, module: FederatedModule, data: ImageData, views: ViewMaker,
+                 cfg: EvalConfig, seed: int) -> None:
+        self.fabric, self.module, self.data, self.views, self.cfg = fabric, module, data, views, cfg
+        self.probe_idx = torch.as_tensor(label_subset(data.train_y.numpy(), cfg.label_fraction,
+                                                      numpy_rng(seed, "label-fraction")))
+
+    @torch.no_grad()
+    def apply(self, fn: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor,
+              chunk: int = 1024) -> torch.Tensor:
+        """``fn`` (e.g. ``module.features``) over uint8 ``images`` in eval mode, in chunks; float output."""
+        self.module.eval()
+        out = []
+        for start in range(0, len(images), chunk):
+            x = self.views.normalize(self.fabric.to_device(images[start:start + chunk]))
+            with self.fabric.autocast():
+                out.append(fn(x).float())
+        return torch.cat(out)
+
+    def model_metrics(self) -> dict[str, float | None]:
+        """The three accuracies of the model as loaded (``test_acc`` is None without a classifier)."""
+        e, d, m = self.cfg, self.data, self.module
+        train_f = self.apply(m.features, d.train_x[self.probe_idx])
+        train_y = self.fabric.to_device(d.train_y[self.probe_idx])
+        test_f = self.apply(m.features, d.test_x)
+        test_y = self.fabric.to_device(d.test_y)
+        test_acc = None
+        if m.has_classifier:
+            test_acc = float((self.apply(m.classify, d.test_x).argmax(1) == test_y).float().mean())
+        return {
+            "linear_probe_acc": linear_probe_accuracy(train_f, train_y, test_f, test_y, d.num_classes,
+                                                      steps=e.probe_epochs),
+            "knn_acc": knn_accuracy(train_f, train_y, test_f, test_y, d.num_classes, e.knn_k, e.knn_temperature),
+            "test_acc": test_acc,
+        }
+
+    def clients_metrics(self, client_models: list[State], restore: State) -> dict[str, Any]:
+        """Mean and spread (``<metric>_std``) over clients' own models (local-only training);
+        the worker model gets ``restore`` back afterwards."""
+        per_client = []
+        for state in client_models:
+            self.module.load_partial(state)
+            per_client.append(self.model_metrics())
+        self.module.load_partial(restore)
+        out: dict[str, float | None] = {}
+        for key in METRICS:
+            values = [m[key] for m in per_client if m[key] is not None]
+            out[key] = float(np.mean(values)) if values else None
+            out[f"{key}_std"] = float(np.std(values)) if values else None
+        return out
