@@ -51,12 +51,13 @@ STREAM = ["stream.velocity=192", "stream.stc=20", "buffer.size=32", "local.lr=0.
 
 @pytest.mark.parametrize("policy", ["importance", "fifo", "reservoir", "kcenter"])
 def test_short_real_streaming_run(tmp_path, tiny_recipe, policy: str) -> None:
-    args = [*STREAM, f"buffer.policy={policy}", "buffer.lazy_interval=2"]
+    args = [*STREAM, f"buffer.policy={policy}", "buffer.lazy_interval=2", "eval.extra_label_fractions=[0.1]"]
     straight = fit(load_recipe(tiny_recipe, [*args, "rounds=3", f"run.dir={tmp_path / 'a'}"]))
     fit(load_recipe(tiny_recipe, [*args, "rounds=2", f"run.dir={tmp_path / 'b'}"]))
     resumed = fit(load_recipe(tiny_recipe, [*args, "rounds=3", f"run.dir={tmp_path / 'b'}"]), resume=True)
     assert straight["final"] == resumed["final"]
     row = straight["history"][-1]
+    assert 0 <= row["linear_probe_acc@0.1"] <= 1 and "linear_probe_acc@0.1" in straight["final"]
     assert 0 <= row["buffer_dropped_new"] <= 1 and len(row["buffer_classes"]) == 2
     assert all(sum(counts) == 32 for counts in row["buffer_classes"])  # full, never larger
     clients = torch.load(tmp_path / "a/checkpoints/last.pt", weights_only=True)["clients"]

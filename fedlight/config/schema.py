@@ -116,6 +116,8 @@ class ViewsConfig:
 class EvalConfig:
     every: int = check(_positive, 1)
     label_fraction: float = check(_fraction, 1.0)
+    extra_label_fractions: list[float] = check(
+        lambda v: None if all(0 < f <= 1 for f in v) else "every entry must be in (0, 1]", default_factory=list)
     knn_k: int = check(_positive, 200)
     knn_temperature: float = check(_positive, 0.1)
     probe_epochs: int = check(_positive, 100)

@@ -34,8 +34,10 @@ class Evaluator:
     def __init__(self, fabric: Fabric, module: FederatedModule, data: ImageData, views: ViewMaker,
                  cfg: EvalConfig, seed: int) -> None:
         self.fabric, self.module, self.data, self.views, self.cfg = fabric, module, data, views, cfg
-        self.probe_idx = torch.as_tensor(label_subset(data.train_y.numpy(), cfg.label_fraction,
-                                                      numpy_rng(seed, "label-fraction")))
+        labels = data.train_y.numpy()
+        self.probe_idx = torch.as_tensor(label_subset(labels, cfg.label_fraction, numpy_rng(seed, "label-fraction")))
+        self.extra_idx = {f: torch.as_tensor(label_subset(labels, f, numpy_rng(seed, "label-fraction")))
+                          for f in cfg.extra_label_fractions}
 
     @torch.no_grad()
     def apply(self, fn: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor,
@@ -59,12 +61,17 @@ class Evaluator:
         test_acc = None
         if m.has_classifier:
             test_acc = float((self.apply(m.classify, d.test_x).argmax(1) == test_y).float().mean())
-        return {
+        out = {
             "linear_probe_acc": linear_probe_accuracy(train_f, train_y, test_f, test_y, d.num_classes,
                                                       steps=e.probe_epochs),
             "knn_acc": knn_accuracy(train_f, train_y, test_f, test_y, d.num_classes, e.knn_k, e.knn_temperature),
             "test_acc": test_acc,
         }
+        for fraction, idx in self.extra_idx.items():  # e.g. SOFed's 1% / 10% / 100% label protocol
+            feats = self.apply(m.features, d.train_x[idx])
+            out[f"linear_probe_acc@{fraction:g}"] = linear_probe_accuracy(
+                feats, self.fabric.to_device(d.train_y[idx]), test_f, test_y, d.num_classes, steps=e.probe_epochs)
+        return out
 
     def clients_metrics(self, client_models: list[State], restore: State) -> dict[str, Any]:
         """Mean and spread (``<metric>_std``) over clients' own models (local-only training);
