@@ -34,7 +34,14 @@ def _fit(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    # overrides may also follow the flags (`fit --recipe r.yaml --resume rounds=5`)
+    unknown = [e for e in extra if e.startswith("-") or "=" not in e]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command == "fit":
+        args.overrides += extra
     try:
         return {"fit": _fit}[args.command](args)
     except UserError as exc:

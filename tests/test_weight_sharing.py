@@ -45,7 +45,7 @@ def test_scaffold_control_update_hand_computed() -> None:
     assert torch.isclose(new, torch.tensor(0.2))
 
 
-def test_scaffold_client_uses_the_real_step_count_and_corrects_gradients() -> None:
+def test_scaffold_client_uses_the_real_step_count_and_corrects_each_step() -> None:
     m = ScaffoldClient(Supervised(SmallCNN(1, (2, 2, 2)), num_classes=2))
     m.optim.name, m.optim.lr = "sgd", 0.1
     with torch.no_grad():
@@ -60,11 +60,11 @@ def test_scaffold_client_uses_the_real_step_count_and_corrects_gradients() -> No
         loss = m.training_step(batch, step)
         opt.zero_grad()
         loss.backward()
-        raw = [p.grad.clone() for _, p in m.trainable_shared()]
-        m.on_before_optimizer_step(opt)
-        assert all(torch.allclose(p.grad, g + 0.5) for (_, p), g in zip(m.trainable_shared(), raw))
         opt.step()
+        stepped = [p.detach().clone() for _, p in m.trainable_shared()]
         m.on_train_batch_end(loss, batch, step)
+        # w <- w - lr (c - c_i) after the optimizer step: 0.1 * (0.5 - 0)
+        assert all(torch.allclose(p, w - 0.05) for (_, p), w in zip(m.trainable_shared(), stepped))
     m.on_train_end()
     (name, p0), w0 = m.trainable_shared()[0], start[0]
     expected = 0 - 0.5 + (w0 - p0.detach()) / (3 * 0.1)
