@@ -28,7 +28,11 @@ def run(recipe: Path, seed: int, out: Path, overrides: list[str]) -> dict:
         cmd = [sys.executable, "-m", "fedlight", "fit", "--recipe", str(recipe), f"seed={seed}",
                f"run.dir={folder}", *overrides, "--overwrite"]
         print("+", " ".join(cmd), flush=True)
-        subprocess.run(cmd, check=True, stderr=subprocess.DEVNULL)
+        log = out / recipe.stem / f"seed{seed}.stderr.log"  # beside the run folder, which --overwrite clears
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "w") as err:
+            if subprocess.run(cmd, stderr=err).returncode != 0:
+                raise SystemExit(f"run failed, see {log}")
     return json.loads(results.read_text())
 
 
@@ -45,10 +49,10 @@ def main() -> None:
     target = None
     if args.reference:
         target = float(np.mean([res["final"][args.metric] for res in table[args.reference]]))
-    lines = [f"| recipe | {args.metric} (mean +- std, {len(args.seeds)} seeds) | spread over clients | "
-             f"rounds to reach {args.reference or '-'} ({target * 100:.2f}) | bytes up+down | wall s |"
-             if target else f"| recipe | {args.metric} | spread over clients | - | bytes up+down | wall s |",
-             "|---|---|---|---|---|---|"]
+    reach_head = f"rounds to reach {args.reference} ({target * 100:.2f})" if target is not None else "-"
+    lines = [f"| recipe | {args.metric} (mean +- std, {len(args.seeds)} seeds) | random-init encoder | "
+             f"spread over clients | {reach_head} | bytes up+down | wall s |",
+             "|---|---|---|---|---|---|---|"]
     for name, runs in table.items():
         acc = np.array([res["final"][args.metric] for res in runs]) * 100
         spread = [res["final"].get(f"{args.metric}_std") for res in runs]
@@ -60,7 +64,10 @@ def main() -> None:
             reach = ", ".join("never" if h is None else str(h) for h in hits)
         comm = np.mean([res["comm"]["bytes_up"] + res["comm"]["bytes_down"] for res in runs])
         wall = np.mean([res["wall_seconds"] for res in runs])
-        lines.append(f"| {name} | {acc.mean():.2f} +- {acc.std():.2f} | {spread_text} | {reach} | {comm:.3g} | {wall:.0f} |")
+        floor = [res["baseline"][args.metric] for res in runs if res["baseline"][args.metric] is not None]
+        floor_text = f"{np.mean(floor) * 100:.2f}" if floor else "-"
+        lines.append(f"| {name} | {acc.mean():.2f} +- {acc.std():.2f} | {floor_text} | {spread_text} | {reach} | "
+                     f"{comm:.3g} | {wall:.0f} |")
     text = "\n".join(lines)
     print(text)
     (args.out / "table.md").write_text(text + "\n")
