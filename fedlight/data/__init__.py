@@ -1,0 +1,1 @@
+"""Datasets as uint8 tensors, client partitions and batched view augmentation."""

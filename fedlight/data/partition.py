@@ -1,0 +1,106 @@
+"""Splitting a labelled training set over clients.
+
+Every partition returns one int64 index array per client; together they cover every
+training index exactly once. All randomness comes from the numpy generator passed in.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedlight.errors import UserError
+
+
+def iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Uniformly random, (nearly) equal-sized parts."""
+    return [np.sort(part) for part in np.array_split(rng.permutation(len(labels)), num_clients)]
+
+
+def dirichlet(labels: np.ndarray, num_clients: int, rng: np.random.Generator, alpha: float,
+              min_size: int = 10, max_draws: int = 1000) -> list[np.ndarray]:
+    """Per-class Dirichlet(alpha) proportions over clients (Hsu et al. 2019; MOON / FLESD code).
+
+    As in the MOON and FLESD reference code, a client that already holds its even share
+    (N / K) gets no more of the next class, and the whole draw is repeated until every
+    client holds at least ``min_size`` samples.
+    """
+    n = len(labels)
+    if n < min_size * num_clients:
+        raise UserError(f"partition: {n} samples cannot give {num_clients} clients at least "
+                        f"partition.min_size={min_size} each; lower clients.num or partition.min_size")
+    for _ in range(max_draws):
+        parts: list[list[int]] = [[] for _ in range(num_clients)]
+        for c in np.unique(labels):
+            idx = rng.permutation(np.flatnonzero(labels == c))
+            p = rng.dirichlet(np.full(num_clients, alpha))
+            p = p * np.array([len(part) < n / num_clients for part in parts])
+            p = p / p.sum()
+            cuts = (np.cumsum(p) * len(idx)).astype(int)[:-1]
+            for part, chunk in zip(parts, np.split(idx, cuts)):
+                part.extend(chunk.tolist())
+        if min(len(part) for part in parts) >= min_size:
+            return [np.sort(np.asarray(part, dtype=np.int64)) for part in parts]
+    raise UserError(f"partition: no Dirichlet(alpha={alpha}) draw in {max_draws} gave every client "
+                    f"partition.min_size={min_size} samples; raise partition.alpha or lower partition.min_size")
+
+
+def shards(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
+           shards_per_client: int = 2) -> list[np.ndarray]:
+    """Sort by label, cut into ``K * shards_per_client`` shards, deal them out at random (LG-FedAvg).
+
+    Shard sizes differ by at most one so that no sample is dropped.
+    """
+    num_shards = num_clients * shards_per_client
+    if num_shards > len(labels):
+        raise UserError(f"partition: {len(labels)} samples cannot make {num_shards} shards; "
+                        "lower clients.num or partition.shards_per_client")
+    order = np.lexsort((rng.permutation(len(labels)), labels))
+    pieces = np.array_split(order, num_shards)
+    deal = rng.permutation(num_shards).reshape(num_clients, shards_per_client)
+    return [np.sort(np.concatenate([pieces[s] for s in row])) for row in deal]
+
+
+def classes(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
+            classes_per_client: int = 2) -> list[np.ndarray]:
+    """Each client holds ``classes_per_client`` classes; a class is split evenly over its holders.
+
+    Classes are dealt round-robin over a seeded permutation, so every class has a holder
+    when ``K * classes_per_client >= C``.
+    """
+    all_classes = np.unique(labels)
+    if classes_per_client > len(all_classes):
+        raise UserError(f"partition.classes_per_client={classes_per_client} exceeds the "
+                        f"{len(all_classes)} classes of the dataset; lower it")
+    if num_clients * classes_per_client < len(all_classes):
+        raise UserError(f"partition: {num_clients} clients x {classes_per_client} classes cannot cover "
+                        f"{len(all_classes)} classes; raise clients.num or partition.classes_per_client")
+    order = rng.permutation(all_classes)
+    held = [[order[(i * classes_per_client + j) % len(order)] for j in range(classes_per_client)]
+            for i in range(num_clients)]
+    parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+    for c in all_classes:
+        holders = [i for i, cs in enumerate(held) if c in cs]
+        for i, chunk in zip(holders, np.array_split(rng.permutation(np.flatnonzero(labels == c)), len(holders))):
+            parts[i].append(chunk)
+    return [np.sort(np.concatenate(p)).astype(np.int64) for p in parts]
+
+
+def partition(kind: str, labels: np.ndarray, num_clients: int, rng: np.random.Generator, *,
+              alpha: float = 0.5, min_size: int = 10, shards_per_client: int = 2,
+              classes_per_client: int = 2) -> list[np.ndarray]:
+    """Dispatch on ``partition.kind``."""
+    if num_clients > len(labels):
+        raise UserError(f"clients.num={num_clients} exceeds the {len(labels)} training samples; "
+                        "lower clients.num or raise data.subset")
+    if kind == "iid":
+        return iid(labels, num_clients, rng)
+    if kind == "dirichlet":
+        return dirichlet(labels, num_clients, rng, alpha, min_size)
+    if kind == "shards":
+        return shards(labels, num_clients, rng, shards_per_client)
+    return classes(labels, num_clients, rng, classes_per_client)
+
+
+def class_counts(labels: np.ndarray, parts: list[np.ndarray], num_classes: int) -> np.ndarray:
+    """(K, C) matrix of how many samples of each class each client holds."""
+    return np.stack([np.bincount(labels[p], minlength=num_classes) for p in parts])

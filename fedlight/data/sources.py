@@ -1,0 +1,165 @@
+"""Dataset sources: every dataset becomes uint8 image tensors (N, C, H, W) plus int64 labels.
+
+Images stay uint8 (4x smaller than float) so whole datasets fit on the training device;
+views are made from them in batches (``fedlight.data.views``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from fedlight.data.idx import read_idx
+from fedlight.errors import UserError
+from fedlight.seeding import torch_generator
+
+
+@dataclass
+class ImageData:
+    """A labelled image dataset held as tensors.
+
+    Attributes:
+        train_x: (N, C, H, W) uint8 training images.
+        train_y: (N,) int64 training labels.
+        test_x: (M, C, H, W) uint8 test images.
+        test_y: (M,) int64 test labels.
+        num_classes: number of classes.
+    """
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    num_classes: int
+
+    @property
+    def channels(self) -> int:
+        return self.train_x.shape[1]
+
+    @property
+    def image_size(self) -> int:
+        return self.train_x.shape[-1]
+
+    def mean_std(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-channel mean and std of the training images in [0, 1], shapes (C,)."""
+        x = self.train_x[:10000].float().div_(255)
+        return x.mean(dim=(0, 2, 3)), x.std(dim=(0, 2, 3))
+
+
+_FMNIST_FILES = {
+    "train_x": "train-images-idx3-ubyte",
+    "train_y": "train-labels-idx1-ubyte",
+    "test_x": "t10k-images-idx3-ubyte",
+    "test_y": "t10k-labels-idx1-ubyte",
+}
+
+
+def _find_idx(root: Path, stem: str) -> Path | None:
+    for folder in (root, root / "FashionMNIST" / "raw"):
+        for name in (stem, stem + ".gz"):
+            if (folder / name).is_file():
+                return folder / name
+    return None
+
+
+def _fashion_mnist(root: Path, download: bool) -> ImageData:
+    if _find_idx(root, _FMNIST_FILES["train_x"]) is None and download:
+        from torchvision.datasets import FashionMNIST
+
+        for train in (True, False):
+            FashionMNIST(str(root), train=train, download=True)
+    arrays = {}
+    for key, stem in _FMNIST_FILES.items():
+        path = _find_idx(root, stem)
+        if path is None:
+            raise UserError(
+                f"data.root '{root}' has no Fashion-MNIST file '{stem}[.gz]'; run "
+                "'apt-get install dataset-fashion-mnist' and set data.root=/usr/share/datasets/fashion-mnist, "
+                "or set data.download=true"
+            )
+        arrays[key] = read_idx(path)
+    for split in ("train", "test"):
+        x, y = arrays[f"{split}_x"], arrays[f"{split}_y"]
+        if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
+            raise UserError(f"Fashion-MNIST files in data.root '{root}' have mismatched shapes {tuple(x.shape)} "
+                            f"and {tuple(y.shape)}; re-download or reinstall them")
+    return ImageData(arrays["train_x"].unsqueeze(1), arrays["train_y"].long(),
+                     arrays["test_x"].unsqueeze(1), arrays["test_y"].long(), num_classes=10)
+
+
+def _torchvision(name: str, root: Path, download: bool) -> ImageData:
+    import torchvision.datasets as tvd
+
+    def split(train: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        if name in ("cifar10", "cifar100"):
+            cls = tvd.CIFAR10 if name == "cifar10" else tvd.CIFAR100
+            ds = cls(str(root), train=train, download=download)
+            x = torch.from_numpy(np.ascontiguousarray(ds.data)).permute(0, 3, 1, 2)
+            return x.contiguous(), torch.as_tensor(ds.targets, dtype=torch.long)
+        cls = tvd.SVHN if name == "svhn" else tvd.STL10
+        ds = cls(str(root), split="train" if train else "test", download=download)
+        return torch.from_numpy(np.ascontiguousarray(ds.data)), torch.as_tensor(ds.labels, dtype=torch.long)
+
+    try:
+        (train_x, train_y), (test_x, test_y) = split(True), split(False)
+    except RuntimeError as exc:
+        if "not found" in str(exc) or "corrupted" in str(exc):
+            raise UserError(
+                f"{name} not found in data.root '{root}'; point data.root at a folder holding it "
+                "or set data.download=true (needs internet)"
+            ) from None
+        raise UserError(f"{name} in data.root '{root}' cannot be read ({exc}); re-download it") from None
+    except Exception as exc:  # malformed pickles / .mat / binaries raise anything
+        raise UserError(f"{name} in data.root '{root}' cannot be read ({type(exc).__name__}: {exc}); "
+                        "re-download it (data.download=true) or replace the files") from None
+    num_classes = {"cifar10": 10, "cifar100": 100, "svhn": 10, "stl10": 10}[name]
+    return ImageData(train_x, train_y, test_x, test_y, num_classes)
+
+
+def synthetic(seed: int = 0, train: int = 1200, test: int = 300, classes: int = 10,
+              channels: int = 3, size: int = 16) -> ImageData:
+    """A learnable stand-in for real data: each class is a smooth random template plus noise."""
+    g = torch_generator(seed, "synthetic-data")
+    templates = torch.nn.functional.interpolate(
+        torch.rand(classes, channels, 4, 4, generator=g), size=(size, size), mode="bilinear", align_corners=False
+    )
+
+    def draw(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        y = torch.arange(n) % classes
+        y = y[torch.randperm(n, generator=g)]
+        x = templates[y] + 0.25 * torch.randn(n, channels, size, size, generator=g)
+        return (x.clamp(0, 1) * 255).round().to(torch.uint8), y
+
+    (train_x, train_y), (test_x, test_y) = draw(train), draw(test)
+    return ImageData(train_x, train_y, test_x, test_y, classes)
+
+
+def load_dataset(name: str, root: str, download: bool, seed: int = 0) -> ImageData:
+    """Load dataset ``name`` (``data.name``) from ``root`` (``data.root``)."""
+    loaders: dict[str, Callable[[], ImageData]] = {
+        "fashion_mnist": lambda: _fashion_mnist(Path(root), download),
+        "synthetic": lambda: synthetic(seed),
+    }
+    if name in loaders:
+        return loaders[name]()
+    return _torchvision(name, Path(root), download)
+
+
+def take_subset(data: ImageData, train: int | None, test: int | None, seed: int) -> ImageData:
+    """Keep a seeded random ``train`` / ``test`` samples (``data.subset``, ``data.test_subset``)."""
+
+    def pick(x: torch.Tensor, y: torch.Tensor, n: int | None, key: str) -> tuple[torch.Tensor, torch.Tensor]:
+        if n is None:
+            return x, y
+        if n > len(y):
+            raise UserError(f"recipe key 'data.{key}' is {n} but the dataset has {len(y)} samples; lower it")
+        keep = torch.randperm(len(y), generator=torch_generator(seed, key))[:n].sort().values
+        return x[keep], y[keep]
+
+    train_x, train_y = pick(data.train_x, data.train_y, train, "subset")
+    test_x, test_y = pick(data.test_x, data.test_y, test, "test_subset")
+    return ImageData(train_x, train_y, test_x, test_y, data.num_classes)
