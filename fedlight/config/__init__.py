@@ -1,6 +1,6 @@
 """Recipe schema, YAML composition and overrides."""
 
-from fedlight.config.loader import load_recipe, recipe_from_dict
+from fedlight.config.loader import load_recipe
 from fedlight.config.schema import Recipe
 
-__all__ = ["Recipe", "load_recipe", "recipe_from_dict"]
+__all__ = ["Recipe", "load_recipe"]

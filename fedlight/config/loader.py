@@ -104,7 +104,3 @@ def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
             raise UserError(f"recipe key '{section}' must be a section with a 'name' key")
     return build_dataclass(Recipe, data)
 
-
-def recipe_from_dict(data: dict[str, Any]) -> Recipe:
-    """A recipe from an already-resolved mapping (for example a run folder's recipe.yaml)."""
-    return build_dataclass(Recipe, data)

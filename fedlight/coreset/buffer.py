@@ -75,20 +75,23 @@ def fifo(buf: ReplayBuffer, new_ids: torch.Tensor) -> UpdateStats:
 
 def reservoir(buf: ReplayBuffer, new_ids: torch.Tensor, generator: torch.Generator) -> UpdateStats:
     """Random replacement (Vitter's reservoir sampling): every sample seen so far is kept with
-    equal probability N / seen."""
-    ids, ages = buf.ids.clone(), buf.ages + 1
-    seen = buf.seen
-    for sid in new_ids.tolist():  # sequential by definition; batches are buffer-sized (~128)
-        seen += 1
-        if len(ids) < buf.size:
-            ids = torch.cat([ids, torch.tensor([sid])])
-            ages = torch.cat([ages, torch.zeros(1, dtype=torch.long)])
-            continue
-        j = int(torch.randint(seen, (1,), generator=generator))
-        if j < buf.size:
-            ids[j], ages[j] = sid, 0
-    kept_new = int((ages == 0).sum())  # only samples of this batch have age 0
-    return _keep(buf, ids, torch.zeros(len(ids)), ages, kept_new, len(new_ids))
+    equal probability N / seen.
+
+    The t-th sample ever seen takes slot t - 1 while t <= N, else slot j ~ U{0, ..., t - 1} if
+    j < N. Those draws do not depend on the buffer, so a whole batch is placed at once; when
+    several of its samples draw one slot the latest wins, as in the sequential algorithm.
+    """
+    n, size = len(new_ids), buf.size
+    t = buf.seen + torch.arange(1, n + 1)
+    slot = torch.where(t <= size, t - 1, (torch.rand(n, generator=generator) * t).long())
+    fill = min(size, buf.seen + n)
+    ids = torch.cat([buf.ids, torch.zeros(fill - len(buf.ids), dtype=torch.long)])
+    ages = torch.cat([buf.ages + 1, torch.zeros(fill - len(buf.ids), dtype=torch.long)])
+    hit = slot < size
+    latest = torch.full((size,), -1).scatter_reduce(0, slot[hit], torch.arange(n)[hit], reduce="amax")[:fill]
+    placed = latest >= 0
+    ids[placed], ages[placed] = new_ids[latest[placed]], 0
+    return _keep(buf, ids, torch.zeros(fill), ages, int(placed.sum()), n)
 
 
 def kcenter(buf: ReplayBuffer, new_ids: torch.Tensor, featurize: Featurizer) -> UpdateStats:

@@ -66,7 +66,6 @@ class EnsembleDistiller:
         n = len(self.public)
         queue_len = min(queue_size, n)
         skip = min(queue_len // batch_size, max(0, -(-n // batch_size) - 1))
-        dim = None
         for _ in range(epochs):
             order = torch.randperm(n, generator=g).to(self.public.device)
             queue = None
@@ -77,8 +76,7 @@ class EnsembleDistiller:
                 with torch.no_grad(), fabric.autocast():
                     keys = keys_encoder.embed(x_key).float()
                 if queue is None:
-                    dim = keys.shape[1]
-                    queue = KeyQueue(queue_len, dim, keys.device)
+                    queue = KeyQueue(queue_len, keys.shape[1], keys.device)
                 queue.push(keys, idx)
                 if it < skip:
                     continue

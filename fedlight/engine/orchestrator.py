@@ -51,9 +51,14 @@ State = dict[str, torch.Tensor]
 BUFFER = "buffer."  # store keys of a streaming client's replay buffer
 
 
+def clients_per_round(num_clients: int, fraction: float) -> int:
+    """``max(1, round(fraction * K))``."""
+    return max(1, int(round(fraction * num_clients)))
+
+
 def sample_clients(seed: int, round_: int, num_clients: int, fraction: float) -> list[int]:
-    """The sorted ids of the ``max(1, round(fraction * K))`` clients sampled in ``round_``."""
-    m = max(1, int(round(fraction * num_clients)))
+    """The sorted ids of the ``clients_per_round`` clients sampled in ``round_``."""
+    m = clients_per_round(num_clients, fraction)
     return sorted(numpy_rng(seed, "sample", round_).choice(num_clients, m, replace=False).tolist())
 
 
@@ -341,8 +346,7 @@ class Federation:
                       desc="rounds", disable=self.rank != 0, dynamic_ncols=True)
         for round_ in rounds:
             t0 = time.perf_counter()
-            m = max(1, int(round(r.clients.fraction * len(self.trainable))))
-            clients_bar = tqdm(total=m, desc=f"round {round_ + 1} clients", leave=False,
+            clients_bar = tqdm(total=clients_per_round(len(self.trainable), r.clients.fraction), desc=f"round {round_ + 1} clients", leave=False,
                                disable=self.rank != 0, dynamic_ncols=True)
             reports = self._train_round(round_, clients_bar)
             clients_bar.close()

@@ -29,9 +29,6 @@ class ClientStateStore:
         if state:
             self._states[client] = {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
 
-    def __len__(self) -> int:
-        return len(self._states)
-
     def state_dict(self) -> dict[int, State]:
         return dict(self._states)
 
