@@ -3,10 +3,14 @@
     python benchmarks/reproduce.py --out runs/repro/moon --seeds 0 1 2 \
         --metric test_acc --reference fedavg_fmnist \
         recipes/moon_fmnist.yaml recipes/fedavg_fmnist.yaml ...
+    python benchmarks/reproduce.py --out runs/repro/sofed --metric linear_probe_acc@1 \
+        --row fedu-fifo recipes/sofed_fmnist.yaml method.name=fedu buffer.policy=fifo ...
 
-Each (recipe, seed) is one ``fedlight fit`` into ``<out>/<recipe>/seed<k>``; finished runs
-are reused. The table gives the final metric, the total bytes and the first round at which
-each run reaches the reference recipe's final accuracy (MOON's Table 2).
+Each row (a recipe, or ``--row LABEL RECIPE OVERRIDE...``) and seed is one ``fedlight fit``
+into ``<out>/<label>/seed<k>``; finished runs are reused. The table gives the final metric,
+the total bytes and the first round at which each run reaches the reference row's final
+accuracy (MOON's Table 2); ``--extra`` adds columns: a final metric (mean +- std, in %) or a
+per-round history value such as ``buffer_rescored`` (mean over rounds and seeds).
 """
 
 from __future__ import annotations
@@ -20,15 +24,15 @@ from pathlib import Path
 import numpy as np
 
 
-def run(recipe: Path, seed: int, out: Path, overrides: list[str]) -> dict:
-    folder = out / recipe.stem / f"seed{seed}"
+def run(label: str, recipe: Path, seed: int, out: Path, overrides: list[str]) -> dict:
+    folder = out / label / f"seed{seed}"
     results = folder / "results.json"
     done = results.is_file() and json.loads(results.read_text())["final"] is not None
     if not done:
         cmd = [sys.executable, "-m", "fedlight", "fit", "--recipe", str(recipe), f"seed={seed}",
                f"run.dir={folder}", *overrides, "--overwrite"]
         print("+", " ".join(cmd), flush=True)
-        log = out / recipe.stem / f"seed{seed}.stderr.log"  # beside the run folder, which --overwrite clears
+        log = out / label / f"seed{seed}.stderr.log"  # beside the run folder, which --overwrite clears
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "w") as err:
             if subprocess.run(cmd, stderr=err).returncode != 0:
@@ -36,23 +40,37 @@ def run(recipe: Path, seed: int, out: Path, overrides: list[str]) -> dict:
     return json.loads(results.read_text())
 
 
+def extra_cell(runs: list[dict], key: str) -> str:
+    """A final metric as mean +- std in %, else a history value averaged over rounds and seeds."""
+    if key in runs[0]["final"]:
+        values = np.array([res["final"][key] for res in runs]) * 100
+        return f"{values.mean():.2f} +- {values.std():.2f}"
+    return f"{np.mean([h[key] for res in runs for h in res['history'] if h.get(key) is not None]):.3g}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("recipes", nargs="+", type=Path)
+    parser.add_argument("recipes", nargs="*", type=Path)
+    parser.add_argument("--row", nargs="+", action="append", default=[], metavar="LABEL RECIPE OVERRIDE",
+                        help="a labelled row: a recipe and overrides of its own (repeatable)")
+    parser.add_argument("--extra", action="append", default=[], metavar="KEY", help="another column (repeatable)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--metric", default="test_acc")
     parser.add_argument("--reference", help="recipe stem whose mean final accuracy is the rounds-to-reach target")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every run (repeatable)")
     args = parser.parse_args()
-    table = {r.stem: [run(r, s, args.out, args.set) for s in args.seeds] for r in args.recipes}
+    rows = [(r.stem, r, []) for r in args.recipes] + [(label, Path(recipe), list(more))
+                                                       for label, recipe, *more in args.row]
+    table = {label: [run(label, recipe, s, args.out, [*args.set, *more]) for s in args.seeds]
+             for label, recipe, more in rows}
     target = None
     if args.reference:
         target = float(np.mean([res["final"][args.metric] for res in table[args.reference]]))
     reach_head = f"rounds to reach {args.reference} ({target * 100:.2f})" if target is not None else "-"
     lines = [f"| recipe | {args.metric} (mean +- std, {len(args.seeds)} seeds) | random-init encoder | "
-             f"spread over clients | {reach_head} | bytes up+down | wall s |",
-             "|---|---|---|---|---|---|---|"]
+             f"spread over clients | {reach_head} | bytes up+down | wall s |" + "".join(f" {e} |" for e in args.extra),
+             "|---|---|---|---|---|---|---|" + "---|" * len(args.extra)]
     for name, runs in table.items():
         acc = np.array([res["final"][args.metric] for res in runs]) * 100
         spread = [res["final"].get(f"{args.metric}_std") for res in runs]
@@ -67,7 +85,7 @@ def main() -> None:
         floor = [res["baseline"][args.metric] for res in runs if res["baseline"][args.metric] is not None]
         floor_text = f"{np.mean(floor) * 100:.2f}" if floor else "-"
         lines.append(f"| {name} | {acc.mean():.2f} +- {acc.std():.2f} | {floor_text} | {spread_text} | {reach} | "
-                     f"{comm:.3g} | {wall:.0f} |")
+                     f"{comm:.3g} | {wall:.0f} |" + "".join(f" {extra_cell(runs, e)} |" for e in args.extra))
     text = "\n".join(lines)
     print(text)
     (args.out / "table.md").write_text(text + "\n")

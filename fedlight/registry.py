@@ -43,6 +43,7 @@ SERVERS: dict[str, type[Aggregator]] = {
 }
 BACKBONES: dict[str, Callable[[int, int], nn.Module]] = {
     "small_cnn": lambda channels, size: SmallCNN(channels),
+    "tiny_cnn": lambda channels, size: SmallCNN(channels, widths=(16, 32, 64)),  # CPU-scale streaming twins
     "resnet18": lambda channels, size: ResNet18Cifar(channels),
     "moon_cnn": MoonCNN,
 }

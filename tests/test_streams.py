@@ -76,3 +76,16 @@ def test_sofed_headline_recipe_names_root_and_download_when_cifar10_is_missing(t
     err = capsys.readouterr().err
     assert code == 2 and "data.root" in err and "data.download" in err and err.count("\n") == 1
     assert not (tmp_path / "run").exists()
+
+
+def test_stream_classes_per_client_limits_each_device_to_its_classes(tiny_recipe) -> None:
+    from fedlight.engine.fit import prepare_data
+    from fedlight.errors import UserError
+
+    recipe = load_recipe(tiny_recipe, ["partition.kind=iid", "clients.num=5", "stream.velocity=64",
+                                       "stream.classes_per_client=2"])
+    data, parts = prepare_data(recipe)
+    held = [set(np.unique(data.train_y.numpy()[p]).tolist()) for p in parts]
+    assert all(len(h) == 2 for h in held) and set().union(*held) == set(range(data.num_classes))
+    with pytest.raises(UserError, match="stream.classes_per_client"):
+        prepare_data(load_recipe(tiny_recipe, ["stream.classes_per_client=1"]))  # no stream set

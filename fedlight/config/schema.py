@@ -80,6 +80,7 @@ class StreamConfig:
 
     velocity: int | None = check(_positive, None)
     stc: int = check(_positive, 500)
+    classes_per_client: int | None = check(_positive, None)  # more non-iid: a device streams only these many classes
 
 
 @dataclass
@@ -93,7 +94,7 @@ class BufferConfig:
 
 @dataclass
 class ModelConfig:
-    backbone: Literal["small_cnn", "resnet18", "moon_cnn"] = "small_cnn"
+    backbone: Literal["small_cnn", "tiny_cnn", "resnet18", "moon_cnn"] = "small_cnn"
 
 
 @dataclass

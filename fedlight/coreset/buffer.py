@@ -48,13 +48,16 @@ class ReplayBuffer:
 
 @dataclass
 class UpdateStats:
-    """What one buffer update did: how many new samples were dropped straight away and how
-    many buffered samples were re-scored (SOFed Fig. 6 and Table VI)."""
+    """What buffer updates did: how many new samples were dropped straight away, how many
+    buffered samples were re-scored (SOFed Fig. 6 and Table VI), and (filled in by the caller)
+    how many arriving batches took how many seconds of selection."""
 
     new: int
     dropped_new: int
     buffered: int
     rescored: int
+    batches: int = 0
+    seconds: float = 0.0
 
 
 def _keep(buf: ReplayBuffer, ids: torch.Tensor, scores: torch.Tensor, ages: torch.Tensor,

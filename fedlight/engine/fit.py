@@ -23,11 +23,17 @@ from fedlight.seeding import derive_seed, numpy_rng
 
 def prepare_data(recipe: Recipe) -> tuple[ImageData, list]:
     """Load, subset and partition the data (raises UserError on missing data or bad partitions)."""
-    d, p = recipe.data, recipe.partition
+    d, p, s = recipe.data, recipe.partition, recipe.stream
     data = take_subset(load_dataset(d.name, d.root, d.download, recipe.seed), d.subset, d.test_subset, recipe.seed)
-    parts = partition(p.kind, data.train_y.numpy(), recipe.clients.num, numpy_rng(recipe.seed, "partition"),
+    kind, per_client = p.kind, p.classes_per_client
+    if s.classes_per_client is not None:  # a stream's classes are its device's partition's classes
+        if s.velocity is None or p.kind not in ("iid", "classes"):
+            raise UserError("stream.classes_per_client needs stream.velocity set and partition.kind iid or classes; "
+                            "set stream.velocity or drop stream.classes_per_client")
+        kind, per_client = "classes", s.classes_per_client
+    parts = partition(kind, data.train_y.numpy(), recipe.clients.num, numpy_rng(recipe.seed, "partition"),
                       alpha=p.alpha, min_size=p.min_size, shards_per_client=p.shards_per_client,
-                      classes_per_client=p.classes_per_client)
+                      classes_per_client=per_client)
     return data, parts
 
 

@@ -293,12 +293,14 @@ class Federation:
 
     @staticmethod
     def _buffer_summary(reports: list[dict[str, Any]]) -> dict[str, Any]:
-        """Streaming rounds: share of new samples dropped at once, share of buffered samples re-scored."""
+        """Streaming rounds: share of new samples dropped at once, share of buffered samples re-scored,
+        milliseconds of buffer selection per arriving batch."""
         if not reports or "buffer" not in reports[0]:
             return {}
         total = {k: sum(rep["buffer"][k] for rep in reports) for k in reports[0]["buffer"]}
         return {"buffer_dropped_new": total["dropped_new"] / max(total["new"], 1),
                 "buffer_rescored": total["rescored"] / max(total["buffered"], 1),
+                "buffer_select_ms": 1000 * total["seconds"] / max(total["batches"], 1),
                 "buffer_classes": [rep["buffer_classes"] for rep in reports]}
 
     def _log_round(self, row: dict[str, Any], rows: list[list]) -> None:
@@ -308,7 +310,8 @@ class Federation:
                    **{f"comm/{k}": row[k] for k in ("bytes_up", "bytes_down", "bytes_d2d")},
                    **{f"eval/{k}": v for k, v in row.items() if k.startswith(METRICS) and v is not None}}
         if "buffer_classes" in row:
-            scalars.update({"stream/dropped_new": row["buffer_dropped_new"], "stream/rescored": row["buffer_rescored"]})
+            scalars.update({"stream/dropped_new": row["buffer_dropped_new"], "stream/rescored": row["buffer_rescored"],
+                            "stream/select_ms_per_batch": row["buffer_select_ms"]})
             self.logger.experiment.add_figure(
                 "stream/buffer_classes", partition_figure(np.array(row["buffer_classes"]), "buffer classes"),
                 row["round"])

@@ -8,6 +8,8 @@ the stream itself is never stored.
 
 from __future__ import annotations
 
+import time
+
 import torch
 from lightning.fabric import Fabric
 
@@ -56,7 +58,9 @@ def train_client_stream(fabric: Fabric, module: FederatedModule, images: torch.T
     loss_sum = torch.zeros((), device=fabric.device)
     steps = 0
     for new_ids in arrivals:
+        start = time.perf_counter()  # host time of selection (scores come back to the CPU, so it is synchronous)
         stats = update_buffer(buffer, new_ids, policy, lazy_interval, module, images, views, generator)
+        stats.batches, stats.seconds = 1, time.perf_counter() - start
         totals = UpdateStats(*(a + b for a, b in zip(vars(totals).values(), vars(stats).values())))
         if len(buffer.ids) < 2:
             continue
