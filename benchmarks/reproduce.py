@@ -62,8 +62,9 @@ def main() -> None:
     args = parser.parse_args()
     rows = [(r.stem, r, []) for r in args.recipes] + [(label, Path(recipe), list(more))
                                                        for label, recipe, *more in args.row]
-    table = {label: [run(label, recipe, s, args.out, [*args.set, *more]) for s in args.seeds]
-             for label, recipe, more in rows}
+    done = {(label, s): run(label, recipe, s, args.out, [*args.set, *more])  # seed-major: every row gets seed 0 first
+            for s in args.seeds for label, recipe, more in rows}
+    table = {label: [done[label, s] for s in args.seeds] for label, _, _ in rows}
     target = None
     if args.reference:
         target = float(np.mean([res["final"][args.metric] for res in table[args.reference]]))
