@@ -20,7 +20,7 @@ fi
 # (re)install when a dependency is missing or the installed fedlight is not this checkout
 here=$(pwd)
 if ! (cd / && "$PYTHON" -c "
-import os, sys, fedlight, lightning, lightly, torchmetrics, torchvision, tensorboard, pytest, hypothesis
+import os, sys, fedlight, lightning, lightly, torchmetrics, torchvision, tensorboard, sklearn, pytest, hypothesis
 sys.exit(os.path.dirname(os.path.realpath(fedlight.__file__)) != os.path.realpath('$here/fedlight'))
 ") 2>/dev/null; then
   echo "setup: pip install -e .[dev]"
