@@ -52,8 +52,14 @@ def _report(args: argparse.Namespace) -> int:
 def _fit(args: argparse.Namespace) -> int:
     from fedlight.config import load_recipe
     from fedlight.engine.fit import fit
+    from fedlight.engine.preemption import EXIT_CODE, Preempted
 
-    results = fit(load_recipe(args.recipe, args.overrides), resume=args.resume, overwrite=args.overwrite)
+    recipe = load_recipe(args.recipe, args.overrides)
+    try:
+        results = fit(recipe, resume=args.resume, overwrite=args.overwrite)
+    except Preempted as stop:  # SIGUSR1 / SIGTERM: checkpointed (and requeued inside SLURM)
+        print(f"fedlight: {stop.describe(recipe.run_dir)}", file=sys.stderr)
+        return EXIT_CODE
     final, base = results["final"] or {}, results["baseline"] or {}
     if final:
         print(f"final: linear probe {final['linear_probe_acc']:.4f} (random init {base.get('linear_probe_acc', float('nan')):.4f}), "

@@ -37,6 +37,7 @@ from fedlight.data.views import ViewMaker, ViewParams
 from fedlight.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedlight.engine.distill import EnsembleDistiller
 from fedlight.engine.evaluator import METRICS, Evaluator
+from fedlight.engine import preemption
 from fedlight.engine.ledger import CommLedger
 from fedlight.engine.local_loop import LocalResult, train_client
 from fedlight.engine.stream_loop import train_client_stream
@@ -374,6 +375,10 @@ class Federation:
                 write_json(self.run_dir / "results.json", self._results(wall, None))
                 rounds.set_postfix(loss=f"{row['train_loss']:.3f}",
                                    probe=f"{last_eval['linear_probe_acc']:.3f}" if last_eval else "-")
+            if self.rounds_done < r.rounds and preemption.requested(self.fabric):  # SIGUSR1/SIGTERM
+                if self.logger is not None:  # this round's checkpoint above is where --resume starts
+                    self.logger.finalize("preempted")
+                raise preemption.Preempted(self.rounds_done, self.rank)
         rounds.close()
         final = {k: last_eval[k] for k in last_eval if k.startswith(METRICS)} if last_eval else None
         results = self._results(wall, final)
