@@ -29,6 +29,7 @@ SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket={dir}/munge.socket,cred_expire=5
+# cred_expire (the minimum, 5 s) is also how long a requeued job waits before it may start again
 StateSaveLocation={dir}/state
 SlurmdSpoolDir={dir}/spool
 SlurmctldPidFile={dir}/slurmctld.pid

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from fedlight.cli import main
 from slurm_cluster import SlurmCluster, unavailable
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,7 +37,7 @@ clients: {{num: {clients}, fraction: 1.0}}
 local: {{epochs: 1, batch_size: 32, lr: 0.001}}
 method: {{name: simclr, hidden_dim: 32, output_dim: 16}}
 server: {{name: fedavg}}
-eval: {{every: 1, probe_epochs: 5, knn_k: 5, projector_samples: 0}}
+eval: {{every: {every}, probe_epochs: 5, knn_k: 5, projector_samples: 0}}
 fabric: {{accelerator: cpu, devices: 1, threads: 1}}
 """
 
@@ -50,21 +51,14 @@ def cluster(tmp_path_factory) -> SlurmCluster:
         c.stop()
 
 
-def _recipe(folder: Path, rounds: int = 1, clients: int = 2) -> Path:
+def _recipe(folder: Path, rounds: int = 1, clients: int = 2, every: int = 1) -> Path:
     path = folder / "tiny.yaml"
-    path.write_text(RECIPE.format(repo=REPO, rounds=rounds, clients=clients))
+    path.write_text(RECIPE.format(repo=REPO, rounds=rounds, clients=clients, every=every))
     return path
 
 
 def _env(cluster: SlurmCluster) -> dict[str, str]:
     return {**cluster.env, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-
-
-def _fedlight(cluster: SlurmCluster, *args: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "fedlight", *args], env=_env(cluster), capture_output=True,
-                          text=True, timeout=TIMEOUT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
 
 
 def _wait_until_gone(cluster: SlurmCluster, job: str) -> None:
@@ -75,7 +69,7 @@ def _wait_until_gone(cluster: SlurmCluster, job: str) -> None:
                                text=True, timeout=30).stdout.strip()
         if not queue:
             return
-        time.sleep(0.5)
+        time.sleep(0.3)
     pytest.fail(f"job {job} still queued after {TIMEOUT} s:\n{queue}\n{cluster.logs()}")
 
 
@@ -89,50 +83,55 @@ def _results(run: Path) -> dict:
     return json.loads((run / "results.json").read_text())
 
 
-def test_sweep_runs_as_an_array_job_and_is_reported(cluster: SlurmCluster, tmp_path: Path) -> None:
-    out = tmp_path / "sweep"
-    submitted = _fedlight(cluster, "sweep", "--recipe", str(_recipe(tmp_path)), "--grid", "partition.alpha=0.5,5,50",
-                          "--out", str(out), "--submit", "--max-running", "3")
-    assert "submitted array job" in submitted.stdout
-    manifest = json.loads((out / "manifest.json").read_text())
-    (submission,) = manifest["submissions"]
+def _global(run: Path) -> dict[str, torch.Tensor]:
+    return torch.load(run / "checkpoints/last.pt", weights_only=True)["global"]
+
+
+def test_sweep_on_slurm_with_a_preempted_task_then_report(cluster: SlurmCluster, tmp_path: Path, monkeypatch,
+                                                          capsys) -> None:
+    from fedlight.config import load_recipe
+    from fedlight.engine.fit import fit
+
+    for key, value in _env(cluster).items():  # sbatch hands the submitting environment to the tasks
+        monkeypatch.setenv(key, value)
+    out, rounds = tmp_path / "sweep", 10
+    sweep = ["sweep", "--recipe", str(_recipe(tmp_path, rounds=rounds, every=rounds)),
+             "--grid", "partition.alpha=0.5,5,50", "--out", str(out), "--submit"]
+    assert main([*sweep, "--max-running", "3"]) == 0
+    assert "submitted array job" in capsys.readouterr().out
+    (submission,) = json.loads((out / "manifest.json").read_text())["submissions"]
+    job = submission["job_id"]
     assert submission["tasks"] == [0, 1, 2] and "--array=0-2%3" in submission["command"]
-    _wait_until_gone(cluster, submission["job_id"])
-    logs = "\n".join(p.read_text() for p in sorted((out / "logs").glob("*.out")))
-    for i, alpha in enumerate((0.5, 5.0, 50.0)):
-        res = _results(out / f"runs/{i:04d}")
-        assert res["final"] is not None and res["rounds_completed"] == 1, logs[-3000:]
-        assert res["recipe"]["partition"]["alpha"] == alpha and res["recipe"]["run"]["dir"] == str(out / f"runs/{i:04d}")
-    again = _fedlight(cluster, "sweep", "--recipe", str(_recipe(tmp_path)), "--grid", "partition.alpha=0.5,5,50",
-                      "--out", str(out), "--submit", "--resubmit-failed")
-    assert "3 finished" in again.stdout and "0 to submit now" in again.stdout
-    assert len(json.loads((out / "manifest.json").read_text())["submissions"]) == 1
-    _fedlight(cluster, "report", str(out))
-    report = (out / "report.md").read_text()
-    assert "| partition.alpha | seeds |" in report
-    assert all(f"| {a} | 1 |" in report for a in ("0.5", "5.0", "50.0"))
-    assert (out / "accuracy_vs_round.png").stat().st_size > 0 and (out / "accuracy_vs_bytes.png").stat().st_size > 0
 
-
-def test_usr1_before_the_time_limit_requeues_and_the_task_resumes(cluster: SlurmCluster, tmp_path: Path) -> None:
-    out = tmp_path / "sweep"
-    rounds = 12
-    _fedlight(cluster, "sweep", "--recipe", str(_recipe(tmp_path, rounds=rounds)), "--out", str(out), "--submit")
-    job = json.loads((out / "manifest.json").read_text())["submissions"][0]["job_id"]
+    # task 0 gets what `#SBATCH --signal=B:USR1@120` sends 120 s before its time limit
     checkpoint = out / "runs/0000/checkpoints/last.pt"
     deadline = time.time() + TIMEOUT
     while time.time() < deadline and not checkpoint.exists():
         time.sleep(0.05)
-    # what `#SBATCH --signal=B:USR1@120` does 120 s before the time limit
     subprocess.run(["scancel", "--batch", "--signal=USR1", f"{job}_0"], env=cluster.env, check=True, timeout=30)
+    fit(load_recipe(out / "recipes/0000.yaml", [f"run.dir={tmp_path / 'straight'}"]))  # meanwhile, uninterrupted
     _wait_until_gone(cluster, job)
-    log = "\n".join(p.read_text() for p in (out / "logs").glob("*.out"))
-    assert "preempted: checkpoint after round" in log and f"requeued" in log, log[-3000:]
+
+    log = (out / f"logs/{job}_0.out").read_text()
+    assert "preempted: checkpoint after round" in log and "SLURM job" in log and "requeued" in log, log[-3000:]
     assert "restart 1" in log and "--resume" in log, log[-3000:]
-    res = _results(out / "runs/0000")
-    assert res["rounds_completed"] == rounds and res["final"] is not None
-    assert [row["round"] for row in res["history"]] == list(range(1, rounds + 1))
     assert _job_field(cluster, f"{job}_0", "Restarts") == "1"
+    straight, resumed = _global(tmp_path / "straight"), _global(out / "runs/0000")
+    assert all(torch.equal(straight[k], resumed[k]) for k in straight)  # requeued = uninterrupted, bit for bit
+    for i, alpha in enumerate((0.5, 5.0, 50.0)):
+        res = _results(out / f"runs/{i:04d}")
+        assert res["final"] is not None and res["rounds_completed"] == rounds
+        assert [row["round"] for row in res["history"]] == list(range(1, rounds + 1))
+        assert res["recipe"]["partition"]["alpha"] == alpha and res["recipe"]["run"]["dir"] == str(out / f"runs/{i:04d}")
+
+    assert main([*sweep, "--resubmit-failed"]) == 0  # nothing left to run: nothing submitted
+    assert "3 finished" in capsys.readouterr().out
+    assert len(json.loads((out / "manifest.json").read_text())["submissions"]) == 1
+    assert main(["report", str(out)]) == 0
+    report = (out / "report.md").read_text()
+    assert "| partition.alpha | seeds |" in report
+    assert all(f"| {a} | 1 |" in report for a in ("0.5", "5.0", "50.0"))
+    assert (out / "accuracy_vs_round.png").stat().st_size > 0 and (out / "accuracy_vs_bytes.png").stat().st_size > 0
 
 
 def test_srun_over_two_ranks_matches_one_process(cluster: SlurmCluster, tmp_path: Path) -> None:
