@@ -63,9 +63,14 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 CGROUP_CONF = "CgroupPlugin=autodetect\nIgnoreSystemd=yes\n"
 
 
+def _which(tool: str) -> str | None:
+    """``tool``'s path; daemons live in /usr/sbin, which a non-login PATH may lack."""
+    return shutil.which(tool, path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
+
+
 def unavailable() -> str | None:
     """Why a cluster cannot be started here (None if it can)."""
-    missing = [d for d in (*DAEMONS, "sbatch", "srun", "scontrol", "squeue") if shutil.which(d) is None]
+    missing = [d for d in (*DAEMONS, "sbatch", "srun", "scontrol", "squeue", "scancel") if _which(d) is None]
     if missing:
         return f"SLURM/munge not installed ({', '.join(missing)} missing; scripts/setup.sh installs slurm-wlm and munge)"
     if os.geteuid() != 0:
@@ -101,8 +106,8 @@ class SlurmCluster:
 
     def _spawn(self, name: str, cmd: list[str]) -> None:
         log = open(self.dir / f"{name}.out", "wb")
-        self.procs[name] = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
+        self.procs[name] = subprocess.Popen([_which(cmd[0]) or cmd[0], *cmd[1:]], env=self.env, stdout=log,
+                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 
     def _wait(self, what: str, ready, timeout: float) -> None:
         deadline = time.time() + timeout
