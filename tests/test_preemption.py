@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -15,7 +14,9 @@ import pytest
 import torch
 
 from fedlight.config import load_recipe
+from fedlight.engine import orchestrator
 from fedlight.engine.fit import fit
+from fedlight.engine.local_loop import train_client
 from fedlight.engine.preemption import EXIT_CODE, Preempted
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,21 +84,27 @@ def test_sigusr1_to_a_subprocess_requeues_exits_3_and_resume_is_bit_exact(tmp_pa
     _assert_same_run(run, straight_run)
 
 
-def test_sigterm_stops_at_the_round_end_in_process(tmp_path: Path, straight, monkeypatch) -> None:
+def test_sigterm_between_two_clients_checkpoints_the_half_round(tmp_path: Path, straight, monkeypatch) -> None:
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)  # never requeue a job this test runs in
     recipe, straight_run = straight
     run = tmp_path / "run"
     before = signal.getsignal(signal.SIGTERM)
+    trained = []
 
-    def send_when_checkpointed() -> None:
-        _wait_for(run / "checkpoints/last.pt")
-        os.kill(os.getpid(), signal.SIGTERM)
+    def train_then_signal(*args, **kwargs):  # the real local training; SIGTERM arrives during the 3rd client
+        trained.append(1)
+        if len(trained) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return train_client(*args, **kwargs)
 
-    threading.Thread(target=send_when_checkpointed, daemon=True).start()
+    monkeypatch.setattr(orchestrator, "train_client", train_then_signal)
     with pytest.raises(Preempted) as stop:
         fit(load_recipe(recipe, [*FAST, f"run.dir={run}"]))
-    assert 1 <= stop.value.rounds_done < 5 and stop.value.requeued is None
-    assert "continue with --resume" in stop.value.describe(str(run))
+    assert (stop.value.rounds_done, stop.value.clients_done, stop.value.requeued) == (1, 1, None)
+    assert "after round 1 and 1 clients of the next" in stop.value.describe(str(run))
     assert signal.getsignal(signal.SIGTERM) is before  # the handler is gone once fit returns
-    fit(load_recipe(recipe, [*FAST, f"run.dir={run}"]), resume=True)
+    ckpt = torch.load(run / "checkpoints/last.pt", weights_only=True)
+    assert ckpt["rounds_completed"] == 1 and [r["client"] for r in ckpt["partial"]["reports"]] == [0]
+    monkeypatch.undo()
+    fit(load_recipe(recipe, [*FAST, f"run.dir={run}"]), resume=True)  # trains only client 1 of round 2, then on
     _assert_same_run(run, straight_run)

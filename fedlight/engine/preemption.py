@@ -2,9 +2,10 @@
 
 SLURM sends SIGUSR1 ahead of the time limit (``#SBATCH --signal=B:USR1@120``) and SIGTERM
 when it preempts or cancels a job. The handler only sets a flag; the orchestrator reads it
-at the end of each round, right after that round's checkpoint, so the run stops at a point
-``--resume`` continues from bit for bit (all ranks agree through one ``all_reduce``). Rank 0
-then runs ``scontrol requeue $SLURM_JOB_ID`` when inside SLURM, and the CLI exits with 3.
+at the next safe point, where ``--resume`` continues bit for bit: after the current client
+(one process: the round's accumulator and client reports go into the checkpoint) or after
+the current round's checkpoint (several ranks, which agree through one ``all_reduce``).
+Rank 0 then runs ``scontrol requeue $SLURM_JOB_ID`` when inside SLURM; the CLI exits with 3.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ _received: list[int] = []
 class Preempted(Exception):
     """The run stopped after ``rounds_done`` rounds because a signal asked it to; its checkpoint is saved."""
 
-    def __init__(self, rounds_done: int, rank: int) -> None:
-        super().__init__(f"stopped by a signal after round {rounds_done}")
-        self.rounds_done, self.rank = rounds_done, rank
+    def __init__(self, rounds_done: int, rank: int, clients_done: int = 0) -> None:
+        super().__init__(f"stopped by a signal after round {rounds_done} (+{clients_done} clients)")
+        self.rounds_done, self.rank, self.clients_done = rounds_done, rank, clients_done
         self.requeued: str | None = None  # the SLURM job id requeued (rank 0, inside SLURM)
         self.requeue_error: str | None = None
 
@@ -42,7 +43,8 @@ class Preempted(Exception):
             then = f"{self.requeue_error}; resubmit with --resume"
         else:
             then = "continue with --resume"
-        return f"preempted: checkpoint after round {self.rounds_done} saved in '{run_dir}'; {then}"
+        where = f"round {self.rounds_done}" + (f" and {self.clients_done} clients of the next" if self.clients_done else "")
+        return f"preempted: checkpoint after {where} saved in '{run_dir}'; {then}"
 
 
 def requeue_after(stop: Preempted) -> None:
@@ -72,6 +74,11 @@ def signals_handled() -> Iterator[None]:
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+def received() -> bool:
+    """Whether this process received a preemption signal."""
+    return bool(_received)
 
 
 def requested(fabric: Fabric) -> bool:
