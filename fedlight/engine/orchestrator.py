@@ -185,7 +185,7 @@ class Federation:
             if self.world == 1 and i + 1 < len(mine) and preemption.received():  # stop between clients
                 self._checkpoint(self.wall_before + time.perf_counter() - self.started,
                                  partial={"acc": {k: v.cpu() for k, v in acc.items()}, "reports": reports})
-                raise preemption.Preempted(self.rounds_done, self.rank, clients_done=len(reports))
+                raise self._preempted(clients_done=len(reports))
         self.module.load_partial(self.global_state)  # server-side training (FLESD) starts from the global model
         if acc is None:  # this rank trained nobody: a neutral element keeps the collective aligned
             acc = self.aggregator.zeros(self._client_payload())
@@ -267,6 +267,12 @@ class Federation:
             "partial": partial,  # the unfinished round's accumulator and client reports (or None)
         })
 
+    def _preempted(self, clients_done: int = 0) -> preemption.Preempted:
+        """The exception that stops a preempted run (after its checkpoint); flushes TensorBoard first."""
+        if self.logger is not None:
+            self.logger.finalize("preempted")
+        return preemption.Preempted(self.rounds_done, self.rank, clients_done)
+
     def _restore(self) -> None:
         ckpt = load_checkpoint(self.run_dir / CHECKPOINT)
         self.rounds_done = int(ckpt["rounds_completed"])
@@ -279,7 +285,8 @@ class Federation:
         self.baseline = ckpt["baseline"]
         self.wall_before = float(ckpt["wall_seconds"])
         if ckpt.get("partial"):
-            self.partial = {**ckpt["partial"], "acc": {k: self.fabric.to_device(v) for k, v in ckpt["partial"]["acc"].items()}}
+            acc = {k: self.fabric.to_device(v) for k, v in ckpt["partial"]["acc"].items()}
+            self.partial = {**ckpt["partial"], "acc": acc}
 
     def _results(self, wall: float, final: dict[str, float] | None) -> dict[str, Any]:
         return {
@@ -389,9 +396,7 @@ class Federation:
                 rounds.set_postfix(loss=f"{row['train_loss']:.3f}",
                                    probe=f"{last_eval['linear_probe_acc']:.3f}" if last_eval else "-")
             if self.rounds_done < r.rounds and preemption.requested(self.fabric):  # SIGUSR1/SIGTERM
-                if self.logger is not None:  # this round's checkpoint above is where --resume starts
-                    self.logger.finalize("preempted")
-                raise preemption.Preempted(self.rounds_done, self.rank)
+                raise self._preempted()  # this round's checkpoint above is where --resume starts
         rounds.close()
         final = {k: last_eval[k] for k in last_eval if k.startswith(METRICS)} if last_eval else None
         results = self._results(wall, final)

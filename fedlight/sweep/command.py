@@ -32,6 +32,8 @@ def run_sweep(recipe: str, grid: list[str], seeds: int, out: str, submit_now: bo
     axes = parse_grid(grid)
     if seeds < 1:
         raise UserError(f"--seeds {seeds}: give at least 1")
+    if max_running is not None and max_running < 1:
+        raise UserError(f"--max-running {max_running}: give at least 1 (or leave it out: no limit)")
     first = load_recipe(base)
     seed_list = [first.seed + i for i in range(seeds)]  # the recipe's seed, then the next ones
     tasks = expand(axes, seed_list)
