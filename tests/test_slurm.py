@@ -102,6 +102,8 @@ def test_sweep_on_slurm_with_a_preempted_task_then_report(cluster: SlurmCluster,
     (submission,) = json.loads((out / "manifest.json").read_text())["submissions"]
     job = submission["job_id"]
     assert submission["tasks"] == [0, 1, 2] and "--array=0-2%3" in submission["command"]
+    assert main([*sweep, "--resubmit-failed"]) == 0  # all three are pending or running: none goes twice
+    assert "0 to submit now" in capsys.readouterr().out
 
     # task 0 gets what `#SBATCH --signal=B:USR1@120` sends 120 s before its time limit
     checkpoint = out / "runs/0000/checkpoints/last.pt"

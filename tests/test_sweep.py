@@ -94,6 +94,7 @@ def test_plan_never_duplicates_a_submission() -> None:
     assert to_submit(manifest, finished={0}, resubmit_failed=False) == [3, 4]
     assert to_submit(manifest, finished={0}, resubmit_failed=True) == [1, 2, 3, 4]
     assert to_submit(manifest, finished={0, 1, 2, 3, 4}, resubmit_failed=True) == []
+    assert to_submit(manifest, finished={0}, resubmit_failed=True, queued={2, 3}) == [1, 4]  # still in SLURM
 
 
 @pytest.mark.parametrize("grid, fragment", [

@@ -7,12 +7,11 @@ to device, mean over seeds), in MB (10^6 bytes). Below: one row per run, and the
 
 from __future__ import annotations
 
-import statistics
 import os
+import statistics
 from pathlib import Path
 from typing import Any
 
-from fedlight.engine.rundir import atomic_write_bytes
 from fedlight.report.plots import write_plots
 from fedlight.report.runs import Run, find_runs, varying_keys
 
@@ -98,5 +97,5 @@ def write_report(paths: list[str], out: str | Path) -> Path:
     keys = [k for k in varying_keys(done) if k != "seed"]
     plots = write_plots(group_runs(done, keys), keys, out) if done else []
     path = out / REPORT
-    atomic_write_bytes(path, render(runs, [str(p) for p in paths], plots, out).encode())
+    path.write_text(render(runs, [str(p) for p in paths], plots, out))
     return path

@@ -18,7 +18,7 @@ from fedlight.errors import UserError
 from fedlight.sweep import manifest as mf
 from fedlight.sweep.grid import expand, parse_grid
 from fedlight.sweep.plan import is_finished, summary, to_submit
-from fedlight.sweep.slurm import render_array_script, require_sbatch, sbatch_command, submit
+from fedlight.sweep.slurm import queued_tasks, render_array_script, require_sbatch, sbatch_command, submit
 
 SCRIPT = "array.sbatch"
 
@@ -54,7 +54,10 @@ def run_sweep(recipe: str, grid: list[str], seeds: int, out: str, submit_now: bo
         require_sbatch()
 
     finished = {i for i, (_, rounds) in texts.items() if is_finished(mf.run_path(out_dir, i), rounds)}
-    chosen = to_submit(manifest, finished, resubmit_failed)
+    queued = queued_tasks([sub["job_id"] for sub in manifest["submissions"]]) if resubmit_failed else set()
+    if queued is None:
+        echo("warning: squeue cannot tell which earlier tasks are still queued; they may be submitted twice")
+    chosen = to_submit(manifest, finished, resubmit_failed, queued or set())
     (out_dir / "logs").mkdir(parents=True, exist_ok=True)
     write_json(out_dir / mf.MANIFEST, manifest)
     for index, (text, _) in texts.items():

@@ -4,7 +4,8 @@ A task is finished when its run folder holds a ``results.json`` with every round
 final accuracies (the engine rewrites ``results.json`` after each round, so its mere
 existence is not enough). Finished tasks are never submitted again and their files are never
 rewritten. A plain re-run submits only tasks never submitted before (a pending or running
-array is not duplicated); ``--resubmit-failed`` submits every task without final results.
+array is not duplicated); ``--resubmit-failed`` submits every task without final results
+that SLURM does not still hold as pending or running.
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ def submitted(manifest: dict[str, Any]) -> set[int]:
     return {i for s in manifest.get("submissions", []) for i in s["tasks"]}
 
 
-def to_submit(manifest: dict[str, Any], finished: set[int], resubmit_failed: bool) -> list[int]:
-    """The task indices to submit now, in order."""
+def to_submit(manifest: dict[str, Any], finished: set[int], resubmit_failed: bool,
+              queued: set[int] = frozenset()) -> list[int]:
+    """The task indices to submit now, in order (never one still ``queued`` in SLURM)."""
     before = submitted(manifest)
-    return [t["index"] for t in manifest["tasks"]
-            if t["index"] not in finished and (resubmit_failed or t["index"] not in before)]
+    return [t["index"] for t in manifest["tasks"] if t["index"] not in finished and t["index"] not in queued
+            and (resubmit_failed or t["index"] not in before)]
 
 
 def summary(manifest: dict[str, Any], finished: set[int], chosen: list[int]) -> str:

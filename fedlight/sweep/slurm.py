@@ -61,3 +61,15 @@ def submit(command: list[str]) -> str:
         lines = (proc.stderr or proc.stdout).strip().splitlines() or ["no message"]
         raise UserError(f"sbatch failed (exit {proc.returncode}): {lines[-1]}; command: {shlex.join(command)}")
     return proc.stdout.strip().split(";")[0]
+
+
+def queued_tasks(job_ids: list[str]) -> set[int] | None:
+    """Array indices of ``job_ids`` still pending or running (``squeue``); None when SLURM can't say."""
+    if not job_ids or shutil.which("squeue") is None:
+        return None if job_ids else set()
+    proc = subprocess.run(["squeue", "-h", "-r", "-o", "%i", "-j", ",".join(job_ids)], capture_output=True, text=True)
+    if proc.returncode != 0:  # jobs that left the controller's memory long ago are not queued
+        return set() if "invalid job id" in proc.stderr.lower() else None
+    tasks = (line.rsplit("_", 1)[1] for line in proc.stdout.split() if "_" in line)
+    return {int(t) for t in tasks if t.isdigit()}
+
