@@ -98,8 +98,8 @@ def test_plan_never_duplicates_a_submission() -> None:
 
 
 @pytest.mark.parametrize("grid, fragment", [
-    (["--grid", "partition.alpah=0.1,1"], "--grid key 'partition.alpah' is not a recipe key"),
-    (["--grid", "partition=0.1,1"], "--grid key 'partition' is not a recipe key"),
+    (["--grid", "partition.alpah=0.1,1"], "valid keys under partition: alpha, classes_per_client"),
+    (["--grid", "partition=0.1,1"], "--grid key 'partition' is not a recipe key; 'partition' is a section"),
     (["--grid", "partition.alpha="], "--grid partition.alpha has an empty value list"),
     (["--grid", "partition.alpha=1,,2"], "--grid partition.alpha has an empty value list"),
     (["--grid", "partition.alpha=1", "--grid", "partition.alpha=2"], "given twice"),

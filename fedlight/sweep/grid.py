@@ -58,18 +58,22 @@ def split_values(text: str) -> list[str]:
     return [*items, current]
 
 
-def schema_has(key: str) -> bool:
-    """Whether dotted ``key`` names a recipe field; keys under ``method``/``server`` are checked
-    later against the chosen class (``fedlight.registry``), as a recipe's are."""
+def schema_problem(key: str) -> str | None:
+    """Why dotted ``key`` is not a recipe value (None if it is). Keys under ``method``/``server``
+    are checked later against the chosen class (``fedlight.registry``), as a recipe's are."""
     cls: Any = Recipe
     parts = key.split(".")
     for i, part in enumerate(parts):
-        if not dataclasses.is_dataclass(cls) or part not in {f.name for f in dataclasses.fields(cls)}:
-            return False
+        fields = sorted(f.name for f in dataclasses.fields(cls))
+        if part not in fields:
+            where = ".".join(parts[:i])
+            return f"valid keys{f' under {where}' if where else ''}: {', '.join(fields)}"
         cls = typing.get_type_hints(cls)[part]
         if typing.get_origin(cls) is dict:  # method.* / server.*: any key, typed by the class
-            return i + 1 < len(parts)
-    return not dataclasses.is_dataclass(cls)  # a whole section is not a value
+            return None if i + 1 < len(parts) else f"'{key}' is a section: grid one of its keys, e.g. {key}.name"
+        if not dataclasses.is_dataclass(cls) and i + 1 < len(parts):
+            return f"'{'.'.join(parts[:i + 1])}' is a value, not a section"
+    return f"'{key}' is a section: grid one of its keys" if dataclasses.is_dataclass(cls) else None
 
 
 def parse_axis(text: str) -> Axis:
@@ -79,8 +83,9 @@ def parse_axis(text: str) -> Axis:
         raise UserError(f"--grid '{text}' must look like KEY=v1,v2 (for example partition.alpha=0.1,1)")
     if key in OWNED:
         raise UserError(f"--grid key '{key}' is set by the sweep; {OWNED[key]}")
-    if not schema_has(key):
-        raise UserError(f"--grid key '{key}' is not a recipe key; see fedlight/config/schema.py for valid keys")
+    problem = schema_problem(key)
+    if problem:
+        raise UserError(f"--grid key '{key}' is not a recipe key; {problem}")
     raw = split_values(rest)
     if not rest or any(not r.strip() for r in raw):
         raise UserError(f"--grid {key} has an empty value list or an empty value in '{rest}'; give v1,v2,...")
