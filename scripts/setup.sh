@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what fedlight needs on a fresh Debian machine (idempotent, quick when already done):
 #   - Fashion-MNIST from Debian's dataset-fashion-mnist (for the quickstart and the tests),
+#   - Debian's slurm-wlm and munge (the real-SLURM tests start a one-node cluster with them),
 #   - fedlight itself with its dependencies and the dev extra, into the current Python.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +15,21 @@ if [ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   else
     echo "setup: Fashion-MNIST is not in /usr/share/datasets/fashion-mnist; install Debian's" \
          "dataset-fashion-mnist, or run recipes with data.root=<folder> data.download=true" >&2
+  fi
+fi
+
+missing_slurm=
+for tool in sbatch srun scontrol slurmctld slurmd munged; do
+  command -v "$tool" >/dev/null || missing_slurm="$missing_slurm $tool"
+done
+if [ -n "$missing_slurm" ]; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    echo "setup: installing Debian's slurm-wlm and munge (missing:$missing_slurm)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq slurm-wlm munge >/dev/null
+  else
+    echo "setup: SLURM/munge missing ($missing_slurm); tests/test_slurm.py will be skipped" \
+         "(as root with apt-get: apt-get install slurm-wlm munge)" >&2
   fi
 fi
 

@@ -37,6 +37,7 @@ from fedlight.data.views import ViewMaker, ViewParams
 from fedlight.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedlight.engine.distill import EnsembleDistiller
 from fedlight.engine.evaluator import METRICS, Evaluator
+from fedlight.engine import preemption
 from fedlight.engine.ledger import CommLedger
 from fedlight.engine.local_loop import LocalResult, train_client
 from fedlight.engine.stream_loop import train_client_stream
@@ -106,6 +107,8 @@ class Federation:
         self.baseline: dict[str, float] | None = None
         self.rounds_done = 0
         self.wall_before = 0.0
+        self.partial: dict[str, Any] | None = None  # a round a preemption stopped between clients
+        self.started = time.perf_counter()
         self.global_state = self._snapshot(self.module.shared_state())
         self.evaluator = Evaluator(fabric, self.module, data, self.views, recipe.eval, recipe.seed)
         self.logger: TensorBoardLogger | None = None
@@ -155,7 +158,11 @@ class Federation:
         mine = [c for c in sampled if c % self.world == self.rank]
         acc: State | None = None
         reports = []
-        for client in mine:
+        if self.partial is not None:  # resuming a round that a preemption stopped between two clients
+            acc, reports = self.partial["acc"], list(self.partial["reports"])
+            mine = [c for c in mine if c not in {rep["client"] for rep in reports}]
+            self.partial = None
+        for i, client in enumerate(mine):
             self.module.load_partial(self.global_state)
             private = self.store.get(client) or {}
             module_state = {k: v for k, v in private.items() if not k.startswith(BUFFER)}
@@ -175,6 +182,10 @@ class Federation:
                             "samples": int(weight), "ledger": ledger.rows, **extra})
             if progress is not None:
                 progress.update(1)
+            if self.world == 1 and i + 1 < len(mine) and preemption.received():  # stop between clients
+                self._checkpoint(self.wall_before + time.perf_counter() - self.started,
+                                 partial={"acc": {k: v.cpu() for k, v in acc.items()}, "reports": reports})
+                raise self._preempted(clients_done=len(reports))
         self.module.load_partial(self.global_state)  # server-side training (FLESD) starts from the global model
         if acc is None:  # this rank trained nobody: a neutral element keeps the collective aligned
             acc = self.aggregator.zeros(self._client_payload())
@@ -239,7 +250,7 @@ class Federation:
         return [{k: self.fabric.to_device(v) for k, v in states[c].items()} for c in sorted(states)]
 
     # ---------------------------------------------------------------- persistence
-    def _checkpoint(self, wall: float) -> None:
+    def _checkpoint(self, wall: float, partial: dict[str, Any] | None = None) -> None:
         shards = self._gather(self.store.state_dict())
         if self.rank != 0:
             return
@@ -253,7 +264,14 @@ class Federation:
             "ledger": self.ledger.rows,
             "baseline": self.baseline,
             "wall_seconds": wall,
+            "partial": partial,  # the unfinished round's accumulator and client reports (or None)
         })
+
+    def _preempted(self, clients_done: int = 0) -> preemption.Preempted:
+        """The exception that stops a preempted run (after its checkpoint); flushes TensorBoard first."""
+        if self.logger is not None:
+            self.logger.finalize("preempted")
+        return preemption.Preempted(self.rounds_done, self.rank, clients_done)
 
     def _restore(self) -> None:
         ckpt = load_checkpoint(self.run_dir / CHECKPOINT)
@@ -266,6 +284,9 @@ class Federation:
         self.ledger = CommLedger(ckpt["ledger"])
         self.baseline = ckpt["baseline"]
         self.wall_before = float(ckpt["wall_seconds"])
+        if ckpt.get("partial"):
+            acc = {k: self.fabric.to_device(v) for k, v in ckpt["partial"]["acc"].items()}
+            self.partial = {**ckpt["partial"], "acc": acc}
 
     def _results(self, wall: float, final: dict[str, float] | None) -> dict[str, Any]:
         return {
@@ -336,7 +357,7 @@ class Federation:
     def run(self, resume: bool) -> dict[str, Any]:
         """Train the remaining rounds; returns (and on rank 0 writes) the results."""
         r = self.recipe
-        start = time.perf_counter()
+        start = self.started = time.perf_counter()
         if resume:
             self._restore()
         elif self.rank == 0:
@@ -374,6 +395,8 @@ class Federation:
                 write_json(self.run_dir / "results.json", self._results(wall, None))
                 rounds.set_postfix(loss=f"{row['train_loss']:.3f}",
                                    probe=f"{last_eval['linear_probe_acc']:.3f}" if last_eval else "-")
+            if self.rounds_done < r.rounds and preemption.requested(self.fabric):  # SIGUSR1/SIGTERM
+                raise self._preempted()  # this round's checkpoint above is where --resume starts
         rounds.close()
         final = {k: last_eval[k] for k in last_eval if k.startswith(METRICS)} if last_eval else None
         results = self._results(wall, final)
