@@ -14,6 +14,7 @@ from fedlight import registry
 from fedlight.config.schema import Recipe
 from fedlight.data.partition import partition
 from fedlight.data.sources import ImageData, load_dataset, take_subset
+from fedlight.engine.exchange_rounds import validate_exchange
 from fedlight.engine.orchestrator import Federation
 from fedlight.engine.rundir import prepare_run_dir, write_yaml
 from fedlight.errors import UserError
@@ -68,6 +69,7 @@ def fit(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> dict[s
     written or any process is launched.
     """
     registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client)
+    validate_exchange(recipe, registry.build_server(recipe.server, recipe.clients.num).aggregate_every)
     data, parts = prepare_data(recipe)
     run_dir = Path(recipe.run_dir)
     fabric = make_fabric(recipe)
