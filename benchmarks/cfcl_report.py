@@ -71,7 +71,10 @@ def main() -> None:
     parser.add_argument("--targets", type=float, nargs="+", default=[0.6], help="accuracies to reach (first metric)")
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides for every run")
     args = parser.parse_args()
-    runs = {p: [run(args.recipe, p, s, args.out, args.overrides) for s in args.seeds] for p in args.policies}
+    runs: dict[str, list[dict]] = {p: [] for p in args.policies}
+    for s in args.seeds:  # seed-major: a cut-short session still has every policy for its first seeds
+        for p in args.policies:
+            runs[p].append(run(args.recipe, p, s, args.out, args.overrides))
     seeds = len(args.seeds)
     print(f"\n{args.recipe}, seeds {' '.join(map(str, args.seeds))}; mean +- std over seeds, in %\n")
     for metric in args.metrics:
