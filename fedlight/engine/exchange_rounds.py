@@ -45,7 +45,8 @@ def validate_exchange(recipe: Recipe, aggregate_every: int | None) -> None:
     n, degree = recipe.clients.num, recipe.exchange.avg_degree
     if policy != "none" and n < 2:
         raise UserError(f"exchange.policy={policy} needs at least 2 devices; raise clients.num")
-    if policy != "none" and recipe.exchange.graph == "rgg" and not n - 1 <= round(n * degree / 2) <= n * (n - 1) // 2:
+    graph_built = aggregate_every is not None and n >= 2 and recipe.exchange.graph == "rgg"
+    if graph_built and not n - 1 <= round(n * degree / 2) <= n * (n - 1) // 2:
         raise UserError(f"exchange.avg_degree={degree} cannot make a connected graph on {n} devices; "
                         f"use a value in [{2 * (n - 1) / n:g}, {n - 1}]")
 
@@ -71,7 +72,8 @@ class ExchangeRounds:
         self.fabric, self.module, self.images, self.views = fabric, module, images, views
         self.cfg, self.seed, self.batch_size = cfg, recipe.seed, recipe.local.batch_size
         self.aggregate_every, self.total = aggregate_every, recipe.rounds * aggregate_every
-        self.adjacency, self.positions = build_graph(cfg.graph, len(parts), cfg.avg_degree, numpy_rng(recipe.seed, "graph"))
+        kind = cfg.graph if len(parts) > 1 else "complete"  # pooled data (centralized): one device, no links
+        self.adjacency, self.positions = build_graph(kind, len(parts), cfg.avg_degree, numpy_rng(recipe.seed, "graph"))
         self.exchange = Exchange([p.numpy() for p in parts], self.adjacency, cfg.policy, cfg.reserve, cfg.approx,
                                  cfg.clusters, cfg.pull_size, recipe.seed, cfg.kmeans_iters)
         self.devices = devices
