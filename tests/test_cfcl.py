@@ -287,3 +287,34 @@ def test_short_real_run_through_the_cli(tmp_path: Path) -> None:
     assert results["comm"]["bytes_up"] == 2 * 5 * params * 4  # 32 bits per parameter, every device, every period
     events = next((run / "tensorboard").glob("events.*")).read_bytes()
     assert b"exchange/graph" in events and b"exchange/label_var" in events
+
+
+def test_resume_continues_the_exchange_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run stopped after its first period and resumed ends where a straight run ends.
+
+    Pulls every 3 iterations with Ta = 10: periods do not open with a pull, so the stored pulled
+    set matters (and lambda_t needs the same T, hence a crash rather than a shorter run).
+    """
+    from fedlight.engine.orchestrator import Federation
+
+    extra = ["exchange.pull_every=3", "eval.every=5"]
+    _, straight = _recipe(tmp_path / "straight", *extra)
+    fit(straight)
+    path, crashing = _recipe(tmp_path / "resumed", *extra)
+    log_round = Federation._log_round
+
+    def crash_after_first(self, row, rows):
+        log_round(self, row, rows)
+        raise KeyboardInterrupt  # after the period's checkpoint, as a kill would
+
+    monkeypatch.setattr(Federation, "_log_round", crash_after_first)
+    with pytest.raises(KeyboardInterrupt):
+        fit(crashing)
+    monkeypatch.setattr(Federation, "_log_round", log_round)
+    fit(load_recipe(path, extra), resume=True)
+    a = torch.load(tmp_path / "straight/run/checkpoints/last.pt", weights_only=True)
+    b = torch.load(tmp_path / "resumed/run/checkpoints/last.pt", weights_only=True)
+    assert b["rounds_completed"] == 2
+    for k in a["global"]:
+        torch.testing.assert_close(a["global"][k], b["global"][k])
+    assert a["ledger"] == b["ledger"]
