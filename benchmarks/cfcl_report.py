@@ -141,7 +141,8 @@ def main() -> None:
                      for r, s in zip(rs, args.seeds)]
             row += [reach_cell(pairs, 0), reach_cell(pairs, 1)]
         print("| " + " | ".join(row) + " |")
-    compute = {p: np.mean([r["history"][-1]["delay_seconds"] - comm_delay(args.out / p / f"seed{s}")[r["rounds_completed"]]
+    compute = {p: np.mean([r["history"][-1]["delay_seconds"]
+                           - comm_delay(args.out / p / f"seed{s}")[r["rounds_completed"]]
                            for r, s in zip(rs, args.seeds)]) for p, rs in runs.items()}
     print("\nexchange compute time over the run (K-means, scores; wall seconds summed over periods of the slowest "
           "device, on this machine): " + ", ".join(f"{p} {v:.1f}" for p, v in compute.items()))

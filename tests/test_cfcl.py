@@ -132,7 +132,8 @@ def test_pull_probabilities_eq_12_sum_to_one_and_sampling_follows_them() -> None
     rng = np.random.default_rng(0)
     firsts = np.bincount([sample_pull(p, 1, rng)[0] for _ in range(4000)], minlength=4) / 4000
     np.testing.assert_allclose(firsts, p, atol=0.03)
-    assert sorted(sample_pull(np.array([0.5, 0.5, 0.0]), 5, rng).tolist()) == [0, 1]  # zero-probability points never sent
+    # zero-probability points are never sent
+    assert sorted(sample_pull(np.array([0.5, 0.5, 0.0]), 5, rng).tolist()) == [0, 1]
 
 
 def test_expected_triplet_loss_eq_10_and_temperature_schedule() -> None:
@@ -231,8 +232,9 @@ def test_exchange_refuses_a_label_reading_objective(tmp_path: Path) -> None:
     module = Supervised(CFCLCNN(3, 16), num_classes=10)
     assert module.uses_labels
     with pytest.raises(AssertionError, match="without labels"):
-        ExchangeRounds(Fabric(accelerator="cpu", devices=1), recipe, module, torch.zeros(10, 3, 16, 16, dtype=torch.uint8),
-                       [torch.arange(5), torch.arange(5, 10)], None, 10, [0, 1])
+        ExchangeRounds(Fabric(accelerator="cpu", devices=1), recipe, module,
+                       torch.zeros(10, 3, 16, 16, dtype=torch.uint8), [torch.arange(5), torch.arange(5, 10)], None, 10,
+                       [0, 1])
 
 
 @pytest.mark.parametrize("overrides, fix", [

@@ -72,7 +72,8 @@ class Exchange:
         self.neighbours = neighbours(adjacency)
         self.policy, self.reserve_size, self.approx_size = policy, reserve, approx
         self.clusters, self.pull_size, self.seed, self.kmeans_iters = clusters, pull_size, seed, kmeans_iters
-        self.reserve: list[np.ndarray] = [np.empty(0, np.int64) for _ in parts]  # pushed by device i to all its neighbours
+        # reserve[i]: what device i pushed to every neighbour (D^Reserve_{i->j})
+        self.reserve: list[np.ndarray] = [np.empty(0, np.int64) for _ in parts]
         self.pulled: list[np.ndarray] = [np.empty(0, np.int64) for _ in parts]
         self.plans: dict[tuple[int, int], PairPlan] = {}
         self._approx: dict[int, tuple[np.ndarray, torch.Tensor]] = {}
@@ -109,8 +110,8 @@ class Exchange:
         rng = numpy_rng(self.seed, "approx", round_, transmitter)
         return np.sort(rng.choice(own, size=min(self.approx_size, len(own)), replace=False))
 
-    def plan(self, receivers: list[int], round_: int, embed: Embed, embed_views: Callable[[np.ndarray, int], torch.Tensor],
-             margin: float) -> None:
+    def plan(self, receivers: list[int], round_: int, embed: Embed,
+             embed_views: Callable[[np.ndarray, int], torch.Tensor], margin: float) -> None:
         """Algorithm 2, lines 2-7, for every (receiver, neighbour) pair, with the global model.
 
         Plans of earlier periods are replaced pair by pair.
