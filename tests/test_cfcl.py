@@ -5,6 +5,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -320,3 +323,22 @@ def test_resume_continues_the_exchange_exactly(tmp_path: Path, monkeypatch: pyte
     for k in a["global"]:
         torch.testing.assert_close(a["global"][k], b["global"][k])
     assert a["ledger"] == b["ledger"]
+
+
+def test_two_processes_exchange_as_one(tmp_path: Path) -> None:
+    """Devices sharded over 2 ranks push, plan and pull exactly as in one process."""
+    extra = ["rounds=1", "eval.probe_epochs=1"]
+    path, one = _recipe(tmp_path, *extra)
+    fit(one)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "fedlight", "fit", "--recipe", str(path), *extra, "fabric.devices=2",
+           f"run.dir={tmp_path / 'two'}"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    a = torch.load(tmp_path / "run/checkpoints/last.pt", weights_only=True)
+    b = torch.load(tmp_path / "two/checkpoints/last.pt", weights_only=True)
+    for k in a["global"]:
+        torch.testing.assert_close(a["global"][k], b["global"][k], atol=1e-5, rtol=1e-4)
+    assert sorted(a["ledger"]) == sorted(b["ledger"])
+    for c in a["clients"]:
+        assert a["clients"][c][EXCHANGE + "pulled"].tolist() == b["clients"][c][EXCHANGE + "pulled"].tolist()
