@@ -15,6 +15,7 @@ from fedlight.config.schema import Recipe
 from fedlight.data.partition import partition
 from fedlight.data.sources import ImageData, load_dataset, take_subset
 from fedlight.engine import preemption
+from fedlight.engine.exchange_rounds import validate_exchange
 from fedlight.engine.orchestrator import Federation
 from fedlight.engine.rundir import prepare_run_dir, write_yaml
 from fedlight.errors import UserError
@@ -79,6 +80,7 @@ def fit(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> dict[s
 
 def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
     registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client)
+    validate_exchange(recipe, registry.build_server(recipe.server, recipe.clients.num).aggregate_every)
     data, parts = prepare_data(recipe)
     run_dir = Path(recipe.run_dir)
     fabric = make_fabric(recipe)

@@ -38,12 +38,15 @@ from fedlight.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedlight.engine.distill import EnsembleDistiller
 from fedlight.engine.evaluator import METRICS, Evaluator
 from fedlight.engine import preemption
+from fedlight.engine.exchange_rounds import EXCHANGE, ExchangeRounds
 from fedlight.engine.ledger import CommLedger
 from fedlight.engine.local_loop import LocalResult, train_client
 from fedlight.engine.stream_loop import train_client_stream
 from fedlight.engine.rundir import CHECKPOINT, write_json
 from fedlight.engine.store import ClientStateStore
 from fedlight.engine.tensorboard import flatten, partition_figure
+from fedlight.exchange.delay import period_delay
+from fedlight.exchange.graph import graph_figure
 from fedlight.methods.base import FederatedModule
 from fedlight.seeding import numpy_rng, torch_generator
 from fedlight.server.base import Aggregator
@@ -117,6 +120,11 @@ class Federation:
             self.public_images = self.images[self.parts[public].to(self.images.device)]
             self.distiller = EnsembleDistiller(fabric, self.module, self.public_images, self.views, recipe.seed)
             aggregator.bind_distiller(self.distiller)
+        self.exchange: ExchangeRounds | None = None
+        if aggregator.aggregate_every is not None:  # CF-CL: rounds of Ta SGD iterations, D2D exchange
+            self.exchange = ExchangeRounds(fabric, recipe, self.module, self.images, self.parts, self.views,
+                                           aggregator.aggregate_every,
+                                           [c for c in self.trainable if c % self.world == self.rank])
 
     # ---------------------------------------------------------------- collectives
     @staticmethod
@@ -156,6 +164,8 @@ class Federation:
         self.module.optim.lr = self._round_lr(round_)
         sampled = [self.trainable[i] for i in sample_clients(r.seed, round_, len(self.trainable), r.clients.fraction)]
         mine = [c for c in sampled if c % self.world == self.rank]
+        if self.exchange is not None:
+            self.exchange.begin_round(round_, self.global_state, mine)
         acc: State | None = None
         reports = []
         if self.partial is not None:  # resuming a round that a preemption stopped between two clients
@@ -165,7 +175,7 @@ class Federation:
         for i, client in enumerate(mine):
             self.module.load_partial(self.global_state)
             private = self.store.get(client) or {}
-            module_state = {k: v for k, v in private.items() if not k.startswith(BUFFER)}
+            module_state = {k: v for k, v in private.items() if not k.startswith((BUFFER, EXCHANGE))}
             if module_state:
                 self.module.load_partial(module_state)
             else:
@@ -178,6 +188,8 @@ class Federation:
             if self.aggregator.communicates:
                 ledger.record(round_, client, "down", self.global_state)
                 ledger.record(round_, client, "up", payload)
+            if extra.get("d2d_bytes"):  # CF-CL: images received over D2D links, 8 bits per pixel
+                ledger.rows.append([round_, client, "d2d", "uint8", extra.pop("d2d_bytes")])
             reports.append({"client": client, "loss": result.mean_loss, "steps": result.steps,
                             "samples": int(weight), "ledger": ledger.rows, **extra})
             if progress is not None:
@@ -204,6 +216,12 @@ class Federation:
         """
         r = self.recipe
         generator = torch_generator(r.seed, "local", round_, client)
+        if self.exchange is not None:
+            result, weight, extra = self.exchange.train(client, round_, generator, private)
+            labels = self.data.train_y.numpy()  # measurement only (CF-CL Fig. 3c): training never sees them
+            extra["label_counts"] = [np.bincount(labels[s], minlength=self.data.num_classes).tolist()
+                                     for s in extra.pop("sets")]
+            return result, weight, extra
         if r.stream.velocity is None:
             result = train_client(self.fabric, self.module, self.images, self.labels,
                                   self.parts[client].to(self.images.device), self.views, r.local.epochs,
@@ -310,6 +328,12 @@ class Federation:
         if self.rounds_done == 0:
             counts = class_counts(self.data.train_y.numpy(), [p.numpy() for p in self.parts], self.data.num_classes)
             self.logger.experiment.add_figure("data/partition", partition_figure(counts), 0)
+            if self.exchange is not None:
+                ex = self.exchange
+                write_json(self.run_dir / "graph.json", {
+                    "kind": self.recipe.exchange.graph, "neighbours": ex.exchange.neighbours,
+                    "positions": ex.positions.tolist()})
+                self.logger.experiment.add_figure("exchange/graph", graph_figure(ex.adjacency, ex.positions), 0)
             self.logger.log_metrics({f"baseline/{k}": v for k, v in self.baseline.items() if v is not None}, step=0)
 
     @staticmethod
@@ -324,12 +348,26 @@ class Federation:
                 "buffer_select_ms": 1000 * total["seconds"] / max(total["batches"], 1),
                 "buffer_classes": [rep["buffer_classes"] for rep in reports]}
 
+    def _exchange_summary(self, reports: list[dict[str, Any]], rows: list[list]) -> dict[str, Any]:
+        """CF-CL rounds: iterations so far, variance across devices of their training sets' label
+        counts (mean over classes and over the period's pulls, Fig. 3c) and the cumulative delay."""
+        if self.exchange is None:
+            return {}
+        pulls = min(len(rep["label_counts"]) for rep in reports)
+        counts = np.array([[rep["label_counts"][p] for rep in reports] for p in range(pulls)], dtype=float)
+        before = self.history[-1]["delay_seconds"] if self.history else 0.0
+        delay = period_delay(rows, {rep["client"]: rep["exchange_seconds"] for rep in reports})
+        return {"iterations": self.rounds_done * self.exchange.aggregate_every,
+                "label_var": float(counts.var(axis=1).mean()), "delay_seconds": before + delay}
+
     def _log_round(self, row: dict[str, Any], rows: list[list]) -> None:
         if self.logger is None:
             return
         scalars = {"train/loss": row["train_loss"], "time/round_seconds": row["seconds"],
                    **{f"comm/{k}": row[k] for k in ("bytes_up", "bytes_down", "bytes_d2d")},
                    **{f"eval/{k}": v for k, v in row.items() if k.startswith(METRICS) and v is not None}}
+        if "label_var" in row:
+            scalars.update({"exchange/label_var": row["label_var"], "exchange/delay_seconds": row["delay_seconds"]})
         if "buffer_classes" in row:
             scalars.update({"stream/dropped_new": row["buffer_dropped_new"], "stream/rescored": row["buffer_rescored"],
                             "stream/select_ms_per_batch": row["buffer_select_ms"]})
@@ -386,7 +424,8 @@ class Federation:
             row = {"round": self.rounds_done,
                    "train_loss": float(np.mean([rep["loss"] for rep in reports])),
                    **metrics, **self.ledger.totals(round_), "seconds": time.perf_counter() - t0,
-                   "clients": [rep["client"] for rep in reports], **self._buffer_summary(reports)}
+                   "clients": [rep["client"] for rep in reports], **self._buffer_summary(reports),
+                   **self._exchange_summary(reports, rows)}
             self.history.append(row)
             wall = self.wall_before + time.perf_counter() - start
             self._checkpoint(wall)
