@@ -4,7 +4,7 @@ Each client owns an adversary that predicts a protected attribute ``a`` from the
 representation ``h = l(x)``. Updates alternate on every batch (the coordinate descent of
 appendix eqs. 10-12):
 
-1. adversary: one step on ``L_adv = BCE(adv(h.detach()), a)`` (its own optimizer);
+1. adversary: ``adversary_steps`` steps on ``L_adv = BCE(adv(h.detach()), a)`` (its own optimizer);
 2. local and global model: one step on ``L_task - lambda * L_adv(adv(h), a)``, the adversary
    held fixed: the model minimises its own loss and maximises the adversary's.
 
@@ -35,18 +35,20 @@ class FairLocalGlobal(LocalGlobal):
             (0 trains the adversary but not against it: LG-FedAvg without the adversarial term).
         adversary_hidden: hidden width of the adversary MLP.
         adversary_lr: Adam learning rate of the adversary.
+        adversary_steps: adversary steps per model step (a near-optimal adversary keeps the model
+            from "fooling" it by flipping its predictions instead of removing the attribute).
     """
 
     uses_protected = True
 
     def __init__(self, objective: FederatedModule, num_classes: int, global_layers: list[str] | None = None,
                  warmup_rounds: int = 0, warmup_goal_acc: float | None = None, adversary_weight: float = 1.0,
-                 adversary_hidden: int = 32, adversary_lr: float = 1e-3) -> None:
+                 adversary_hidden: int = 32, adversary_lr: float = 1e-2, adversary_steps: int = 5) -> None:
         super().__init__(objective, num_classes, global_layers, warmup_rounds, warmup_goal_acc)
         dim = objective.backbone.feature_dim
         self.adversary = nn.Sequential(nn.Linear(dim, adversary_hidden), nn.ReLU(), nn.Linear(adversary_hidden, 1))
         self.private_modules = (*self.private_modules, "adversary")
-        self.adversary_weight, self.adversary_lr = adversary_weight, adversary_lr
+        self.adversary_weight, self.adversary_lr, self.adversary_steps = adversary_weight, adversary_lr, adversary_steps
         self._adv_optim: torch.optim.Optimizer | None = None
 
     def protected_logits(self, x: torch.Tensor) -> torch.Tensor:
@@ -78,7 +80,8 @@ class FairLocalGlobal(LocalGlobal):
         y, a = ya[:, 0], ya[:, 1]
         h = self.objective.features(views[0])
         if torch.is_grad_enabled():
-            self.adversary_step(h, a)
+            for _ in range(self.adversary_steps):
+                self.adversary_step(h, a)
         task = super().training_step((views, y), batch_idx)
         adv = F.binary_cross_entropy_with_logits(self.adversary(h).squeeze(1).float(), a.float())
         return task - self.adversary_weight * adv
