@@ -220,3 +220,18 @@ def test_mnist_reads_idx_files(tmp_path: Path) -> None:
         raw / "train-images-idx3-ubyte"))
     with pytest.raises(UserError, match="no MNIST file"):
         load_dataset("mnist", str(tmp_path / "empty"), download=False)
+
+
+def test_fedavg_phase_ends_at_the_round_count_or_the_goal_accuracy() -> None:
+    module = registry.build_method({"name": "lg", "objective": "supervised", "global_layers": ["backbone.conv1"],
+                                    "warmup_rounds": 5, "warmup_goal_acc": 0.8}, "lenet5", 1, 28, 10, OptimizerSpec())
+    assert set(module.shared_state()) == set(module.state_dict())  # FedAvg phase: everything is shared
+    history = [{"test_acc": None}, {"test_acc": 0.7}]
+    assert not module.on_round_start(2, history) and not module.local_phase
+    assert module.on_round_start(3, [*history, {"test_acc": 0.81}])  # goal reached before round 5
+    assert set(module.shared_state()) == {"objective.backbone.conv1.weight", "objective.backbone.conv1.bias"}
+    assert set(module.private_state()) == set(module.state_dict()) - set(module.shared_state())
+    assert not module.on_round_start(4, [])  # switches once
+    late = registry.build_method({"name": "lg", "objective": "supervised", "warmup_rounds": 5}, "lenet5", 1, 28,
+                                 10, OptimizerSpec())
+    assert not late.on_round_start(4, [{"test_acc": 0.99}]) and late.on_round_start(5, [])  # no goal: round count
