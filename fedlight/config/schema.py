@@ -40,7 +40,8 @@ def check(fn: Any, default: Any = None, **kw: Any) -> Any:
 
 @dataclass
 class DataConfig:
-    name: Literal["fashion_mnist", "mnist", "cifar10", "cifar100", "svhn", "stl10", "synthetic", "diabetes"] = "fashion_mnist"
+    name: Literal["fashion_mnist", "mnist", "cifar10", "cifar100", "svhn", "stl10", "synthetic",
+                  "diabetes"] = "fashion_mnist"
     root: str = "data"
     download: bool = False
     subset: int | None = check(_positive, None)

@@ -115,7 +115,8 @@ class Federation:
         self.local_tester: LocalTester | None = None
         if recipe.eval.local_test:
             train = [parts[c] for c in self.trainable]
-            test = matching_test_split(data.train_y.numpy(), train, data.test_y.numpy(), numpy_rng(recipe.seed, "local-test"))
+            test = matching_test_split(data.train_y.numpy(), train, data.test_y.numpy(),
+                                       numpy_rng(recipe.seed, "local-test"))
             self.local_tester = LocalTester(self.evaluator, train, test, [float(len(p)) for p in train])
         self.logger: TensorBoardLogger | None = None
         self.distiller: EnsembleDistiller | None = None
@@ -339,7 +340,8 @@ class Federation:
             return
         scalars = {"train/loss": row["train_loss"], "time/round_seconds": row["seconds"],
                    **{f"comm/{k}": row[k] for k in ("bytes_up", "bytes_down", "bytes_d2d")},
-                   **{f"eval/{k}": v for k, v in row.items() if k.startswith(METRICS + LOCAL_METRICS) and v is not None}}
+                   **{f"eval/{k}": v for k, v in row.items()
+                      if k.startswith(METRICS + LOCAL_METRICS) and v is not None}}
         if "buffer_classes" in row:
             scalars.update({"stream/dropped_new": row["buffer_dropped_new"], "stream/rescored": row["buffer_rescored"],
                             "stream/select_ms_per_batch": row["buffer_select_ms"]})

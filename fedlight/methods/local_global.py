@@ -44,7 +44,7 @@ def complement(root: nn.Module, taken: tuple[str, ...]) -> tuple[str, ...]:
                 walk(child, full + ".")
             elif child.state_dict():
                 out.append(full)
-        own = [n for n, _ in module.named_parameters(recurse=False)] + [n for n, _ in module.named_buffers(recurse=False)]
+        own = [n for n, _ in (*module.named_parameters(recurse=False), *module.named_buffers(recurse=False))]
         if own and prefix:
             raise UserError(f"method.global_layers splits '{prefix[:-1]}', which holds tensors of its own "
                             f"({own[0]}); name it or its parent whole")
