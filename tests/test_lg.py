@@ -92,6 +92,7 @@ def test_only_global_layers_reach_the_server_and_params_are_counted(tmp_path: Pa
     final = res["final"]
     for key in ("local_test_acc", "local_test_acc_std", "new_test_acc", "new_test_acc_vote", "avg_model_acc"):
         assert 0 <= final[key] <= 1, key
+    assert final["test_acc"] == final["avg_model_acc"]  # the run's own metrics score the averaged model
 
 
 def test_local_layers_survive_rounds_and_resume(tmp_path: Path, lg_recipe: Path) -> None:

@@ -43,8 +43,12 @@ class LocalTester:
         self.train_parts = [torch.as_tensor(p, dtype=torch.long) for p in train_parts]
         self.test_parts = [torch.as_tensor(p, dtype=torch.long) for p in test_parts]
 
-    def metrics(self, models: list[State], restore: State) -> dict[str, float | None]:
-        """The metrics of ``models`` (one full state per client); the worker gets ``restore`` back."""
+    def metrics(self, models: list[State]) -> dict[str, float | None]:
+        """The metrics of ``models`` (one full state per client).
+
+        The worker model is left holding the averaged model, so the run's linear probe, kNN and
+        ``test_acc`` (scored next) describe it rather than whichever client trained last.
+        """
         ev = self.evaluator
         module, data = ev.module, ev.data
         test_y = data.test_y.to(ev.fabric.device)
@@ -61,7 +65,6 @@ class LocalTester:
         common = set.intersection(*(set(m) for m in models))  # never-trained clients may lack private keys
         module.load_partial(weighted_average([{k: m[k] for k in common} for m in models], self.weights))
         avg_acc = float((ev.apply(module.classify, data.test_x).argmax(1) == test_y).float().mean())
-        module.load_partial(restore)
         out: dict[str, float | None] = {
             "local_test_acc": float(np.mean(local_acc)) if local_acc else None,
             "local_test_acc_std": float(np.std(local_acc)) if local_acc else None,

@@ -260,7 +260,7 @@ class Federation:
         states = {c: s for shard in shards for c, s in shard.items()}
         models = [{**self.global_state, **{k: self.fabric.to_device(v) for k, v in states.get(c, {}).items()
                                            if not k.startswith(BUFFER)}} for c in self.trainable]
-        return self.local_tester.metrics(models, self.global_state)
+        return self.local_tester.metrics(models)  # leaves the worker holding the averaged model
 
     def _client_models(self) -> list[State] | None:
         """Every trained client's model, gathered on all ranks (local-only training), else None."""
@@ -392,7 +392,7 @@ class Federation:
             metrics: dict[str, float | None] = dict.fromkeys(METRICS)
             if self.rounds_done % r.eval.every == 0 or self.rounds_done == r.rounds:
                 client_models = self._client_models()  # a collective: every rank takes part
-                local = self._local_test()  # a collective too
+                local = self._local_test()  # a collective too; before evaluate(), which then scores the average
                 if self.rank == 0:
                     metrics = {**self.evaluate(client_models), **local}
                     last_eval = metrics
