@@ -42,7 +42,8 @@ def _check_resumable(run_dir: Path, recipe: Recipe) -> None:
     if not saved_path.is_file():
         return
     saved = yaml.safe_load(saved_path.read_text())
-    changed = sorted(k for k in saved if saved[k] != asdict(recipe).get(k) and k != "rounds")
+    # rounds may grow; faults model the cluster, not the experiment
+    changed = sorted(k for k in saved if saved[k] != asdict(recipe).get(k) and k not in ("rounds", "faults"))
     if changed:
         raise UserError(f"--resume with a recipe that differs from '{saved_path}' in {', '.join(changed)}; "
                         "resume with the same recipe and overrides (rounds may grow), or use --overwrite")
@@ -74,7 +75,7 @@ def fit(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> dict[s
     if fabric.global_rank == 0:
         if resume:
             _check_resumable(run_dir, recipe)
-        prepare_run_dir(run_dir, resume, overwrite)
+        prepare_run_dir(run_dir, resume, overwrite, recipe.run.min_free_mb)
         write_yaml(run_dir / "recipe.yaml", asdict(recipe))
     fabric.launch()
     if recipe.fabric.threads:
