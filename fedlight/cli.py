@@ -22,9 +22,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def _fit(args: argparse.Namespace) -> int:
     from fedlight.config import load_recipe
+
+    recipe = load_recipe(args.recipe, args.overrides)  # recipe errors come before torch is imported
     from fedlight.engine.fit import fit
 
-    results = fit(load_recipe(args.recipe, args.overrides), resume=args.resume, overwrite=args.overwrite)
+    results = fit(recipe, resume=args.resume, overwrite=args.overwrite)
     final, base = results["final"] or {}, results["baseline"] or {}
     if final:
         print(f"final: linear probe {final['linear_probe_acc']:.4f} (random init {base.get('linear_probe_acc', float('nan')):.4f}), "
