@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -54,8 +55,10 @@ def make_fabric(recipe: Recipe) -> Fabric:
     f = recipe.fabric
     processes = f.devices * f.num_nodes
     try:
-        return Fabric(accelerator=f.accelerator, devices=f.devices, num_nodes=f.num_nodes, precision=f.precision,
-                      strategy="ddp" if processes > 1 else "auto")
+        with warnings.catch_warnings():  # Lightning's hint to launch through srun is noise before a one-line error
+            warnings.filterwarnings("ignore", message=".*`srun` command is available")
+            return Fabric(accelerator=f.accelerator, devices=f.devices, num_nodes=f.num_nodes,
+                          precision=f.precision, strategy="ddp" if processes > 1 else "auto")
     except (RuntimeError, ValueError) as exc:  # Lightning's MisconfigurationException is a ValueError
         raise UserError(f"fabric.accelerator={f.accelerator} fabric.devices={f.devices} "
                         f"fabric.precision={f.precision} cannot be set up here ({exc}); "
