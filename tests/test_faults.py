@@ -167,3 +167,15 @@ def test_real_divergence_is_caught(tmp_path: Path, tiny_recipe: Path) -> None:
                                         f"run.dir={tmp_path / 'lr'}"]))
     assert res["history"][0]["diverged"] == 2 and res["history"][0]["answered"] == 0
     assert all(torch.isfinite(v).all() for v in _global(tmp_path / "lr").values())
+
+
+def test_a_streaming_straggler_sees_only_its_first_arrivals(tmp_path: Path, tiny_recipe: Path) -> None:
+    """velocity 192 through a 32-sample buffer: 6 arrivals a round; a half-work straggler takes 3."""
+    stream = ["stream.velocity=192", "stream.stc=20", "buffer.size=32", "method={name: byol, hidden_dim: 32, output_dim: 16}"]
+    res = fit(load_recipe(tiny_recipe, [*stream, "faults.straggler=1.0", "faults.straggler_work=0.5", "rounds=1",
+                                        *FAST, f"run.dir={tmp_path / 's'}"]))
+    assert res["history"][0]["stragglers"] == 2 and res["history"][0]["answered"] == 2
+    clients = torch.load(tmp_path / "s/checkpoints/last.pt", weights_only=True)["clients"]
+    assert [int(state["buffer.seen"]) for state in clients.values()] == [96, 96]
+    rows = (tmp_path / "s/faults.csv").read_text().splitlines()[1:]
+    assert rows == ["1,0,straggler,work=0.5 steps=3", "1,1,straggler,work=0.5 steps=3"]
