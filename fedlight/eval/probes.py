@@ -67,9 +67,9 @@ def linear_probe_accuracy(train_feats: torch.Tensor, train_labels: torch.Tensor,
     """
     mean, std = train_feats.mean(0), train_feats.std(0).clamp_min(1e-6)
     xtr, xte = (train_feats - mean) / std, (test_feats - mean) / std
-    head = torch.nn.Linear(xtr.shape[1], num_classes).to(xtr.device)
-    torch.nn.init.zeros_(head.weight)  # a convex fit from zero: no draw from the global RNG, so a
-    torch.nn.init.zeros_(head.bias)  # resumed run probes exactly as a straight one (any eval.probe_epochs)
+    with torch.random.fork_rng(devices=[]):  # the same initial head whatever the process did before (resume)
+        torch.manual_seed(0)
+        head = torch.nn.Linear(xtr.shape[1], num_classes).to(xtr.device)
     opt = torch.optim.LBFGS(head.parameters(), lr=1.0, max_iter=steps, line_search_fn="strong_wolfe")
 
     def closure() -> torch.Tensor:
