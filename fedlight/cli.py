@@ -1,4 +1,4 @@
-"""Command line: ``fedlight fit`` (argument parsing only; the work lives in the engine)."""
+"""Command line: ``fedlight fit``, ``sweep`` and ``report`` (argument parsing only; the work lives elsewhere)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,36 @@ def _parser() -> argparse.ArgumentParser:
     group = fit.add_mutually_exclusive_group()
     group.add_argument("--resume", action="store_true", help="continue the run folder from its last checkpoint")
     group.add_argument("--overwrite", action="store_true", help="replace a non-empty run folder")
+    sweep = sub.add_parser("sweep", help="a recipe x a grid x seeds as one SLURM array job")
+    sweep.add_argument("--recipe", required=True, help="base recipe YAML file")
+    sweep.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                       help="a recipe key and its values (repeatable), e.g. partition.alpha=0.01,1,100")
+    sweep.add_argument("--seeds", type=int, default=1, help="seeds per grid point: the recipe's seed and the next ones")
+    sweep.add_argument("--out", required=True, help="sweep folder: manifest, recipes, runs, logs, array script")
+    sweep.add_argument("--submit", action="store_true", help="call sbatch (otherwise print the command)")
+    sweep.add_argument("--resubmit-failed", action="store_true", help="submit every task without final results")
+    sweep.add_argument("--slurm-args", default="", help='extra sbatch options, e.g. "--partition=gpu --gres=gpu:1"')
+    sweep.add_argument("--max-running", type=int, default=None, metavar="M", help="at most M tasks at once (%%M)")
+    report = sub.add_parser("report", help="compare finished runs: report.md and PNG plots")
+    report.add_argument("paths", nargs="+", help="run folders, or folders to search for results.json (a sweep)")
+    report.add_argument("--out", default=None, help="where report.md goes (default: the one folder given, else ./report)")
     return parser
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from fedlight.sweep.command import run_sweep
+
+    run_sweep(args.recipe, args.grid, args.seeds, args.out, submit_now=args.submit,
+              resubmit_failed=args.resubmit_failed, slurm_args=args.slurm_args, max_running=args.max_running)
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from fedlight.report.write import write_report
+
+    out = args.out or (args.paths[0] if len(args.paths) == 1 else "report")
+    print(f"wrote {write_report(args.paths, out)}")
+    return 0
 
 
 def _fit(args: argparse.Namespace) -> int:
@@ -25,8 +54,13 @@ def _fit(args: argparse.Namespace) -> int:
 
     recipe = load_recipe(args.recipe, args.overrides)  # recipe errors come before torch is imported
     from fedlight.engine.fit import fit
+    from fedlight.engine.preemption import EXIT_CODE, Preempted
 
-    results = fit(recipe, resume=args.resume, overwrite=args.overwrite)
+    try:
+        results = fit(recipe, resume=args.resume, overwrite=args.overwrite)
+    except Preempted as stop:  # SIGUSR1 / SIGTERM: checkpointed (and requeued inside SLURM)
+        print(f"fedlight: {stop.describe(recipe.run_dir)}", file=sys.stderr)
+        return EXIT_CODE
     final, base = results["final"] or {}, results["baseline"] or {}
     if final:
         print(f"final: linear probe {final['linear_probe_acc']:.4f} (random init {base.get('linear_probe_acc', float('nan')):.4f}), "
@@ -42,10 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [e for e in extra if e.startswith("-") or "=" not in e]
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if extra and args.command != "fit":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "fit":
         args.overrides += extra
     try:
-        return {"fit": _fit}[args.command](args)
+        return {"fit": _fit, "sweep": _sweep, "report": _report}[args.command](args)
     except UserError as exc:
         print(f"fedlight: error: {exc}", file=sys.stderr)
         return 2

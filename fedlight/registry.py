@@ -24,8 +24,9 @@ from fedlight.methods.moon import MOON
 from fedlight.methods.scaffold import Scaffold as ScaffoldClient
 from fedlight.methods.simclr import SimCLR
 from fedlight.methods.supervised import Supervised
+from fedlight.methods.triplet import Triplet
 from fedlight.methods.wrapper import ObjectiveWrapper
-from fedlight.models.backbones import MoonCNN, ResNet18Cifar, SmallCNN
+from fedlight.models.backbones import CFCLCNN, MoonCNN, ResNet18Cifar, SmallCNN
 from fedlight.server.base import Aggregator
 from fedlight.server.centralized import Centralized
 from fedlight.server.fedavg import FedAvg
@@ -36,7 +37,7 @@ from fedlight.server.scaffold import Scaffold
 # local objectives; ``fedprox`` and ``scaffold`` wrap the objective named by ``method.objective``
 METHODS: dict[str, type[FederatedModule]] = {
     "simclr": SimCLR, "byol": BYOL, "supervised": Supervised, "moon": MOON, "fedu": FedU, "fedema": FedEMA,
-    "fedprox": FedProx, "scaffold": ScaffoldClient,
+    "fedprox": FedProx, "scaffold": ScaffoldClient, "triplet": Triplet,
 }
 SERVERS: dict[str, type[Aggregator]] = {
     "fedavg": FedAvg, "scaffold": Scaffold, "local_only": LocalOnly, "centralized": Centralized, "flesd": FLESD,
@@ -46,6 +47,7 @@ BACKBONES: dict[str, Callable[[int, int], nn.Module]] = {
     "tiny_cnn": lambda channels, size: SmallCNN(channels, widths=(16, 32, 64)),  # CPU-scale streaming twins
     "resnet18": lambda channels, size: ResNet18Cifar(channels),
     "moon_cnn": MoonCNN,
+    "cfcl_cnn": CFCLCNN,
 }
 # the server a method needs when the recipe's server does not fit it
 REQUIRED_SERVER = {"scaffold": "scaffold"}

@@ -41,3 +41,9 @@ def test_only_engine_touches_fabric() -> None:
 def test_config_and_data_do_not_depend_on_the_engine() -> None:
     for folder in ("config", "data", "eval", "models"):
         assert _offenders(folder, ("fedlight.engine", "fedlight.registry")) == [], folder
+
+
+def test_report_needs_neither_torch_nor_the_engine() -> None:
+    """`fedlight report` runs on a login node in a second: results.json, matplotlib, no torch."""
+    assert _offenders("report", ("torch", "lightning", "fedlight.engine", "fedlight.registry")) == []
+

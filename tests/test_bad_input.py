@@ -92,9 +92,10 @@ def _override(key: str, value: Any) -> str:
 
 
 def _assert_clean_failure(args: list[str], run: Path, capsys, named: str | None = None) -> str:
-    code = main([*args, f"run.dir={run}"])
+    run = Path(tempfile.mkdtemp(dir=run.parent)) / run.name  # examples never see each other's folders
+    code = main([*args, *([] if any(a.startswith("run.dir=") for a in args) else [f"run.dir={run}"])])
     err = capsys.readouterr().err
-    assert code == 2, err
+    assert code == 2, (args, err)
     assert err.count("\n") == 1 and err.startswith("fedlight: error: "), err
     assert "Traceback" not in err
     if named is not None:

@@ -93,8 +93,23 @@ class BufferConfig:
 
 
 @dataclass
+class ExchangeConfig:
+    """Device-to-device data exchange (CF-CL); needs ``server.aggregate_every`` (iteration schedule)."""
+
+    policy: Literal["none", "smart", "uniform"] = "none"
+    graph: Literal["rgg", "ring", "complete"] = "rgg"
+    avg_degree: float = check(_positive, 3.0)
+    reserve: int = check(_positive, 500)  # K_reserve: points pushed to each neighbour
+    approx: int = check(_positive, 1000)  # K_approx: a transmitter's candidates per aggregation period
+    clusters: int = check(_positive, 4)  # K-means++ clusters of the pull
+    pull_size: int = check(_positive, 100)  # n: points each neighbour sends per pull
+    pull_every: int = check(_positive, 10)  # Tp, in SGD iterations
+    kmeans_iters: int = check(_positive, 100)  # Lloyd iterations of the push K-means
+
+
+@dataclass
 class ModelConfig:
-    backbone: Literal["small_cnn", "tiny_cnn", "resnet18", "moon_cnn"] = "small_cnn"
+    backbone: Literal["small_cnn", "tiny_cnn", "resnet18", "moon_cnn", "cfcl_cnn"] = "small_cnn"
 
 
 @dataclass
@@ -164,6 +179,7 @@ class Recipe:
     local: LocalConfig = field(default_factory=LocalConfig)
     stream: StreamConfig = field(default_factory=StreamConfig)
     buffer: BufferConfig = field(default_factory=BufferConfig)
+    exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     views: ViewsConfig = field(default_factory=ViewsConfig)
     method: dict[str, Any] = field(default_factory=lambda: {"name": "simclr"})

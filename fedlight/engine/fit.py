@@ -15,6 +15,8 @@ from fedlight import registry
 from fedlight.config.schema import Recipe
 from fedlight.data.partition import partition
 from fedlight.data.sources import ImageData, load_dataset, take_subset
+from fedlight.engine import preemption
+from fedlight.engine.exchange_rounds import validate_exchange
 from fedlight.engine.orchestrator import Federation
 from fedlight.engine.rundir import prepare_run_dir, write_yaml
 from fedlight.errors import UserError
@@ -69,9 +71,20 @@ def fit(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> dict[s
     """Run (or resume) the simulation described by ``recipe``; returns the results mapping.
 
     Every user error (recipe, data, partition, run folder) is raised before anything is
-    written or any process is launched.
+    written or any process is launched. SIGUSR1 or SIGTERM stop the run after the current
+    round's checkpoint and requeue its SLURM job: ``preemption.Preempted`` is raised.
     """
+    with preemption.signals_handled():
+        try:
+            return _fit(recipe, resume, overwrite)
+        except preemption.Preempted as stop:
+            preemption.requeue_after(stop)
+            raise
+
+
+def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
     registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client)
+    validate_exchange(recipe, registry.build_server(recipe.server, recipe.clients.num).aggregate_every)
     data, parts = prepare_data(recipe)
     run_dir = Path(recipe.run_dir)
     fabric = make_fabric(recipe)

@@ -39,6 +39,8 @@ from fedlight.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedlight.engine import faults
 from fedlight.engine.distill import EnsembleDistiller
 from fedlight.engine.evaluator import METRICS, Evaluator
+from fedlight.engine import preemption
+from fedlight.engine.exchange_rounds import EXCHANGE, ExchangeRounds
 from fedlight.engine.ledger import CommLedger
 from fedlight.engine.local_loop import LocalResult, steps_per_epoch, train_client
 from fedlight.engine.stream_loop import train_client_stream
@@ -46,6 +48,8 @@ from fedlight.engine.rundir import CHECKPOINT, write_json
 from fedlight.engine.store import ClientStateStore
 from fedlight.engine.tensorboard import flatten, partition_figure
 from fedlight.errors import RunStopped
+from fedlight.exchange.delay import period_delay
+from fedlight.exchange.graph import graph_figure
 from fedlight.methods.base import FederatedModule
 from fedlight.seeding import numpy_rng, torch_generator
 from fedlight.server.base import Aggregator
@@ -111,6 +115,8 @@ class Federation:
         self.baseline: dict[str, float] | None = None
         self.rounds_done = 0
         self.wall_before = 0.0
+        self.partial: dict[str, Any] | None = None  # a round a preemption stopped between clients
+        self.started = time.perf_counter()
         self.global_state = self._snapshot(self.module.shared_state())
         self.evaluator = Evaluator(fabric, self.module, data, self.views, recipe.eval, recipe.seed)
         self.logger: TensorBoardLogger | None = None
@@ -119,6 +125,11 @@ class Federation:
             self.public_images = self.images[self.parts[public].to(self.images.device)]
             self.distiller = EnsembleDistiller(fabric, self.module, self.public_images, self.views, recipe.seed)
             aggregator.bind_distiller(self.distiller)
+        self.exchange: ExchangeRounds | None = None
+        if aggregator.aggregate_every is not None:  # CF-CL: rounds of Ta SGD iterations, D2D exchange
+            self.exchange = ExchangeRounds(fabric, recipe, self.module, self.images, self.parts, self.views,
+                                           aggregator.aggregate_every,
+                                           [c for c in self.trainable if c % self.world == self.rank])
 
     # ---------------------------------------------------------------- collectives
     @staticmethod
@@ -158,9 +169,15 @@ class Federation:
         self.module.optim.lr = self._round_lr(round_)
         sampled = [self.trainable[i] for i in sample_clients(r.seed, round_, len(self.trainable), r.clients.fraction)]
         mine = [c for c in sampled if c % self.world == self.rank]
+        if self.exchange is not None:
+            self.exchange.begin_round(round_, self.global_state, mine)
         acc: State | None = None
         reports = []
-        for client in mine:
+        if self.partial is not None:  # resuming a round that a preemption stopped between two clients
+            acc, reports = self.partial["acc"], list(self.partial["reports"])
+            mine = [c for c in mine if c not in {rep["client"] for rep in reports}]
+            self.partial = None
+        for i, client in enumerate(mine):
             fault = faults.draw_fault(r.faults, r.seed, round_, client)
             ledger = CommLedger()
             if self.aggregator.communicates:
@@ -171,28 +188,12 @@ class Federation:
                 progress.update(1)
             if fault.dropped:  # fails before sending: nothing trained, nothing sent, private state kept
                 report.update(status="dropped", loss=None, steps=0, samples=0)
-                continue
-            self.module.load_partial(self.global_state)
-            private = self.store.get(client) or {}
-            module_state = {k: v for k, v in private.items() if not k.startswith(BUFFER)}
-            if module_state:
-                self.module.load_partial(module_state)
             else:
-                self.module.reset_private_state()
-            result, weight, extra = self._local_work(client, round_, private, fault.work)
-            payload = self._client_payload()
-            if fault.diverge:
-                payload = faults.poison(payload)
-            buffer_state = extra.pop("buffer_state", {})
-            if self.aggregator.communicates:
-                ledger.record(round_, client, "up", payload)
-            report.update(loss=result.mean_loss, steps=result.steps, samples=int(weight), **extra)
-            problem = faults.divergence(result.mean_loss, payload)
-            if problem:  # excluded; its private state is not saved
-                report.update(status="diverged", detail=problem)
-                continue
-            acc = self.aggregator.accumulate(acc, payload, weight)
-            self.store.put(client, {**self._persistent_state(), **buffer_state})
+                acc = self._train_one(client, round_, fault, acc, ledger, report)
+            if self.world == 1 and i + 1 < len(mine) and preemption.received():  # stop between clients
+                self._checkpoint(self.wall_before + time.perf_counter() - self.started, partial={
+                    "acc": None if acc is None else {k: v.cpu() for k, v in acc.items()}, "reports": reports})
+                raise self._preempted(clients_done=len(reports))
         self.module.load_partial(self.global_state)  # server-side training (FLESD) starts from the global model
         reports = sorted((rep for reports_ in self._gather(reports) for rep in reports_), key=lambda x: x["client"])
         self._check_faults(round_, reports)
@@ -207,6 +208,34 @@ class Federation:
         self.global_state = self._snapshot(self.aggregator.finalize(self.global_state, acc))
         self.module.load_partial(self.global_state)
         return reports
+
+    def _train_one(self, client: int, round_: int, fault: faults.ClientFault, acc: State | None,
+                   ledger: CommLedger, report: dict[str, Any]) -> State | None:
+        """Train one answering client, fill its ``report`` and fold its payload into ``acc``
+        unless its loss or update is NaN/Inf (then its private state is not saved either)."""
+        self.module.load_partial(self.global_state)
+        private = self.store.get(client) or {}
+        module_state = {k: v for k, v in private.items() if not k.startswith((BUFFER, EXCHANGE))}
+        if module_state:
+            self.module.load_partial(module_state)
+        else:
+            self.module.reset_private_state()
+        result, weight, extra = self._local_work(client, round_, private, fault.work)
+        payload = self._client_payload()
+        if fault.diverge:
+            payload = faults.poison(payload)
+        buffer_state = extra.pop("buffer_state", {})
+        if self.aggregator.communicates:
+            ledger.record(round_, client, "up", payload)
+        if extra.get("d2d_bytes"):  # CF-CL: images received over D2D links, 8 bits per pixel
+            ledger.rows.append([round_, client, "d2d", "uint8", extra.pop("d2d_bytes")])
+        report.update(loss=result.mean_loss, steps=result.steps, samples=int(weight), **extra)
+        problem = faults.divergence(result.mean_loss, payload)
+        if problem:  # excluded; its private state is not saved
+            report.update(status="diverged", detail=problem)
+            return acc
+        self.store.put(client, {**self._persistent_state(), **buffer_state})
+        return self.aggregator.accumulate(acc, payload, weight)
 
     def _say(self, message: str) -> None:
         """One line on stderr (rank 0), clear of the progress bars."""
@@ -251,6 +280,12 @@ class Federation:
         """
         r = self.recipe
         generator = torch_generator(r.seed, "local", round_, client)
+        if self.exchange is not None:
+            result, weight, extra = self.exchange.train(client, round_, generator, private)
+            labels = self.data.train_y.numpy()  # measurement only (CF-CL Fig. 3c): training never sees them
+            extra["label_counts"] = [np.bincount(labels[s], minlength=self.data.num_classes).tolist()
+                                     for s in extra.pop("sets")]
+            return result, weight, extra
         if r.stream.velocity is None:
             n = len(self.parts[client])
             max_steps = faults.steps_done(r.local.epochs * steps_per_epoch(n, r.local.batch_size), work)
@@ -302,7 +337,7 @@ class Federation:
         return [{k: self.fabric.to_device(v) for k, v in states[c].items()} for c in sorted(states)]
 
     # ---------------------------------------------------------------- persistence
-    def _checkpoint(self, wall: float) -> None:
+    def _checkpoint(self, wall: float, partial: dict[str, Any] | None = None) -> None:
         shards = self._gather(self.store.state_dict())
         if self.rank != 0:
             return
@@ -317,7 +352,14 @@ class Federation:
             "faults": self.fault_rows,
             "baseline": self.baseline,
             "wall_seconds": wall,
+            "partial": partial,  # the unfinished round's accumulator and client reports (or None)
         })
+
+    def _preempted(self, clients_done: int = 0) -> preemption.Preempted:
+        """The exception that stops a preempted run (after its checkpoint); flushes TensorBoard first."""
+        if self.logger is not None:
+            self.logger.finalize("preempted")
+        return preemption.Preempted(self.rounds_done, self.rank, clients_done)
 
     def _restore(self) -> None:
         ckpt = load_checkpoint(self.run_dir / CHECKPOINT)
@@ -331,6 +373,10 @@ class Federation:
         self.fault_rows = [list(row) for row in ckpt.get("faults", [])]
         self.baseline = ckpt["baseline"]
         self.wall_before = float(ckpt["wall_seconds"])
+        if ckpt.get("partial"):
+            saved = ckpt["partial"]["acc"]  # None when every client before the stop had dropped out
+            acc = None if saved is None else {k: self.fabric.to_device(v) for k, v in saved.items()}
+            self.partial = {**ckpt["partial"], "acc": acc}
 
     def _results(self, wall: float, final: dict[str, float] | None) -> dict[str, Any]:
         return {
@@ -355,6 +401,12 @@ class Federation:
         if self.rounds_done == 0:
             counts = class_counts(self.data.train_y.numpy(), [p.numpy() for p in self.parts], self.data.num_classes)
             self.logger.experiment.add_figure("data/partition", partition_figure(counts), 0)
+            if self.exchange is not None:
+                ex = self.exchange
+                write_json(self.run_dir / "graph.json", {
+                    "kind": self.recipe.exchange.graph, "neighbours": ex.exchange.neighbours,
+                    "positions": ex.positions.tolist()})
+                self.logger.experiment.add_figure("exchange/graph", graph_figure(ex.adjacency, ex.positions), 0)
             self.logger.log_metrics({f"baseline/{k}": v for k, v in self.baseline.items() if v is not None}, step=0)
 
     @staticmethod
@@ -369,6 +421,18 @@ class Federation:
                 "buffer_select_ms": 1000 * total["seconds"] / max(total["batches"], 1),
                 "buffer_classes": [rep["buffer_classes"] for rep in reports]}
 
+    def _exchange_summary(self, reports: list[dict[str, Any]], rows: list[list]) -> dict[str, Any]:
+        """CF-CL rounds: iterations so far, variance across devices of their training sets' label
+        counts (mean over classes and over the period's pulls, Fig. 3c) and the cumulative delay."""
+        if self.exchange is None or not reports:
+            return {}
+        pulls = min(len(rep["label_counts"]) for rep in reports)
+        counts = np.array([[rep["label_counts"][p] for rep in reports] for p in range(pulls)], dtype=float)
+        before = self.history[-1]["delay_seconds"] if self.history else 0.0
+        delay = period_delay(rows, {rep["client"]: rep["exchange_seconds"] for rep in reports})
+        return {"iterations": self.rounds_done * self.exchange.aggregate_every,
+                "label_var": float(counts.var(axis=1).mean()), "delay_seconds": before + delay}
+
     def _log_round(self, row: dict[str, Any], rows: list[list], fault_rows: list[list]) -> None:
         if self.logger is None:
             return
@@ -377,6 +441,8 @@ class Federation:
                    **{f"faults/{k}": row[k] for k in FAULT_COLUMNS},
                    **{f"comm/{k}": row[k] for k in ("bytes_up", "bytes_down", "bytes_d2d")},
                    **{f"eval/{k}": v for k, v in row.items() if k.startswith(METRICS) and v is not None}}
+        if "label_var" in row:
+            scalars.update({"exchange/label_var": row["label_var"], "exchange/delay_seconds": row["delay_seconds"]})
         if "buffer_classes" in row:
             scalars.update({"stream/dropped_new": row["buffer_dropped_new"], "stream/rescored": row["buffer_rescored"],
                             "stream/select_ms_per_batch": row["buffer_select_ms"]})
@@ -414,7 +480,7 @@ class Federation:
     def run(self, resume: bool) -> dict[str, Any]:
         """Train the remaining rounds; returns (and on rank 0 writes) the results."""
         r = self.recipe
-        start = time.perf_counter()
+        start = self.started = time.perf_counter()
         if resume:
             self._restore()
         elif self.rank == 0:
@@ -448,9 +514,10 @@ class Federation:
             answered = [rep["loss"] for rep in reports if rep["status"] == "ok"]
             row = {"round": self.rounds_done,
                    "train_loss": float(np.mean(answered)) if answered else None,
-                   **metrics, **self._fault_counts(reports), **self.ledger.totals(round_), "seconds": time.perf_counter() - t0,
-                   "clients": [rep["client"] for rep in reports],
-                   **self._buffer_summary([rep for rep in reports if "buffer" in rep])}
+                   **metrics, **self._fault_counts(reports), **self.ledger.totals(round_),
+                   "seconds": time.perf_counter() - t0, "clients": [rep["client"] for rep in reports],
+                   **self._buffer_summary([rep for rep in reports if "buffer" in rep]),
+                   **self._exchange_summary([rep for rep in reports if "label_counts" in rep], rows)}
             self.history.append(row)
             wall = self.wall_before + time.perf_counter() - start
             self._checkpoint(wall)
@@ -459,6 +526,8 @@ class Federation:
                 write_json(self.run_dir / "results.json", self._results(wall, None))
                 rounds.set_postfix(loss=f"{row['train_loss']:.3f}" if answered else "-",
                                    probe=f"{last_eval['linear_probe_acc']:.3f}" if last_eval else "-")
+            if self.rounds_done < r.rounds and preemption.requested(self.fabric):  # SIGUSR1/SIGTERM
+                raise self._preempted()  # this round's checkpoint above is where --resume starts
         rounds.close()
         final = {k: last_eval[k] for k in last_eval if k.startswith(METRICS)} if last_eval else None
         results = self._results(wall, final)

@@ -70,3 +70,27 @@ class MoonCNN(nn.Sequential):
             nn.Linear(16 * side * side, 120), nn.ReLU(inplace=True), nn.Linear(120, 84), nn.ReLU(inplace=True),
         )
         self.feature_dim = 84
+
+
+class CFCLCNN(nn.Sequential):
+    """The CNN of CF-CL's experiments (Wagle et al. 2022, Sec. IV): two 3x3 conv layers with 5 and 8
+    kernels, then linear layers of 128 and 64 units.
+
+    The paper names only these sizes; ReLU and 2x2 max-pooling after each conv layer are our
+    choice (34,402 parameters on 28x28 inputs; the paper counts 45,433).
+
+    Args:
+        in_channels: 1 for Fashion-MNIST.
+        image_size: side of the square input (28 -> 8 x 5 x 5 features into the first linear layer).
+
+    Shapes: (B, C, H, W) -> (B, 64), the embedding the triplet loss acts on.
+    """
+
+    def __init__(self, in_channels: int = 1, image_size: int = 28) -> None:
+        side = ((image_size - 2) // 2 - 2) // 2
+        super().__init__(
+            nn.Conv2d(in_channels, 5, 3), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+            nn.Conv2d(5, 8, 3), nn.ReLU(inplace=True), nn.MaxPool2d(2), nn.Flatten(),
+            nn.Linear(8 * side * side, 128), nn.ReLU(inplace=True), nn.Linear(128, 64),
+        )
+        self.feature_dim = 64

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fedlight.errors import UserError
 from fedlight.server import ops
 from fedlight.server.base import Aggregator, State
 
@@ -11,7 +12,17 @@ class FedAvg(Aggregator):
 
     Weights are the clients' local sample counts (the MOON code's fix: normalised over the
     *sampled* clients, not all K). With no answer the global state is kept.
+
+    Args:
+        aggregate_every: if set, a round is this many local SGD iterations (CF-CL's Ta)
+            instead of ``local.epochs`` epochs, and a client's weight is its mean local set
+            size over those iterations (CF-CL eq. 5).
     """
+
+    def __init__(self, aggregate_every: int | None = None) -> None:
+        if aggregate_every is not None and aggregate_every < 1:
+            raise UserError(f"server.aggregate_every={aggregate_every} must be >= 1; fix it or drop it")
+        self.aggregate_every = aggregate_every
 
     def accumulate(self, acc: State | None, payload: State, weight: float) -> State:
         return ops.weighted_sum(acc, payload, weight)

@@ -1,0 +1,1 @@
+"""Reports: tables and plots that compare many finished runs."""

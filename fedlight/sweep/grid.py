@@ -1,0 +1,116 @@
+"""The sweep grid: ``--grid KEY=v1,v2`` options, checked against the recipe schema, expanded x seeds.
+
+Expansion is deterministic: the grid's keys in command-line order, each one's values in the
+order given (the last key varies fastest), and the seeds innermost. Task ``i`` is therefore
+the same task every time the same command is run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from fedlight.config.schema import Recipe
+from fedlight.errors import UserError
+
+# keys the sweep sets itself
+OWNED = {"seed": "use --seeds N instead of --grid seed=...", "run.dir": "the sweep puts each run under --out"}
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One grid key and its values, as written (``raw``) and as read (``values``, YAML)."""
+
+    key: str
+    raw: tuple[str, ...]
+    values: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One point of the grid with one seed: its index and the overrides that make it."""
+
+    index: int
+    settings: tuple[tuple[str, str], ...]  # (key, raw value) per grid axis
+    seed: int
+
+    @property
+    def overrides(self) -> list[str]:
+        return [f"{k}={v}" for k, v in self.settings] + [f"seed={self.seed}"]
+
+
+def split_values(text: str) -> list[str]:
+    """``'0.01,1,[0.5,0.5]'`` -> ``['0.01', '1', '[0.5,0.5]']``: commas inside brackets are kept."""
+    items, depth, current = [], 0, ""
+    for ch in text:
+        depth += ch in "[{"
+        depth -= ch in "]}"
+        if ch == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += ch
+    return [*items, current]
+
+
+def schema_problem(key: str) -> str | None:
+    """Why dotted ``key`` is not a recipe value (None if it is). Keys under ``method``/``server``
+    are checked later against the chosen class (``fedlight.registry``), as a recipe's are."""
+    cls: Any = Recipe
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        fields = sorted(f.name for f in dataclasses.fields(cls))
+        if part not in fields:
+            where = ".".join(parts[:i])
+            return f"valid keys{f' under {where}' if where else ''}: {', '.join(fields)}"
+        cls = typing.get_type_hints(cls)[part]
+        if typing.get_origin(cls) is dict:  # method.* / server.*: any key, typed by the class
+            return None if i + 1 < len(parts) else f"'{key}' is a section: grid one of its keys, e.g. {key}.name"
+        if not dataclasses.is_dataclass(cls) and i + 1 < len(parts):
+            return f"'{'.'.join(parts[:i + 1])}' is a value, not a section"
+    return f"'{key}' is a section: grid one of its keys" if dataclasses.is_dataclass(cls) else None
+
+
+def parse_axis(text: str) -> Axis:
+    """One ``--grid KEY=v1,v2`` option; an unknown key or an empty value list raises a UserError."""
+    key, sep, rest = text.partition("=")
+    if not sep or not key:
+        raise UserError(f"--grid '{text}' must look like KEY=v1,v2 (for example partition.alpha=0.1,1)")
+    if key in OWNED:
+        raise UserError(f"--grid key '{key}' is set by the sweep; {OWNED[key]}")
+    problem = schema_problem(key)
+    if problem:
+        raise UserError(f"--grid key '{key}' is not a recipe key; {problem}")
+    raw = split_values(rest)
+    if not rest or any(not r.strip() for r in raw):
+        raise UserError(f"--grid {key} has an empty value list or an empty value in '{rest}'; give v1,v2,...")
+    values = []
+    for r in raw:
+        try:
+            values.append(yaml.safe_load(r))
+        except yaml.YAMLError:
+            values.append(r)
+    return Axis(key, tuple(r.strip() for r in raw), tuple(values))
+
+
+def parse_grid(texts: list[str]) -> list[Axis]:
+    """All ``--grid`` options; a key given twice raises a UserError."""
+    axes = [parse_axis(t) for t in texts]
+    keys = [a.key for a in axes]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise UserError(f"--grid key '{twice[0]}' is given twice; list all its values in one --grid option")
+    return axes
+
+
+def expand(axes: list[Axis], seeds: list[int]) -> list[Task]:
+    """Every grid point x every seed, in a fixed order (last axis fastest, seeds innermost)."""
+    if not seeds:
+        raise UserError("--seeds must be at least 1")
+    points = itertools.product(*[[(a.key, r) for r in a.raw] for a in axes])
+    return [Task(i, point, seed) for i, (point, seed) in enumerate(itertools.product(list(points), seeds))]

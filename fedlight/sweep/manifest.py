@@ -1,0 +1,76 @@
+"""``manifest.json`` in a sweep's ``--out``: which task is which.
+
+For every task it records the index, the resolved recipe file, the run folder, the overrides
+that made it and a digest of the resolved recipe; and every submission (job id and tasks).
+The digests are the sweep's identity: an ``--out`` whose manifest lists other tasks or other
+recipes holds another sweep and is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedlight.config.schema import Recipe
+from fedlight.errors import UserError
+
+MANIFEST = "manifest.json"
+FORMAT = 1
+
+
+def recipe_path(out: Path, index: int) -> Path:
+    """Where task ``index``'s resolved recipe lives (the array script computes the same path)."""
+    return out / "recipes" / f"{index:04d}.yaml"
+
+
+def run_path(out: Path, index: int) -> Path:
+    """Task ``index``'s run folder (the array script computes the same path)."""
+    return out / "runs" / f"{index:04d}"
+
+
+def recipe_text(recipe: Recipe) -> str:
+    """The resolved recipe as written to its file."""
+    return yaml.safe_dump(asdict(recipe), sort_keys=False)
+
+
+def new_manifest(base: Path, grid: list[dict[str, Any]], seeds: list[int], tasks: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"fedlight_sweep": FORMAT, "base_recipe": str(base), "grid": grid, "seeds": seeds,
+            "tasks": tasks, "submissions": []}
+
+
+def task_entry(out: Path, index: int, overrides: list[str], recipe: Recipe) -> dict[str, Any]:
+    return {"index": index, "recipe": str(recipe_path(out, index)), "run_dir": str(run_path(out, index)),
+            "overrides": overrides, "digest": hashlib.sha256(recipe_text(recipe).encode()).hexdigest()[:16]}
+
+
+def read_manifest(out: Path) -> dict[str, Any] | None:
+    """The manifest in ``out``; None if ``out`` is missing or empty. Anything else in the way raises."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out '{out}' is a file; give a folder for the sweep")
+    path = out / MANIFEST
+    if not path.is_file():
+        if out.is_dir() and any(out.iterdir()):
+            raise UserError(f"--out '{out}' is not empty and holds no sweep ({MANIFEST}); choose a new or empty folder")
+        return None
+    try:
+        manifest = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        raise UserError(f"'{path}' is not valid JSON; delete '{out}' to start the sweep over") from None
+    if not isinstance(manifest, dict) or manifest.get("fedlight_sweep") != FORMAT:
+        raise UserError(f"'{path}' is not a fedlight sweep manifest; choose another --out")
+    return manifest
+
+
+def check_same_sweep(old: dict[str, Any], new: dict[str, Any], out: Path) -> None:
+    """Refuse ``out`` if its manifest describes other tasks than the sweep asked for now."""
+    def identity(m: dict[str, Any]) -> list[tuple]:
+        return [(t["index"], tuple(t["overrides"]), t["digest"]) for t in m["tasks"]]
+
+    if identity(old) != identity(new):
+        raise UserError(f"--out '{out}' holds another sweep (its {MANIFEST} lists other tasks or recipes, "
+                        f"from {old.get('base_recipe')}); choose a new --out, or delete '{out}' to start over")

@@ -1,0 +1,110 @@
+"""Preemption: a signal makes a run checkpoint, requeue and exit 3; --resume ends where a straight run ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedlight.config import load_recipe
+from fedlight.engine import orchestrator
+from fedlight.engine.fit import fit
+from fedlight.engine.local_loop import train_client
+from fedlight.engine.preemption import EXIT_CODE, Preempted
+
+REPO = Path(__file__).resolve().parents[1]
+FAST = ["rounds=5", "data.subset=400", "data.test_subset=100", "eval.probe_epochs=5", "eval.projector_samples=0",
+        "model.backbone=tiny_cnn", "fabric.threads=1"]
+
+
+def _global(run: Path) -> dict[str, torch.Tensor]:
+    return torch.load(run / "checkpoints/last.pt", weights_only=True)["global"]
+
+
+def _strip_time(history: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if k != "seconds"} for row in history]
+
+
+def _wait_for(path: Path, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline and not path.exists():
+        time.sleep(0.02)
+    assert path.exists(), f"{path} never appeared"
+
+
+def _assert_same_run(a: Path, b: Path) -> None:
+    ga, gb = _global(a), _global(b)
+    assert ga.keys() == gb.keys() and all(torch.equal(ga[k], gb[k]) for k in ga)
+    ra, rb = (json.loads((p / "results.json").read_text()) for p in (a, b))
+    assert _strip_time(ra["history"]) == _strip_time(rb["history"]) and ra["final"] == rb["final"]
+    assert ra["comm"] == rb["comm"] and ra["rounds_completed"] == rb["rounds_completed"] == 5
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory) -> tuple[Path, Path]:
+    """The tiny recipe run straight through, in this process: (recipe file, run folder)."""
+    from conftest import TINY
+
+    tmp = tmp_path_factory.mktemp("straight")
+    recipe = tmp / "tiny.yaml"
+    recipe.write_text(TINY.format(repo=REPO))
+    fit(load_recipe(recipe, [*FAST, f"run.dir={tmp / 'run'}"]))
+    return recipe, tmp / "run"
+
+
+def test_sigusr1_to_a_subprocess_requeues_exits_3_and_resume_is_bit_exact(tmp_path: Path, straight) -> None:
+    recipe, straight_run = straight
+    run = tmp_path / "run"
+    # inside SLURM the run calls `scontrol requeue $SLURM_JOB_ID`; this scontrol records its arguments
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'scontrol.log'}\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "SLURM_JOB_ID": "4242",
+           "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    cmd = [sys.executable, "-m", "fedlight", "fit", "--recipe", str(recipe), *FAST, f"run.dir={run}"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _wait_for(run / "checkpoints/last.pt")
+    proc.send_signal(signal.SIGUSR1)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_CODE, err[-2000:]
+    assert "preempted: checkpoint after round" in err and "SLURM job 4242 requeued" in err
+    assert (tmp_path / "scontrol.log").read_text() == "requeue 4242\n"
+    stopped = torch.load(run / "checkpoints/last.pt", weights_only=True)["rounds_completed"]
+    assert 1 <= stopped < 5
+    assert json.loads((run / "results.json").read_text())["final"] is None
+    fit(load_recipe(recipe, [*FAST, f"run.dir={run}"]), resume=True)  # what the requeued task does
+    _assert_same_run(run, straight_run)
+
+
+def test_sigterm_between_two_clients_checkpoints_the_half_round(tmp_path: Path, straight, monkeypatch) -> None:
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)  # never requeue a job this test runs in
+    recipe, straight_run = straight
+    run = tmp_path / "run"
+    before = signal.getsignal(signal.SIGTERM)
+    trained = []
+
+    def train_then_signal(*args, **kwargs):  # the real local training; SIGTERM arrives during the 3rd client
+        trained.append(1)
+        if len(trained) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return train_client(*args, **kwargs)
+
+    monkeypatch.setattr(orchestrator, "train_client", train_then_signal)
+    with pytest.raises(Preempted) as stop:
+        fit(load_recipe(recipe, [*FAST, f"run.dir={run}"]))
+    assert (stop.value.rounds_done, stop.value.clients_done, stop.value.requeued) == (1, 1, None)
+    assert "after round 1 and 1 clients of the next" in stop.value.describe(str(run))
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler is gone once fit returns
+    ckpt = torch.load(run / "checkpoints/last.pt", weights_only=True)
+    assert ckpt["rounds_completed"] == 1 and [r["client"] for r in ckpt["partial"]["reports"]] == [0]
+    monkeypatch.undo()
+    fit(load_recipe(recipe, [*FAST, f"run.dir={run}"]), resume=True)  # trains only client 1 of round 2, then on
+    _assert_same_run(run, straight_run)

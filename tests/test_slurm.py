@@ -1,0 +1,160 @@
+"""Real SLURM (one node on 127.0.0.1): a sweep as an array job, preemption + requeue, srun over 2 ranks.
+
+The cluster is started once for the module (tests/slurm_cluster.py) and stopped by PID at
+the end. Skipped, with the reason, only where SLURM and munge are not installed or not root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedlight.cli import main
+from slurm_cluster import SlurmCluster, unavailable
+
+REPO = Path(__file__).resolve().parents[1]
+REASON = unavailable()
+pytestmark = pytest.mark.skipif(REASON is not None, reason=str(REASON))
+
+# seconds, on a quiet CPU; generous so a loaded machine still passes
+TIMEOUT = 240
+RECIPE = """
+defaults:
+  - {repo}/configs/data/synthetic.yaml
+seed: 1
+rounds: {rounds}
+data: {{subset: 240, test_subset: 60}}
+model: {{backbone: tiny_cnn}}
+partition: {{kind: dirichlet, alpha: 1.0, min_size: 5}}
+clients: {{num: {clients}, fraction: 1.0}}
+local: {{epochs: 1, batch_size: 32, lr: 0.001}}
+method: {{name: simclr, hidden_dim: 32, output_dim: 16}}
+server: {{name: fedavg}}
+eval: {{every: {every}, probe_epochs: 5, knn_k: 5, projector_samples: 0}}
+fabric: {{accelerator: cpu, devices: 1, threads: 1}}
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> SlurmCluster:
+    c = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        yield c.start()
+    finally:
+        c.stop()
+
+
+def _recipe(folder: Path, rounds: int = 1, clients: int = 2, every: int = 1) -> Path:
+    path = folder / "tiny.yaml"
+    path.write_text(RECIPE.format(repo=REPO, rounds=rounds, clients=clients, every=every))
+    return path
+
+
+def _env(cluster: SlurmCluster) -> dict[str, str]:
+    return {**cluster.env, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+
+
+def _wait_until_gone(cluster: SlurmCluster, job: str) -> None:
+    """Wait (bounded) until no task of ``job`` is pending or running."""
+    deadline = time.time() + TIMEOUT
+    while time.time() < deadline:
+        queue = subprocess.run(["squeue", "-h", "-j", job, "-o", "%i %T"], env=cluster.env, capture_output=True,
+                               text=True, timeout=30).stdout.strip()
+        if not queue:
+            return
+        time.sleep(0.3)
+    pytest.fail(f"job {job} still queued after {TIMEOUT} s:\n{queue}\n{cluster.logs()}")
+
+
+def _job_field(cluster: SlurmCluster, job: str, key: str) -> str:
+    text = subprocess.run(["scontrol", "show", "job", job], env=cluster.env, capture_output=True, text=True,
+                          timeout=30).stdout
+    return next(w.split("=", 1)[1] for w in text.split() if w.startswith(f"{key}="))
+
+
+def _results(run: Path) -> dict:
+    return json.loads((run / "results.json").read_text())
+
+
+def _global(run: Path) -> dict[str, torch.Tensor]:
+    return torch.load(run / "checkpoints/last.pt", weights_only=True)["global"]
+
+
+def test_sweep_on_slurm_with_a_preempted_task_then_report(cluster: SlurmCluster, tmp_path: Path, monkeypatch,
+                                                          capsys) -> None:
+    from fedlight.config import load_recipe
+    from fedlight.engine.fit import fit
+
+    for key, value in _env(cluster).items():  # sbatch hands the submitting environment to the tasks
+        monkeypatch.setenv(key, value)
+    out, rounds = tmp_path / "sweep", 10
+    sweep = ["sweep", "--recipe", str(_recipe(tmp_path, rounds=rounds, every=rounds)),
+             "--grid", "partition.alpha=0.5,5,50", "--out", str(out), "--submit"]
+    assert main([*sweep, "--max-running", "3"]) == 0
+    assert "submitted array job" in capsys.readouterr().out
+    (submission,) = json.loads((out / "manifest.json").read_text())["submissions"]
+    job = submission["job_id"]
+    assert submission["tasks"] == [0, 1, 2] and "--array=0-2%3" in submission["command"]
+    assert main([*sweep, "--resubmit-failed"]) == 0  # all three are pending or running: none goes twice
+    assert "0 to submit now" in capsys.readouterr().out
+
+    # task 0 gets what `#SBATCH --signal=B:USR1@120` sends 120 s before its time limit
+    checkpoint = out / "runs/0000/checkpoints/last.pt"
+    deadline = time.time() + TIMEOUT
+    while time.time() < deadline and not checkpoint.exists():
+        time.sleep(0.05)
+    subprocess.run(["scancel", "--batch", "--signal=USR1", f"{job}_0"], env=cluster.env, check=True, timeout=30)
+    fit(load_recipe(out / "recipes/0000.yaml", [f"run.dir={tmp_path / 'straight'}"]))  # meanwhile, uninterrupted
+    _wait_until_gone(cluster, job)
+
+    log = (out / f"logs/{job}_0.out").read_text()
+    assert "preempted: checkpoint after round" in log and "SLURM job" in log and "requeued" in log, log[-3000:]
+    assert "restart 1" in log and "--resume" in log, log[-3000:]
+    assert _job_field(cluster, f"{job}_0", "Restarts") == "1"
+    straight, resumed = _global(tmp_path / "straight"), _global(out / "runs/0000")
+    assert all(torch.equal(straight[k], resumed[k]) for k in straight)  # requeued = uninterrupted, bit for bit
+    for i, alpha in enumerate((0.5, 5.0, 50.0)):
+        res = _results(out / f"runs/{i:04d}")
+        assert res["final"] is not None and res["rounds_completed"] == rounds
+        assert [row["round"] for row in res["history"]] == list(range(1, rounds + 1))
+        assert res["recipe"]["partition"]["alpha"] == alpha and res["recipe"]["run"]["dir"] == str(out / f"runs/{i:04d}")
+
+    assert main([*sweep, "--resubmit-failed"]) == 0  # nothing left to run: nothing submitted
+    assert "3 finished" in capsys.readouterr().out
+    assert len(json.loads((out / "manifest.json").read_text())["submissions"]) == 1
+    assert main(["report", str(out)]) == 0
+    report = (out / "report.md").read_text()
+    assert "| partition.alpha | seeds |" in report
+    assert all(f"| {a} | 1 |" in report for a in ("0.5", "5.0", "50.0"))
+    assert (out / "accuracy_vs_round.png").stat().st_size > 0 and (out / "accuracy_vs_bytes.png").stat().st_size > 0
+
+
+def test_srun_over_two_ranks_matches_one_process(cluster: SlurmCluster, tmp_path: Path) -> None:
+    from fedlight.config import load_recipe
+    from fedlight.engine.fit import fit
+
+    recipe = _recipe(tmp_path, rounds=2, clients=4)
+    two = tmp_path / "two"
+    # the multi-node template on one node: 2 srun tasks = 2 gloo ranks, Fabric reads SLURM's environment
+    submit = subprocess.run(["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--gpus-per-node=0",
+                             "--cpus-per-task=1", "--time=10", f"--output={tmp_path / 'multinode.out'}",
+                             str(REPO / "slurm/multinode.sbatch"), str(recipe), f"run.dir={two}"],
+                            env={**_env(cluster), "PYTHON": sys.executable}, capture_output=True, text=True, timeout=30)
+    assert submit.returncode == 0, submit.stderr
+    fit(load_recipe(recipe, [f"run.dir={tmp_path / 'one'}"]))  # meanwhile, the 1-process run here
+    _wait_until_gone(cluster, submit.stdout.strip())
+    log = (tmp_path / "multinode.out").read_text()
+    assert (two / "results.json").is_file(), log[-3000:]
+    assert _results(two)["recipe"]["fabric"]["devices"] == 2
+    one_g = torch.load(tmp_path / "one/checkpoints/last.pt", weights_only=True)["global"]
+    two_g = torch.load(two / "checkpoints/last.pt", weights_only=True)["global"]
+    for k in one_g:
+        assert torch.allclose(one_g[k].double(), two_g[k].double(), atol=1e-5, rtol=1e-4), k
+    assert _results(two)["comm"] == _results(tmp_path / "one")["comm"]

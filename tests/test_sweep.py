@@ -1,0 +1,141 @@
+"""`fedlight sweep`: grid expansion, manifest, re-runs that never touch finished tasks, errors."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from fedlight.cli import main
+from fedlight.config import load_recipe
+from fedlight.sweep.grid import expand, parse_grid, split_values
+from fedlight.sweep.plan import to_submit
+from fedlight.sweep.slurm import array_spec
+
+GRID = ["--grid", "partition.alpha=0.01,1,100", "--grid", "method.name=simclr,byol"]
+
+
+def _sweep(recipe: Path, out: Path, *extra: str) -> int:
+    return main(["sweep", "--recipe", str(recipe), *GRID, "--seeds", "2", "--out", str(out), *extra])
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _finish(run_dir: Path, rounds: int) -> None:
+    """What a finished run leaves: results.json with every round and final accuracies."""
+    run_dir.mkdir(parents=True)
+    (run_dir / "results.json").write_text(json.dumps({"rounds_completed": rounds, "final": {"knn_acc": 0.5}}))
+
+
+def test_grid_expands_in_a_fixed_order() -> None:
+    axes = parse_grid(["partition.alpha=0.01,1,100", "method.name=simclr,byol"])
+    assert [a.values for a in axes] == [(0.01, 1, 100), ("simclr", "byol")]
+    tasks = expand(axes, [3, 4])
+    assert len(tasks) == 12 and [t.index for t in tasks] == list(range(12))
+    assert tasks[0].overrides == ["partition.alpha=0.01", "method.name=simclr", "seed=3"]
+    assert tasks[1].overrides == ["partition.alpha=0.01", "method.name=simclr", "seed=4"]
+    assert tasks[2].overrides == ["partition.alpha=0.01", "method.name=byol", "seed=3"]
+    assert tasks[11].overrides == ["partition.alpha=100", "method.name=byol", "seed=4"]
+    assert expand(parse_grid(["partition.alpha=0.01,1,100", "method.name=simclr,byol"]), [3, 4]) == tasks
+    assert split_values("0.5,[0.1,0.2],{a: 1, b: 2}") == ["0.5", "[0.1,0.2]", "{a: 1, b: 2}"]
+    assert expand([], [7]) == expand(parse_grid([]), [7]) and expand([], [7])[0].overrides == ["seed=7"]
+
+
+def test_array_spec_compacts_ranges() -> None:
+    assert array_spec([0, 1, 2, 3, 4, 5], 2) == "0-5%2"
+    assert array_spec([0, 1, 2, 5, 7, 8], None) == "0-2,5,7-8"
+    assert array_spec([4], 1) == "4%1"
+
+
+def test_sweep_writes_recipes_manifest_and_script(tmp_path: Path, tiny_recipe: Path, capsys) -> None:
+    out = tmp_path / "sweep"
+    assert _sweep(tiny_recipe, out, "--max-running", "4", "--slurm-args", "--partition=cpu --time=0:10:00") == 0
+    printed = capsys.readouterr().out
+    assert re.search(r"sbatch --parsable --array=0-11%4 --partition=cpu --time=0:10:00 \S*array.sbatch", printed)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert len(manifest["tasks"]) == 12 and manifest["seeds"] == [3, 4] and manifest["submissions"] == []
+    task = manifest["tasks"][9]  # alpha=100, simclr, seed 4
+    recipe = load_recipe(task["recipe"])
+    assert (recipe.partition.alpha, recipe.method["name"], recipe.seed) == (100.0, "simclr", 4)
+    assert recipe.method == {"name": "simclr", "hidden_dim": 64, "output_dim": 32}  # the base recipe's section
+    assert load_recipe(manifest["tasks"][10]["recipe"]).method == {"name": "byol"}  # another name resets it
+    assert recipe.run_dir == task["run_dir"] == str(out / "runs/0009")
+    assert recipe.rounds == load_recipe(tiny_recipe).rounds
+    script = (out / "array.sbatch").read_text()
+    assert "#SBATCH --signal=B:USR1@120" in script and "#SBATCH --requeue" in script
+    assert f'recipe="{out}/recipes/$task.yaml"' in script and "@" + "OUT@" not in script
+    assert (out / "logs").is_dir()
+
+
+def test_rerun_keeps_finished_tasks_and_submits_the_rest(tmp_path: Path, tiny_recipe: Path, capsys) -> None:
+    out = tmp_path / "sweep"
+    assert _sweep(tiny_recipe, out) == 0
+    rounds = load_recipe(tiny_recipe).rounds
+    for i in (0, 1, 5):
+        _finish(out / f"runs/{i:04d}", rounds)
+    (out / "recipes/0005.yaml").write_text("edited by hand\n")  # a finished task's files are left alone
+    _finish(out / "runs/0006", rounds - 1)  # not all rounds: not finished
+    before = {i: (out / f"runs/{i:04d}/results.json").read_bytes() for i in (0, 1, 5)}
+    capsys.readouterr()
+    assert _sweep(tiny_recipe, out) == 0
+    printed = capsys.readouterr().out
+    assert "3 finished" in printed and " --array=2-4,6-11 " in printed
+    assert (out / "recipes/0005.yaml").read_text() == "edited by hand\n"
+    assert all((out / f"runs/{i:04d}/results.json").read_bytes() == b for i, b in before.items())
+    assert len(json.loads((out / "manifest.json").read_text())["tasks"]) == 12
+
+
+def test_plan_never_duplicates_a_submission() -> None:
+    manifest = {"tasks": [{"index": i} for i in range(5)], "submissions": [{"job_id": "7", "tasks": [0, 1, 2]}]}
+    assert to_submit(manifest, finished={0}, resubmit_failed=False) == [3, 4]
+    assert to_submit(manifest, finished={0}, resubmit_failed=True) == [1, 2, 3, 4]
+    assert to_submit(manifest, finished={0, 1, 2, 3, 4}, resubmit_failed=True) == []
+    assert to_submit(manifest, finished={0}, resubmit_failed=True, queued={2, 3}) == [1, 4]  # still in SLURM
+
+
+@pytest.mark.parametrize("grid, fragment", [
+    (["--grid", "partition.alpah=0.1,1"], "valid keys under partition: alpha, classes_per_client"),
+    (["--grid", "partition=0.1,1"], "--grid key 'partition' is not a recipe key; 'partition' is a section"),
+    (["--grid", "partition.alpha="], "--grid partition.alpha has an empty value list"),
+    (["--grid", "partition.alpha=1,,2"], "--grid partition.alpha has an empty value list"),
+    (["--grid", "partition.alpha=1", "--grid", "partition.alpha=2"], "given twice"),
+    (["--grid", "seed=1,2"], "use --seeds"),
+    (["--grid", "method.bogus=1,2"], "unknown recipe key 'method.bogus'"),
+    (["--grid", "partition.alpha=-1,1"], "recipe key 'partition.alpha' must be > 0"),
+])
+def test_bad_grid_is_one_line_exit_2_and_nothing_written(tmp_path: Path, tiny_recipe: Path, capsys,
+                                                         grid: list[str], fragment: str) -> None:
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--recipe", str(tiny_recipe), *grid, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_submit_without_sbatch_is_refused_before_writing(tmp_path: Path, tiny_recipe: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
+    out = tmp_path / "sweep"
+    assert _sweep(tiny_recipe, out, "--submit") == 2
+    err = capsys.readouterr().err
+    assert "sbatch" in err and "not on PATH" in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_out_holding_another_sweep_is_refused(tmp_path: Path, tiny_recipe: Path, capsys) -> None:
+    out = tmp_path / "sweep"
+    assert _sweep(tiny_recipe, out) == 0
+    before = _tree(out)
+    capsys.readouterr()
+    assert main(["sweep", "--recipe", str(tiny_recipe), "--grid", "partition.alpha=5,6", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"--out '{out}' holds another sweep" in err and err.count("\n") == 1
+    assert _tree(out) == before
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    assert _sweep(tiny_recipe, other) == 2
+    assert "holds no sweep" in capsys.readouterr().err and _tree(other) == {"notes.txt": b"mine"}
