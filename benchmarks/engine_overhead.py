@@ -24,22 +24,15 @@ from fedlight import registry
 from fedlight.config import load_recipe
 from fedlight.engine.fit import make_fabric, prepare_data
 from fedlight.engine.orchestrator import Federation, build_views, sample_clients
-from fedlight.methods.base import OptimizerSpec
-from fedlight.seeding import derive_seed, torch_generator
+
+from plain_loop import build_model, local_train, shared_state
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def build(recipe, data):
-    torch.manual_seed(derive_seed(recipe.seed, "init"))
-    l = recipe.local
-    return registry.build_method(recipe.method, recipe.model.backbone, data.channels, data.image_size, data.num_classes,
-                                 OptimizerSpec(l.optimizer, l.lr, l.momentum, l.weight_decay))
-
-
 def run_fedlight(recipe, data, parts, rounds: int) -> tuple[float, dict]:
     fabric = make_fabric(recipe)
-    fed = Federation(fabric, recipe, data, parts, build(recipe, data), registry.build_server(recipe.server, recipe.clients.num),
+    fed = Federation(fabric, recipe, data, parts, build_model(recipe, data), registry.build_server(recipe.server, recipe.clients.num),
                      Path(tempfile.mkdtemp()))
     start = time.perf_counter()
     for r in range(rounds):
@@ -48,34 +41,18 @@ def run_fedlight(recipe, data, parts, rounds: int) -> tuple[float, dict]:
 
 
 def run_plain(recipe, data, parts, rounds: int) -> tuple[float, dict]:
-    model = build(recipe, data)
+    model = build_model(recipe, data)
     views = build_views(recipe.views, data)
-    shared = list(model.shared_state())
-    global_state = {k: t.clone() for k, t in model.state_dict().items() if k in shared}
-    images, labels, l = data.train_x, data.train_y, recipe.local
+    global_state = shared_state(model)
     start = time.perf_counter()
     for r in range(rounds):
         total, weight = {k: torch.zeros_like(t, dtype=torch.float64) for k, t in global_state.items()}, 0.0
         for c in sample_clients(recipe.seed, r, recipe.clients.num, recipe.clients.fraction):
             model.load_state_dict(global_state, strict=False)
-            opt = model.configure_optimizers()
-            model.train()
-            g = torch_generator(recipe.seed, "local", r, c)
-            idx = torch.as_tensor(parts[c])
-            for _ in range(l.epochs):
-                order = idx[torch.randperm(len(idx), generator=g)]
-                for s in range(0, len(order), l.batch_size):
-                    b = order[s:s + l.batch_size]
-                    if len(b) < 2:
-                        continue
-                    loss = model.training_step((views.views(images[b], model.num_views, g), labels[b]), 0)
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    opt.step()
-            for k, t in model.state_dict().items():
-                if k in total:
-                    total[k] += len(idx) * t.double()
-            weight += len(idx)
+            n = local_train(model, views, data.train_x, data.train_y, torch.as_tensor(parts[c]), recipe, r, c)
+            for k, t in shared_state(model).items():
+                total[k] += n * t.double()
+            weight += n
         global_state = {k: (total[k] / weight).to(t.dtype) if t.is_floating_point() else (total[k] / weight).round().to(t.dtype)
                         for k, t in global_state.items()}
     return time.perf_counter() - start, global_state

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from engine_overhead import build  # noqa: E402  (same module construction as the overhead benchmark)
+from plain_loop import build_model  # noqa: E402  (fedlight's worker-model construction)
 
 from fedlight import registry  # noqa: E402
 from fedlight.config import load_recipe  # noqa: E402
@@ -41,7 +41,7 @@ def main() -> None:
     for t in args.intervals:
         recipe = load_recipe(REPO / "recipes/sofed_fmnist.yaml", [*args.overrides, f"buffer.lazy_interval={t}"])
         data, parts = prepare_data(recipe)
-        feds[t] = Federation(make_fabric(recipe), recipe, data, parts, build(recipe, data),
+        feds[t] = Federation(make_fabric(recipe), recipe, data, parts, build_model(recipe, data),
                              registry.build_server(recipe.server, recipe.clients.num), Path(tempfile.mkdtemp()))
         private[t] = {}
     ms = {t: [] for t in args.intervals}

@@ -9,8 +9,9 @@
 Each row (a recipe, or ``--row LABEL RECIPE OVERRIDE...``) and seed is one ``fedlight fit``
 into ``<out>/<label>/seed<k>``; finished runs are reused. The table gives the final metric,
 the total bytes and the first round at which each run reaches the reference row's final
-accuracy (MOON's Table 2); ``--extra`` adds columns: a final metric (mean +- std, in %) or a
-per-round history value such as ``buffer_rescored`` (mean over rounds and seeds).
+accuracy (MOON's Table 2); ``--extra`` adds columns: a final metric (mean +- std, in %), a run
+total from ``comm`` such as ``params_up`` (mean over seeds), or a per-round history value such
+as ``buffer_rescored`` (mean over rounds and seeds).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ def extra_cell(runs: list[dict], key: str) -> str:
     if key in runs[0]["final"]:
         values = np.array([res["final"][key] for res in runs]) * 100
         return f"{values.mean():.2f} +- {values.std():.2f}"
+    if key in runs[0]["comm"]:  # e.g. params_up: a run total (mean over seeds)
+        return f"{np.mean([res['comm'][key] for res in runs]):.3g}"
     return f"{np.mean([h[key] for res in runs for h in res['history'] if h.get(key) is not None]):.3g}"
 
 
@@ -83,7 +86,7 @@ def main() -> None:
             reach = ", ".join("never" if h is None else str(h) for h in hits)
         comm = np.mean([res["comm"]["bytes_up"] + res["comm"]["bytes_down"] for res in runs])
         wall = np.mean([res["wall_seconds"] for res in runs])
-        floor = [res["baseline"][args.metric] for res in runs if res["baseline"][args.metric] is not None]
+        floor = [res["baseline"][args.metric] for res in runs if res["baseline"].get(args.metric) is not None]
         floor_text = f"{np.mean(floor) * 100:.2f}" if floor else "-"
         lines.append(f"| {name} | {acc.mean():.2f} +- {acc.std():.2f} | {floor_text} | {spread_text} | {reach} | "
                      f"{comm:.3g} | {wall:.0f} |" + "".join(f" {extra_cell(runs, e)} |" for e in args.extra))

@@ -17,16 +17,18 @@ from fedlight.config.coerce import coerce
 from fedlight.errors import UserError
 from fedlight.methods.base import FederatedModule, OptimizerSpec
 from fedlight.methods.byol import BYOL
+from fedlight.methods.fair import FairLocalGlobal
 from fedlight.methods.fedema import FedEMA
 from fedlight.methods.fedprox import FedProx
 from fedlight.methods.fedu import FedU
+from fedlight.methods.local_global import LocalGlobal
 from fedlight.methods.moon import MOON
 from fedlight.methods.scaffold import Scaffold as ScaffoldClient
 from fedlight.methods.simclr import SimCLR
 from fedlight.methods.supervised import Supervised
 from fedlight.methods.triplet import Triplet
 from fedlight.methods.wrapper import ObjectiveWrapper
-from fedlight.models.backbones import CFCLCNN, MoonCNN, ResNet18Cifar, SmallCNN
+from fedlight.models.backbones import CFCLCNN, MLP, LeNet5, MoonCNN, ResNet18Cifar, SmallCNN
 from fedlight.server.base import Aggregator
 from fedlight.server.centralized import Centralized
 from fedlight.server.fedavg import FedAvg
@@ -37,7 +39,8 @@ from fedlight.server.scaffold import Scaffold
 # local objectives; ``fedprox`` and ``scaffold`` wrap the objective named by ``method.objective``
 METHODS: dict[str, type[FederatedModule]] = {
     "simclr": SimCLR, "byol": BYOL, "supervised": Supervised, "moon": MOON, "fedu": FedU, "fedema": FedEMA,
-    "fedprox": FedProx, "scaffold": ScaffoldClient, "triplet": Triplet,
+    "fedprox": FedProx, "scaffold": ScaffoldClient, "triplet": Triplet, "lg": LocalGlobal,
+    "lg_fair": FairLocalGlobal,
 }
 SERVERS: dict[str, type[Aggregator]] = {
     "fedavg": FedAvg, "scaffold": Scaffold, "local_only": LocalOnly, "centralized": Centralized, "flesd": FLESD,
@@ -48,6 +51,9 @@ BACKBONES: dict[str, Callable[[int, int], nn.Module]] = {
     "resnet18": lambda channels, size: ResNet18Cifar(channels),
     "moon_cnn": MoonCNN,
     "cfcl_cnn": CFCLCNN,
+    "lenet5": LeNet5,  # LG-FedAvg's CIFAR / MNIST CNN
+    "mlp": lambda channels, size: MLP(channels * size * size),  # LG-FedAvg's MNIST MLP
+    "mlp_small": lambda channels, size: MLP(channels * size * size, (64, 32)),  # tabular data (fair LG)
 }
 # the server a method needs when the recipe's server does not fit it
 REQUIRED_SERVER = {"scaffold": "scaffold"}
@@ -123,6 +129,8 @@ def build_method(method: dict[str, Any], backbone: str, channels: int, image_siz
     if "num_classes" in inspect.signature(cls.__init__).parameters:
         kwargs["num_classes"] = num_classes
     module = cls(backbone=BACKBONES[backbone](channels, image_size), optim=optim, **kwargs)
+    if inner and "num_classes" in inspect.signature(outer.__init__).parameters:  # LG's head
+        outer_kwargs["num_classes"] = num_classes
     return outer(objective=module, **outer_kwargs) if inner else module
 
 

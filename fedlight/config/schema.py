@@ -40,7 +40,8 @@ def check(fn: Any, default: Any = None, **kw: Any) -> Any:
 
 @dataclass
 class DataConfig:
-    name: Literal["fashion_mnist", "cifar10", "cifar100", "svhn", "stl10", "synthetic"] = "fashion_mnist"
+    name: Literal["fashion_mnist", "mnist", "cifar10", "cifar100", "svhn", "stl10", "synthetic",
+                  "diabetes"] = "fashion_mnist"
     root: str = "data"
     download: bool = False
     subset: int | None = check(_positive, None)
@@ -109,7 +110,8 @@ class ExchangeConfig:
 
 @dataclass
 class ModelConfig:
-    backbone: Literal["small_cnn", "tiny_cnn", "resnet18", "moon_cnn", "cfcl_cnn"] = "small_cnn"
+    backbone: Literal["small_cnn", "tiny_cnn", "resnet18", "moon_cnn", "cfcl_cnn", "lenet5", "mlp",
+                      "mlp_small"] = "small_cnn"
 
 
 @dataclass
@@ -138,6 +140,7 @@ class EvalConfig:
     knn_temperature: float = check(_positive, 0.1)
     probe_epochs: int = check(_positive, 100)
     projector_samples: int = check(_non_negative, 1000)
+    local_test: bool = False  # LG-FedAvg's local / new test over every client's model (engine/local_test.py)
 
 
 @dataclass

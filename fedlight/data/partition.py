@@ -110,3 +110,33 @@ def partition(kind: str, labels: np.ndarray, num_clients: int, rng: np.random.Ge
 def class_counts(labels: np.ndarray, parts: list[np.ndarray], num_classes: int) -> np.ndarray:
     """(K, C) matrix of how many samples of each class each client holds."""
     return np.stack([np.bincount(labels[p], minlength=num_classes) for p in parts])
+
+
+def matching_test_split(train_labels: np.ndarray, parts: list[np.ndarray], test_labels: np.ndarray,
+                        rng: np.random.Generator) -> list[np.ndarray]:
+    """Each client's local test split: test samples of the classes it trains on (LG-FedAvg's local test).
+
+    The test samples of class c are shuffled and cut among the clients holding c in
+    proportion to how many training samples of c each holds, so a client's test split has
+    (up to rounding) its training class mix, and no test sample goes to two clients.
+
+    Args:
+        train_labels: (N,) training labels.
+        parts: one index array per client into the training set (e.g. from ``shards``).
+        test_labels: (M,) test labels.
+        rng: seeded generator.
+
+    Returns:
+        One sorted int64 index array per client into the test set.
+    """
+    counts = class_counts(train_labels, parts, int(max(train_labels.max(), test_labels.max())) + 1)
+    out: list[list[np.ndarray]] = [[] for _ in parts]
+    for c in range(counts.shape[1]):
+        held = counts[:, c]
+        if held.sum() == 0:
+            continue
+        idx = rng.permutation(np.flatnonzero(test_labels == c))
+        cuts = np.round(np.cumsum(held) / held.sum() * len(idx)).astype(int)[:-1]
+        for client, chunk in enumerate(np.split(idx, cuts)):
+            out[client].append(chunk)
+    return [np.sort(np.concatenate(chunks)).astype(np.int64) if chunks else np.zeros(0, np.int64) for chunks in out]

@@ -28,6 +28,8 @@ class ImageData:
         test_x: (M, C, H, W) uint8 test images.
         test_y: (M,) int64 test labels.
         num_classes: number of classes.
+        train_a: (N,) int64 protected attribute (0 / 1), for datasets that carry one (fair LG-FedAvg).
+        test_a: (M,) int64 protected attribute of the test samples.
     """
 
     train_x: torch.Tensor
@@ -35,6 +37,8 @@ class ImageData:
     test_x: torch.Tensor
     test_y: torch.Tensor
     num_classes: int
+    train_a: torch.Tensor | None = None
+    test_a: torch.Tensor | None = None
 
     @property
     def channels(self) -> int:
@@ -58,34 +62,34 @@ _FMNIST_FILES = {
 }
 
 
-def _find_idx(root: Path, stem: str) -> Path | None:
-    for folder in (root, root / "FashionMNIST" / "raw"):
+def _find_idx(root: Path, stem: str, torchvision_folder: str = "FashionMNIST") -> Path | None:
+    for folder in (root, root / torchvision_folder / "raw"):
         for name in (stem, stem + ".gz"):
             if (folder / name).is_file():
                 return folder / name
     return None
 
 
-def _fashion_mnist(root: Path, download: bool) -> ImageData:
-    if _find_idx(root, _FMNIST_FILES["train_x"]) is None and download:
-        from torchvision.datasets import FashionMNIST
+def _fashion_mnist(root: Path, download: bool, mnist: bool = False) -> ImageData:
+    """Fashion-MNIST, or MNIST (same IDX file names) when ``mnist``."""
+    label, folder = ("MNIST", "MNIST") if mnist else ("Fashion-MNIST", "FashionMNIST")
+    if _find_idx(root, _FMNIST_FILES["train_x"], folder) is None and download:
+        import torchvision.datasets as tvd
 
         for train in (True, False):
-            FashionMNIST(str(root), train=train, download=True)
+            (tvd.MNIST if mnist else tvd.FashionMNIST)(str(root), train=train, download=True)
     arrays = {}
     for key, stem in _FMNIST_FILES.items():
-        path = _find_idx(root, stem)
+        path = _find_idx(root, stem, folder)
         if path is None:
-            raise UserError(
-                f"data.root '{root}' has no Fashion-MNIST file '{stem}[.gz]'; run "
-                "'apt-get install dataset-fashion-mnist' and set data.root=/usr/share/datasets/fashion-mnist, "
-                "or set data.download=true"
-            )
+            hint = ("" if mnist else "run 'apt-get install dataset-fashion-mnist' and set "
+                    "data.root=/usr/share/datasets/fashion-mnist, or ")
+            raise UserError(f"data.root '{root}' has no {label} file '{stem}[.gz]'; {hint}set data.download=true")
         arrays[key] = read_idx(path)
     for split in ("train", "test"):
         x, y = arrays[f"{split}_x"], arrays[f"{split}_y"]
         if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
-            raise UserError(f"Fashion-MNIST files in data.root '{root}' have mismatched shapes {tuple(x.shape)} "
+            raise UserError(f"{label} files in data.root '{root}' have mismatched shapes {tuple(x.shape)} "
                             f"and {tuple(y.shape)}; re-download or reinstall them")
     return ImageData(arrays["train_x"].unsqueeze(1), arrays["train_y"].long(),
                      arrays["test_x"].unsqueeze(1), arrays["test_y"].long(), num_classes=10)
@@ -140,9 +144,13 @@ def synthetic(seed: int = 0, train: int = 1200, test: int = 300, classes: int = 
 
 def load_dataset(name: str, root: str, download: bool, seed: int = 0) -> ImageData:
     """Load dataset ``name`` (``data.name``) from ``root`` (``data.root``)."""
+    from fedlight.data.tabular import diabetes  # tabular.py builds on ImageData
+
     loaders: dict[str, Callable[[], ImageData]] = {
         "fashion_mnist": lambda: _fashion_mnist(Path(root), download),
+        "mnist": lambda: _fashion_mnist(Path(root), download, mnist=True),
         "synthetic": lambda: synthetic(seed),
+        "diabetes": lambda: diabetes(seed),
     }
     data = loaders[name]() if name in loaders else _torchvision(name, Path(root), download)
     check_shapes(data, f"{name} in data.root '{root}'")
@@ -172,14 +180,15 @@ def check_shapes(data: ImageData, what: str) -> None:
 def take_subset(data: ImageData, train: int | None, test: int | None, seed: int) -> ImageData:
     """Keep a seeded random ``train`` / ``test`` samples (``data.subset``, ``data.test_subset``)."""
 
-    def pick(x: torch.Tensor, y: torch.Tensor, n: int | None, key: str) -> tuple[torch.Tensor, torch.Tensor]:
+    def pick(x: torch.Tensor, y: torch.Tensor, a: torch.Tensor | None, n: int | None,
+             key: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         if n is None:
-            return x, y
+            return x, y, a
         if n > len(y):
             raise UserError(f"recipe key 'data.{key}' is {n} but the dataset has {len(y)} samples; lower it")
         keep = torch.randperm(len(y), generator=torch_generator(seed, key))[:n].sort().values
-        return x[keep], y[keep]
+        return x[keep], y[keep], None if a is None else a[keep]
 
-    train_x, train_y = pick(data.train_x, data.train_y, train, "subset")
-    test_x, test_y = pick(data.test_x, data.test_y, test, "test_subset")
-    return ImageData(train_x, train_y, test_x, test_y, data.num_classes)
+    train_x, train_y, train_a = pick(data.train_x, data.train_y, data.train_a, train, "subset")
+    test_x, test_y, test_a = pick(data.test_x, data.test_y, data.test_a, test, "test_subset")
+    return ImageData(train_x, train_y, test_x, test_y, data.num_classes, train_a, test_a)

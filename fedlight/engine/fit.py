@@ -86,6 +86,9 @@ def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
     registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client)
     validate_exchange(recipe, registry.build_server(recipe.server, recipe.clients.num).aggregate_every)
     data, parts = prepare_data(recipe)
+    if getattr(registry.METHODS[recipe.method["name"]], "uses_protected", False) and data.train_a is None:
+        raise UserError(f"method.name={recipe.method['name']} needs a dataset with a protected attribute; "
+                        f"data.name={recipe.data.name} has none (use data.name=diabetes)")
     run_dir = Path(recipe.run_dir)
     fabric = make_fabric(recipe)
     if fabric.global_rank == 0:

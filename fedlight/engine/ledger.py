@@ -17,6 +17,11 @@ def payload_bytes(payload: dict[str, torch.Tensor]) -> dict[str, int]:
     return dict(out)
 
 
+def element_size(dtype: str) -> int:
+    """Bytes per element of a ledger dtype name such as ``float32``."""
+    return torch.empty(0, dtype=getattr(torch, dtype)).element_size()
+
+
 class CommLedger:
     """Rows of (round, client, direction, dtype, bytes)."""
 
@@ -30,11 +35,13 @@ class CommLedger:
             self.rows.append([round_, client, direction, dtype, n])
 
     def totals(self, round_: int | None = None) -> dict[str, int]:
-        """``{"bytes_up", "bytes_down", "bytes_d2d"}`` for one round, or the whole run if None."""
-        out = {f"bytes_{d}": 0 for d in DIRECTIONS}
-        for r, _, d, _, n in self.rows:
+        """``{"bytes_up", "bytes_down", "bytes_d2d"}`` and the same as tensor elements
+        (``params_*``, LG-FedAvg's "# params communicated") for one round, or the whole run if None."""
+        out = {f"{unit}_{d}": 0 for unit in ("bytes", "params") for d in DIRECTIONS}
+        for r, _, d, dtype, n in self.rows:
             if round_ is None or r == round_:
                 out[f"bytes_{d}"] += n
+                out[f"params_{d}"] += n // element_size(dtype)
         return out
 
     @staticmethod

@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from fedlight.config.schema import Recipe, ViewsConfig
 from fedlight.coreset.buffer import ReplayBuffer
-from fedlight.data.partition import class_counts
+from fedlight.data.partition import class_counts, matching_test_split
 from fedlight.data.streams import arrival_batches, segment
 from fedlight.data.sources import ImageData
 from fedlight.data.views import ViewMaker, ViewParams
@@ -42,6 +42,7 @@ from fedlight.engine.evaluator import METRICS, Evaluator
 from fedlight.engine import preemption
 from fedlight.engine.exchange_rounds import EXCHANGE, ExchangeRounds
 from fedlight.engine.ledger import CommLedger
+from fedlight.engine.local_test import LOCAL_METRICS, LocalTester
 from fedlight.engine.local_loop import LocalResult, steps_per_epoch, train_client
 from fedlight.engine.stream_loop import train_client_stream
 from fedlight.engine.rundir import CHECKPOINT, write_json
@@ -106,7 +107,10 @@ class Federation:
         public = recipe.partition.public_client
         self.trainable = [c for c in range(self.num_clients) if c != public]
         self.images = fabric.to_device(data.train_x)
-        self.labels = fabric.to_device(data.train_y)
+        labels = data.train_y
+        if getattr(module, "uses_protected", False):  # fair LG-FedAvg: batches carry (class, attribute)
+            labels = torch.stack([data.train_y, data.train_a], dim=1)
+        self.labels = fabric.to_device(labels)
         self.views = build_views(recipe.views, data)
         self.store = ClientStateStore()
         self.ledger = CommLedger()
@@ -119,6 +123,12 @@ class Federation:
         self.started = time.perf_counter()
         self.global_state = self._snapshot(self.module.shared_state())
         self.evaluator = Evaluator(fabric, self.module, data, self.views, recipe.eval, recipe.seed)
+        self.local_tester: LocalTester | None = None
+        if recipe.eval.local_test:
+            train = [parts[c] for c in self.trainable]
+            test = matching_test_split(data.train_y.numpy(), train, data.test_y.numpy(),
+                                       numpy_rng(recipe.seed, "local-test"))
+            self.local_tester = LocalTester(self.evaluator, train, test, [float(len(p)) for p in train])
         self.logger: TensorBoardLogger | None = None
         self.distiller: EnsembleDistiller | None = None
         if aggregator.uses_public_set:  # FLESD: public client's images, never trained on
@@ -167,6 +177,8 @@ class Federation:
     def _train_round(self, round_: int, progress: Any) -> list[dict[str, Any]]:
         r = self.recipe
         self.module.optim.lr = self._round_lr(round_)
+        if self.module.on_round_start(round_, self.history):  # e.g. LG-FedAvg leaving its FedAvg phase
+            self._split_changed()
         sampled = [self.trainable[i] for i in sample_clients(r.seed, round_, len(self.trainable), r.clients.fraction)]
         mine = [c for c in sampled if c % self.world == self.rank]
         if self.exchange is not None:
@@ -270,6 +282,14 @@ class Federation:
                          f"{kept}; lower local.lr and rerun with --overwrite, or raise faults.max_bad_clients "
                          "and --resume")
 
+    def _split_changed(self) -> None:
+        """The method changed what it shares: the global state becomes the new shared state, and every
+        client of this rank starts its new private state from the current model (stored state wins)."""
+        self.global_state = self._snapshot(self.module.shared_state())
+        for client in self.trainable:
+            if client % self.world == self.rank:
+                self.store.put(client, {**self.module.private_state(), **(self.store.get(client) or {})})
+
     def _local_work(self, client: int, round_: int, private: State,
                     work: float = 1.0) -> tuple[LocalResult, float, dict[str, Any]]:
         """Train ``client`` for one round: E epochs on its data, or its stream through its buffer.
@@ -327,6 +347,18 @@ class Federation:
         if client_models is None:
             return self.evaluator.model_metrics()
         return self.evaluator.clients_metrics(client_models, self.global_state)
+
+    def _local_test(self) -> dict[str, float | None]:
+        """LG-FedAvg's local / new test over every client's model (a collective; metrics on rank 0)."""
+        if self.local_tester is None:
+            return {}
+        shards = self._gather(self.store.state_dict())
+        if self.rank != 0:
+            return {}
+        states = {c: s for shard in shards for c, s in shard.items()}
+        models = [{**self.global_state, **{k: self.fabric.to_device(v) for k, v in states.get(c, {}).items()
+                                           if not k.startswith(BUFFER)}} for c in self.trainable]
+        return self.local_tester.metrics(models)  # leaves the worker holding the averaged model
 
     def _client_models(self) -> list[State] | None:
         """Every trained client's model, gathered on all ranks (local-only training), else None."""
@@ -440,7 +472,8 @@ class Federation:
                    **({"train/loss": row["train_loss"]} if row["train_loss"] is not None else {}),
                    **{f"faults/{k}": row[k] for k in FAULT_COLUMNS},
                    **{f"comm/{k}": row[k] for k in ("bytes_up", "bytes_down", "bytes_d2d")},
-                   **{f"eval/{k}": v for k, v in row.items() if k.startswith(METRICS) and v is not None}}
+                   **{f"eval/{k}": v for k, v in row.items()
+                      if k.startswith(METRICS + LOCAL_METRICS) and v is not None}}
         if "label_var" in row:
             scalars.update({"exchange/label_var": row["label_var"], "exchange/delay_seconds": row["delay_seconds"]})
         if "buffer_classes" in row:
@@ -508,8 +541,9 @@ class Federation:
             metrics: dict[str, float | None] = dict.fromkeys(METRICS)
             if self.rounds_done % r.eval.every == 0 or self.rounds_done == r.rounds:
                 client_models = self._client_models()  # a collective: every rank takes part
+                local = self._local_test()  # a collective too; before evaluate(), which then scores the average
                 if self.rank == 0:
-                    metrics = self.evaluate(client_models)
+                    metrics = {**self.evaluate(client_models), **local}
                     last_eval = metrics
             answered = [rep["loss"] for rep in reports if rep["status"] == "ok"]
             row = {"round": self.rounds_done,
@@ -529,7 +563,7 @@ class Federation:
             if self.rounds_done < r.rounds and preemption.requested(self.fabric):  # SIGUSR1/SIGTERM
                 raise self._preempted()  # this round's checkpoint above is where --resume starts
         rounds.close()
-        final = {k: last_eval[k] for k in last_eval if k.startswith(METRICS)} if last_eval else None
+        final = {k: last_eval[k] for k in last_eval if k.startswith(METRICS + LOCAL_METRICS)} if last_eval else None
         results = self._results(wall, final)
         if self.rank == 0:
             write_json(self.run_dir / "results.json", results)

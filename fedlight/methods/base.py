@@ -86,6 +86,11 @@ class FederatedModule(L.LightningModule):
     def reset_private_state(self) -> None:
         """Initialise private modules for a client seen for the first time (default: nothing)."""
 
+    def on_round_start(self, round_: int, history: list[dict]) -> bool:
+        """Called before every round with the rows so far; True if the shared / private split just
+        changed (LG-FedAvg leaving its FedAvg phase). Default: nothing changes."""
+        return False
+
     def _module_state(self, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
         return {f"{n}.{k}": v for n in names for k, v in self.get_submodule(n).state_dict().items()}
 

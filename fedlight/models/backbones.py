@@ -94,3 +94,60 @@ class CFCLCNN(nn.Sequential):
             nn.Linear(8 * side * side, 128), nn.ReLU(inplace=True), nn.Linear(128, 64),
         )
         self.feature_dim = 64
+
+
+class LeNet5(nn.Module):
+    """LeNet-5 of the LG-FedAvg authors' code (CNNCifar), without its last layer.
+
+    conv1(C, 6, 5) - ReLU - pool - conv2(6, 16, 5) - ReLU - pool - fc1(., 120) - ReLU - fc2(120, 100) - ReLU;
+    the objective's classifier plays fc3(100, 10). Layers are named so that ``method.global_layers``
+    can pick them (``backbone.conv1`` ... ``backbone.fc2``).
+
+    Args:
+        in_channels: 3 for CIFAR, 1 for (Fashion-)MNIST.
+        image_size: side of the square input (32 -> fc1(400, 120); 28 -> fc1(256, 120)).
+
+    Shapes: (B, C, H, W) -> (B, 100).
+    """
+
+    def __init__(self, in_channels: int = 3, image_size: int = 32) -> None:
+        super().__init__()
+        side = ((image_size - 4) // 2 - 4) // 2
+        self.conv1 = nn.Conv2d(in_channels, 6, 5)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        self.fc1 = nn.Linear(16 * side * side, 120)
+        self.fc2 = nn.Linear(120, 100)
+        self.feature_dim = 100
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = nn.functional.max_pool2d(nn.functional.relu(self.conv1(x)), 2)
+        x = nn.functional.max_pool2d(nn.functional.relu(self.conv2(x)), 2)
+        return nn.functional.relu(self.fc2(nn.functional.relu(self.fc1(x.flatten(1)))))
+
+
+class MLP(nn.Module):
+    """Fully connected encoder over flattened inputs, layers named ``fc1``, ``fc2``, ...
+
+    ``mlp`` is the MNIST MLP of the LG-FedAvg authors' code (784-512-256-64, ReLU; the
+    objective's classifier is its 64 -> 10 output layer); ``mlp_small`` (64-32) is for
+    tabular data.
+
+    Args:
+        in_features: C * H * W.
+        hidden: widths of the hidden layers; the last is ``feature_dim``.
+
+    Shapes: (B, C, H, W) -> (B, hidden[-1]).
+    """
+
+    def __init__(self, in_features: int, hidden: tuple[int, ...] = (512, 256, 64)) -> None:
+        super().__init__()
+        widths = (in_features, *hidden)
+        for i in range(len(hidden)):
+            self.add_module(f"fc{i + 1}", nn.Linear(widths[i], widths[i + 1]))
+        self.feature_dim = hidden[-1]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.flatten(1)
+        for layer in self.children():
+            x = nn.functional.relu(layer(x))
+        return x

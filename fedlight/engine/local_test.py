@@ -1,0 +1,95 @@
+"""LG-FedAvg's evaluation (section 2.4): every client's own model, its own test split and ensembles.
+
+* local test: client k's model (global layers + its local layers) on its local test split
+  (test samples of its own classes, ``matching_test_split``): mean and spread over clients;
+* new test: the ensemble of all clients' models on the full test set (``fedlight.eval.ensemble``);
+* the averaged model: the sample-weighted mean of the clients' models on the full test set;
+* on data with a protected attribute (fair LG-FedAvg, Table 4): the clients' classifier
+  accuracy and ROC AUC on the full test set, their own adversaries' ROC AUC for the attribute,
+  and a post-fit adversary: a logistic regression fitted on each client's representations of
+  its training samples (torchmetrics AUROC; mean over clients).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.linear_model import LogisticRegression
+from torchmetrics.functional.classification import binary_auroc
+
+from fedlight.eval.ensemble import ensemble_accuracies
+from fedlight.server.ops import weighted_average
+
+State = dict[str, torch.Tensor]
+LOCAL_METRICS = ("local_test_acc", "new_test_acc", "avg_model_acc", "class_acc", "class_auc", "adv_auc",
+                 "postfit_adv_auc")
+
+
+class LocalTester:
+    """Scores a list of client models with the worker model and an ``Evaluator``'s ``apply``.
+
+    Args:
+        evaluator: the run's evaluator (worker model, data, normalisation, ``apply``).
+        train_parts: one index array per client into the training set (for the post-fit adversary).
+        test_parts: one index array per client into the test set (its local test split).
+        weights: each client's training sample count (weights of the averaged model).
+    """
+
+    def __init__(self, evaluator: Any, train_parts: list[np.ndarray], test_parts: list[np.ndarray],
+                 weights: list[float]) -> None:
+        self.evaluator, self.weights = evaluator, weights
+        self.train_parts = [torch.as_tensor(p, dtype=torch.long) for p in train_parts]
+        self.test_parts = [torch.as_tensor(p, dtype=torch.long) for p in test_parts]
+
+    def metrics(self, models: list[State]) -> dict[str, float | None]:
+        """The metrics of ``models`` (one full state per client).
+
+        The worker model is left holding the averaged model, so the run's linear probe, kNN and
+        ``test_acc`` (scored next) describe it rather than whichever client trained last.
+        """
+        ev = self.evaluator
+        module, data = ev.module, ev.data
+        test_y = data.test_y.to(ev.fabric.device)
+        logits, local_acc, fair = [], [], []
+        for client, state in enumerate(models):
+            module.load_partial(state)
+            out = ev.apply(module.classify, data.test_x)  # (M, C)
+            logits.append(out)
+            part = self.test_parts[client].to(out.device)
+            if len(part):
+                local_acc.append(float((out[part].argmax(1) == test_y[part]).float().mean()))
+            if data.test_a is not None:
+                fair.append(self._fair(out, client))
+        common = set.intersection(*(set(m) for m in models))  # never-trained clients may lack private keys
+        module.load_partial(weighted_average([{k: m[k] for k in common} for m in models], self.weights))
+        avg_acc = float((ev.apply(module.classify, data.test_x).argmax(1) == test_y).float().mean())
+        out: dict[str, float | None] = {
+            "local_test_acc": float(np.mean(local_acc)) if local_acc else None,
+            "local_test_acc_std": float(np.std(local_acc)) if local_acc else None,
+            **ensemble_accuracies(torch.stack(logits), test_y),
+            "avg_model_acc": avg_acc,
+        }
+        for key in (fair[0] if fair else {}):
+            values = [f[key] for f in fair]
+            out[key], out[f"{key}_std"] = float(np.mean(values)), float(np.std(values))
+        return out
+
+    def _fair(self, logits: torch.Tensor, client: int) -> dict[str, float]:
+        """Table 4's columns for the loaded client model; ``logits`` (M, 2) on the full test set."""
+        ev = self.evaluator
+        module, data = ev.module, ev.data
+        y, a = data.test_y.to(logits.device), data.test_a.to(logits.device)
+        out = {"class_acc": float((logits.argmax(1) == y).float().mean()),
+               "class_auc": float(binary_auroc(logits.softmax(1)[:, 1], y))}
+        if hasattr(module, "protected_logits"):
+            out["adv_auc"] = float(binary_auroc(ev.apply(module.protected_logits, data.test_x).sigmoid(), a))
+        train = self.train_parts[client]
+        train_a = data.train_a[train].numpy()
+        if len(np.unique(train_a)) == 2:
+            feats = ev.apply(module.features, data.train_x[train]).cpu().numpy()
+            probe = LogisticRegression(max_iter=1000).fit(feats, train_a)
+            scores = probe.predict_proba(ev.apply(module.features, data.test_x).cpu().numpy())[:, 1]
+            out["postfit_adv_auc"] = float(binary_auroc(torch.as_tensor(scores), data.test_a))
+        return out
