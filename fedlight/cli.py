@@ -51,10 +51,11 @@ def _report(args: argparse.Namespace) -> int:
 
 def _fit(args: argparse.Namespace) -> int:
     from fedlight.config import load_recipe
+
+    recipe = load_recipe(args.recipe, args.overrides)  # recipe errors come before torch is imported
     from fedlight.engine.fit import fit
     from fedlight.engine.preemption import EXIT_CODE, Preempted
 
-    recipe = load_recipe(args.recipe, args.overrides)
     try:
         results = fit(recipe, resume=args.resume, overwrite=args.overwrite)
     except Preempted as stop:  # SIGUSR1 / SIGTERM: checkpointed (and requeued inside SLURM)

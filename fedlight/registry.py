@@ -90,7 +90,18 @@ def _options(section: str, spec: dict[str, Any], table: dict[str, type]) -> list
                             + (", ".join(f"{section}.{p}" for p in valid) or "none"))
         hints = typing.get_type_hints(chain[owner].__init__)
         kwargs[owner][key] = coerce(value, hints.get(key, Any), f"{section}.{key}")
+        _check_range(f"{section}.{key}", kwargs[owner][key], _params(chain[owner])[key].default)
     return list(zip(chain, kwargs))
+
+
+def _check_range(key: str, value: Any, default: Any) -> None:
+    """Numbers keep the sign of their (paper) default: none is negative, and a count or size
+    (an int defaulting to > 0) is positive."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not isinstance(default, (int, float)):
+        return
+    if value < 0 or (isinstance(default, int) and not isinstance(default, bool) and default > 0 and value == 0):
+        bound = "> 0" if isinstance(default, int) and default > 0 else ">= 0"
+        raise UserError(f"recipe key '{key}' must be {bound} (got {value!r}); fix the recipe or override")
 
 
 def validate(method: dict[str, Any], server: dict[str, Any], num_clients: int,

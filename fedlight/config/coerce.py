@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from typing import Any, Literal, Union
@@ -21,6 +22,14 @@ def _describe(hint: Any) -> str:
     if hint is type(None):
         return "null"
     return getattr(hint, "__name__", str(hint))
+
+
+def _number(text: str) -> float | str:
+    """``'1e-3'`` -> 0.001; anything that is not a number stays text."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 def coerce(value: Any, hint: Any, key: str) -> Any:
@@ -51,7 +60,12 @@ def coerce(value: Any, hint: Any, key: str) -> Any:
         if isinstance(value, dict):
             return build_dataclass(hint, value, key)
     elif hint is float:
+        if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as text
+            value = _number(value)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                raise UserError(f"recipe key '{key}': expected a finite number, got {value!r}; "
+                                "fix the recipe or override")
             return float(value)
     elif hint is int:
         if isinstance(value, int) and not isinstance(value, bool):

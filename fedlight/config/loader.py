@@ -22,7 +22,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(f"recipe file '{path}' not found; check the path")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_text())
+        data = {} if data is None else data  # an empty file is all defaults; 0 or [] is a mistake
     except yaml.YAMLError as exc:
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
         where = f" at line {line + 1}" if line is not None else ""

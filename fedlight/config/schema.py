@@ -153,8 +153,20 @@ class FabricConfig:
 
 
 @dataclass
+class FaultsConfig:
+    """Simulated client faults, drawn per (seed, round, client) (``fedlight.engine.faults``)."""
+
+    dropout: float = check(_probability, 0.0)  # a sampled client fails before sending its update
+    straggler: float = check(_probability, 0.0)  # a sampled client finishes only part of its local work
+    straggler_work: float = check(_fraction, 0.5)  # the share of its local steps a straggler completes
+    diverge: float = check(_probability, 0.0)  # a sampled client's update turns NaN (injected divergence)
+    max_bad_clients: int | None = check(_non_negative, None)  # diverged clients a round tolerates (None: any)
+
+
+@dataclass
 class RunConfig:
     dir: str | None = None
+    min_free_mb: int = check(_non_negative, 256)  # refuse to start with less free disk (checkpoints x 2 + events)
 
 
 @dataclass
@@ -162,7 +174,7 @@ class Recipe:
     """A resolved recipe: everything one ``fedlight fit`` needs."""
 
     name: str = "run"
-    seed: int = 0
+    seed: int = check(_non_negative, 0)
     rounds: int = check(_positive, 10)
     data: DataConfig = field(default_factory=DataConfig)
     partition: PartitionConfig = field(default_factory=PartitionConfig)
@@ -177,6 +189,7 @@ class Recipe:
     server: dict[str, Any] = field(default_factory=lambda: {"name": "fedavg"})
     eval: EvalConfig = field(default_factory=EvalConfig)
     fabric: FabricConfig = field(default_factory=FabricConfig)
+    faults: FaultsConfig = field(default_factory=FaultsConfig)
     run: RunConfig = field(default_factory=RunConfig)
 
     @property

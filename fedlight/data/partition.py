@@ -93,12 +93,18 @@ def partition(kind: str, labels: np.ndarray, num_clients: int, rng: np.random.Ge
         raise UserError(f"clients.num={num_clients} exceeds the {len(labels)} training samples; "
                         "lower clients.num or raise data.subset")
     if kind == "iid":
-        return iid(labels, num_clients, rng)
-    if kind == "dirichlet":
-        return dirichlet(labels, num_clients, rng, alpha, min_size)
-    if kind == "shards":
-        return shards(labels, num_clients, rng, shards_per_client)
-    return classes(labels, num_clients, rng, classes_per_client)
+        parts = iid(labels, num_clients, rng)
+    elif kind == "dirichlet":
+        parts = dirichlet(labels, num_clients, rng, alpha, min_size)
+    elif kind == "shards":
+        parts = shards(labels, num_clients, rng, shards_per_client)
+    else:
+        parts = classes(labels, num_clients, rng, classes_per_client)
+    empty = [i for i, p in enumerate(parts) if len(p) == 0]
+    if empty:
+        raise UserError(f"partition.kind={kind} leaves {len(empty)} of {num_clients} clients without samples "
+                        f"(client {empty[0]} first); lower clients.num, raise data.subset or partition.min_size")
+    return parts
 
 
 def class_counts(labels: np.ndarray, parts: list[np.ndarray], num_classes: int) -> np.ndarray:

@@ -152,9 +152,29 @@ def load_dataset(name: str, root: str, download: bool, seed: int = 0) -> ImageDa
         "synthetic": lambda: synthetic(seed),
         "diabetes": lambda: diabetes(seed),
     }
-    if name in loaders:
-        return loaders[name]()
-    return _torchvision(name, Path(root), download)
+    data = loaders[name]() if name in loaders else _torchvision(name, Path(root), download)
+    check_shapes(data, f"{name} in data.root '{root}'")
+    return data
+
+
+def check_shapes(data: ImageData, what: str) -> None:
+    """Raise a one-line UserError unless images are non-empty uint8 (N, C, H, W) with C in {1, 3},
+    square, one label per image, and labels in [0, num_classes)."""
+    for split in ("train", "test"):
+        x, y = getattr(data, f"{split}_x"), getattr(data, f"{split}_y")
+        problem = None
+        if x.ndim != 4 or x.shape[1] not in (1, 3) or x.shape[2] != x.shape[3]:
+            problem = f"{split} images have shape {tuple(x.shape)}, not (N, 1 or 3, H, H)"
+        elif x.dtype != torch.uint8:
+            problem = f"{split} images are {x.dtype}, not uint8"
+        elif y.ndim != 1 or len(y) != len(x):
+            problem = f"{len(x)} {split} images but labels of shape {tuple(y.shape)}"
+        elif len(y) == 0:
+            problem = f"the {split} split is empty"
+        elif int(y.min()) < 0 or int(y.max()) >= data.num_classes:
+            problem = f"{split} labels span [{int(y.min())}, {int(y.max())}], not [0, {data.num_classes})"
+        if problem:
+            raise UserError(f"{what}: {problem}; re-download or replace the files")
 
 
 def take_subset(data: ImageData, train: int | None, test: int | None, seed: int) -> ImageData:

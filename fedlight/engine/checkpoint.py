@@ -1,14 +1,26 @@
 """Atomic, verifiable checkpoints that cannot run code when loaded.
 
-A checkpoint is written to a temporary file in the same folder, flushed and fsync'ed,
-then renamed over the old one, so a kill at any moment leaves either the old or the new
-file. It is read back with ``torch.load(weights_only=True)``.
+A checkpoint ``last.pt`` is written to a temporary file in the same folder, flushed and
+fsync'ed, then renamed over the old one, so a kill at any moment leaves either the old or
+the new file. Beside it:
+
+* ``last.pt.prev``: the previous good checkpoint (a hard link, or a copy), so a checkpoint
+  damaged after it was written (disk error, a stray write) costs one round, not the run;
+* ``last.pt.sha256``: the sha256 of both files, in ``sha256sum`` format. It is written
+  *before* the files are rotated and lists both digests, so at every moment each file on
+  disk either matches a listed digest or is detected as damaged.
+
+Loading verifies the digest, then reads with ``torch.load(weights_only=True)``: a
+checkpoint file can hold tensors, containers and numbers, never code.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,36 +28,138 @@ import torch
 
 from fedlight.errors import UserError
 
+PREV = ".prev"
+DIGESTS = ".sha256"
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temp file + fsync + rename + directory fsync)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _write_failed(path: Path, tmp: Path, exc: OSError) -> UserError:
+    """A full disk or a vanished folder mid-run: one line; the file's previous version is kept."""
+    try:
+        tmp.unlink(missing_ok=True)
+    except OSError:
+        pass
+    return UserError(f"cannot write '{path}' ({exc.strerror or exc}); its previous version is kept: "
+                     "free space on that disk, then rerun with --resume")
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (temp file + fsync + rename + directory fsync)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_synced(tmp, data)
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        raise _write_failed(path, tmp, exc) from None
+
+
+def sibling(path: Path, suffix: str) -> Path:
+    """``last.pt`` -> ``last.pt<suffix>`` (``.prev``, ``.sha256``)."""
+    return path.with_name(path.name + suffix)
+
+
+def _keep_previous(path: Path) -> None:
+    """Make ``path.prev`` the current ``path`` (hard link, else copy), atomically."""
+    tmp = path.with_name(f".{path.name}{PREV}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(path, tmp)
+    except OSError:  # file systems without hard links
+        shutil.copyfile(path, tmp)
+    os.replace(tmp, sibling(path, PREV))
+
+
 def save_checkpoint(path: Path, obj: dict[str, Any]) -> None:
-    """Serialise ``obj`` (tensors, dicts, lists, numbers, strings) to ``path`` atomically."""
+    """Serialise ``obj`` (tensors, dicts, lists, numbers, strings) to ``path`` atomically,
+    keeping the previous checkpoint as ``path.prev`` and both digests in ``path.sha256``."""
     buffer = io.BytesIO()
     torch.save(obj, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
+    data = buffer.getvalue()
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_synced(tmp, data)
+    except OSError as exc:  # nothing of the old checkpoint has been touched yet
+        raise _write_failed(path, tmp, exc) from None
+    lines = f"{hashlib.sha256(data).hexdigest()}  {path.name}\n"
+    if path.is_file():  # the digest recorded when it was written: a file damaged since then stays detected
+        recorded = _listed(path).get(path.name) or hashlib.sha256(path.read_bytes()).hexdigest()
+        lines = f"{recorded}  {path.name}{PREV}\n" + lines
+    atomic_write_bytes(sibling(path, DIGESTS), lines.encode())
+    try:
+        if path.is_file():
+            _keep_previous(path)
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        raise _write_failed(path, tmp, exc) from None
+
+
+def _listed(path: Path) -> dict[str, str]:
+    """File name -> digest, as listed in ``path.sha256`` (empty when there is no such file)."""
+    listing = sibling(path, DIGESTS)
+    if not listing.is_file():
+        return {}
+    rows = [line.split() for line in listing.read_text(errors="replace").splitlines()]
+    return {row[1]: row[0] for row in rows if len(row) == 2}
+
+
+def _known_digests(path: Path) -> set[str] | None:
+    """The digests listed in ``path.sha256`` (None when there is no such file)."""
+    return set(_listed(path).values()) if sibling(path, DIGESTS).is_file() else None
+
+
+def _read_verified(path: Path, digests: set[str] | None) -> tuple[dict[str, Any] | None, str]:
+    """(checkpoint, "") if ``path`` is intact, else (None, what is wrong with it)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return None, f"cannot be read ({exc.strerror})"
+    if digests is not None and hashlib.sha256(data).hexdigest() not in digests:
+        return None, f"fails its sha256 check ({len(data)} bytes: truncated or corrupt)"
+    try:
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True), ""
+    except Exception as exc:  # truncation and corruption surface as many exception types
+        return None, f"is corrupt or truncated ({type(exc).__name__})"
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Load a checkpoint; a missing, truncated or foreign file raises a one-line UserError."""
-    if not path.is_file():
+    """Load the checkpoint at ``path``, or its ``.prev`` if ``path`` is damaged.
+
+    Raises:
+        UserError: one line naming the damaged file, when no intact checkpoint is left.
+    """
+    prev = sibling(path, PREV)
+    if not path.is_file() and not prev.is_file():
         raise UserError(f"checkpoint '{path}' not found; start without --resume")
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # truncation and corruption surface as many exception types
-        raise UserError(f"checkpoint '{path}' is corrupt or truncated ({type(exc).__name__}); "
-                        "delete it and rerun with --overwrite") from None
+    digests = _known_digests(path)
+    problem = "is missing"
+    if path.is_file():
+        ckpt, problem = _read_verified(path, digests)
+        if ckpt is not None:
+            return ckpt
+    if prev.is_file():
+        ckpt, prev_problem = _read_verified(prev, digests)
+        if ckpt is not None:
+            print(f"fedlight: warning: checkpoint '{path}' {problem}; resuming from the previous one '{prev}' "
+                  f"(round {ckpt.get('rounds_completed')})", file=sys.stderr)
+            return ckpt
+        problem += f", and '{prev}' {prev_problem}"
+    raise UserError(f"checkpoint '{path}' {problem}; no intact checkpoint is left: "
+                    "rerun without --resume and with --overwrite")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,8 @@ def _check_resumable(run_dir: Path, recipe: Recipe) -> None:
     if not saved_path.is_file():
         return
     saved = yaml.safe_load(saved_path.read_text())
-    changed = sorted(k for k in saved if saved[k] != asdict(recipe).get(k) and k != "rounds")
+    # rounds may grow; faults model the cluster, not the experiment
+    changed = sorted(k for k in saved if saved[k] != asdict(recipe).get(k) and k not in ("rounds", "faults"))
     if changed:
         raise UserError(f"--resume with a recipe that differs from '{saved_path}' in {', '.join(changed)}; "
                         "resume with the same recipe and overrides (rounds may grow), or use --overwrite")
@@ -55,8 +57,10 @@ def make_fabric(recipe: Recipe) -> Fabric:
     f = recipe.fabric
     processes = f.devices * f.num_nodes
     try:
-        return Fabric(accelerator=f.accelerator, devices=f.devices, num_nodes=f.num_nodes, precision=f.precision,
-                      strategy="ddp" if processes > 1 else "auto")
+        with warnings.catch_warnings():  # Lightning's hint to launch through srun is noise before a one-line error
+            warnings.filterwarnings("ignore", message=".*`srun` command is available")
+            return Fabric(accelerator=f.accelerator, devices=f.devices, num_nodes=f.num_nodes,
+                          precision=f.precision, strategy="ddp" if processes > 1 else "auto")
     except (RuntimeError, ValueError) as exc:  # Lightning's MisconfigurationException is a ValueError
         raise UserError(f"fabric.accelerator={f.accelerator} fabric.devices={f.devices} "
                         f"fabric.precision={f.precision} cannot be set up here ({exc}); "
@@ -90,7 +94,7 @@ def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
     if fabric.global_rank == 0:
         if resume:
             _check_resumable(run_dir, recipe)
-        prepare_run_dir(run_dir, resume, overwrite)
+        prepare_run_dir(run_dir, resume, overwrite, recipe.run.min_free_mb)
         write_yaml(run_dir / "recipe.yaml", asdict(recipe))
     fabric.launch()
     if recipe.fabric.threads:

@@ -25,7 +25,7 @@ class LocalResult:
 
 def train_client(fabric: Fabric, module: FederatedModule, images: torch.Tensor, labels: torch.Tensor,
                  indices: torch.Tensor, views: ViewMaker, epochs: int, batch_size: int,
-                 generator: torch.Generator) -> LocalResult:
+                 generator: torch.Generator, max_steps: int | None = None) -> LocalResult:
     """Run ``epochs`` of local training on one client's data.
 
     Args:
@@ -39,6 +39,7 @@ def train_client(fabric: Fabric, module: FederatedModule, images: torch.Tensor, 
         batch_size: local batch size B; a trailing batch of one sample is skipped
             (BatchNorm and contrastive losses need two).
         generator: seeded by (seed, round, client): shuffling and augmentation.
+        max_steps: stop after this many optimizer steps (a straggler); None: all of them.
     """
     optimizer = fabric.setup_optimizers(module.configure_optimizers())
     module.train()
@@ -47,11 +48,15 @@ def train_client(fabric: Fabric, module: FederatedModule, images: torch.Tensor, 
     loss_sum = torch.zeros((), device=fabric.device)
     steps = 0
     for _ in range(epochs):
+        if steps == max_steps:
+            break
         order = indices[torch.randperm(n, generator=generator).to(indices.device)]
         for start in range(0, n, batch_size):
             idx = order[start:start + batch_size]
             if len(idx) < 2:
                 continue
+            if steps == max_steps:
+                break
             loss_sum += training_step(fabric, module, optimizer, images, labels, idx, views, generator, steps)
             steps += 1
     module.on_train_end()
@@ -71,3 +76,8 @@ def training_step(fabric: Fabric, module: FederatedModule, optimizer: torch.opti
     optimizer.step()
     module.on_train_batch_end(loss, batch, step)
     return loss.detach()
+
+
+def steps_per_epoch(n: int, batch_size: int) -> int:
+    """Optimizer steps of one epoch over ``n`` samples (a trailing batch of one is skipped)."""
+    return n // batch_size + (1 if n % batch_size >= 2 else 0)

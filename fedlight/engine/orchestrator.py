@@ -16,6 +16,7 @@ processes, straight or resumed, give the same numbers (up to float summation ord
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -35,17 +36,19 @@ from fedlight.data.streams import arrival_batches, segment
 from fedlight.data.sources import ImageData
 from fedlight.data.views import ViewMaker, ViewParams
 from fedlight.engine.checkpoint import load_checkpoint, save_checkpoint
+from fedlight.engine import faults
 from fedlight.engine.distill import EnsembleDistiller
 from fedlight.engine.evaluator import METRICS, Evaluator
 from fedlight.engine import preemption
 from fedlight.engine.exchange_rounds import EXCHANGE, ExchangeRounds
 from fedlight.engine.ledger import CommLedger
 from fedlight.engine.local_test import LOCAL_METRICS, LocalTester
-from fedlight.engine.local_loop import LocalResult, train_client
+from fedlight.engine.local_loop import LocalResult, steps_per_epoch, train_client
 from fedlight.engine.stream_loop import train_client_stream
 from fedlight.engine.rundir import CHECKPOINT, write_json
 from fedlight.engine.store import ClientStateStore
 from fedlight.engine.tensorboard import flatten, partition_figure
+from fedlight.errors import RunStopped
 from fedlight.exchange.delay import period_delay
 from fedlight.exchange.graph import graph_figure
 from fedlight.methods.base import FederatedModule
@@ -54,6 +57,7 @@ from fedlight.server.base import Aggregator
 
 State = dict[str, torch.Tensor]
 BUFFER = "buffer."  # store keys of a streaming client's replay buffer
+FAULT_COLUMNS = ("answered", "dropped", "stragglers", "diverged")  # per-round client counts in the history
 
 
 def clients_per_round(num_clients: int, fraction: float) -> int:
@@ -110,6 +114,7 @@ class Federation:
         self.views = build_views(recipe.views, data)
         self.store = ClientStateStore()
         self.ledger = CommLedger()
+        self.fault_rows: list[list] = []  # faults.csv: round, client, event, detail
         self.history: list[dict[str, Any]] = []
         self.baseline: dict[str, float] | None = None
         self.rounds_done = 0
@@ -185,32 +190,28 @@ class Federation:
             mine = [c for c in mine if c not in {rep["client"] for rep in reports}]
             self.partial = None
         for i, client in enumerate(mine):
-            self.module.load_partial(self.global_state)
-            private = self.store.get(client) or {}
-            module_state = {k: v for k, v in private.items() if not k.startswith((BUFFER, EXCHANGE))}
-            if module_state:
-                self.module.load_partial(module_state)
-            else:
-                self.module.reset_private_state()
-            result, weight, extra = self._local_work(client, round_, private)
-            payload = self._client_payload()
-            acc = self.aggregator.accumulate(acc, payload, weight)
-            self.store.put(client, {**self._persistent_state(), **extra.pop("buffer_state", {})})
+            fault = faults.draw_fault(r.faults, r.seed, round_, client)
             ledger = CommLedger()
             if self.aggregator.communicates:
                 ledger.record(round_, client, "down", self.global_state)
-                ledger.record(round_, client, "up", payload)
-            if extra.get("d2d_bytes"):  # CF-CL: images received over D2D links, 8 bits per pixel
-                ledger.rows.append([round_, client, "d2d", "uint8", extra.pop("d2d_bytes")])
-            reports.append({"client": client, "loss": result.mean_loss, "steps": result.steps,
-                            "samples": int(weight), "ledger": ledger.rows, **extra})
+            report = {"client": client, "status": "ok", "work": fault.work, "ledger": ledger.rows}
+            reports.append(report)
             if progress is not None:
                 progress.update(1)
+            if fault.dropped:  # fails before sending: nothing trained, nothing sent, private state kept
+                report.update(status="dropped", loss=None, steps=0, samples=0)
+            else:
+                acc = self._train_one(client, round_, fault, acc, ledger, report)
             if self.world == 1 and i + 1 < len(mine) and preemption.received():  # stop between clients
-                self._checkpoint(self.wall_before + time.perf_counter() - self.started,
-                                 partial={"acc": {k: v.cpu() for k, v in acc.items()}, "reports": reports})
+                self._checkpoint(self.wall_before + time.perf_counter() - self.started, partial={
+                    "acc": None if acc is None else {k: v.cpu() for k, v in acc.items()}, "reports": reports})
                 raise self._preempted(clients_done=len(reports))
         self.module.load_partial(self.global_state)  # server-side training (FLESD) starts from the global model
+        reports = sorted((rep for reports_ in self._gather(reports) for rep in reports_), key=lambda x: x["client"])
+        self._check_faults(round_, reports)
+        if not any(rep["status"] == "ok" for rep in reports):
+            self._say(f"round {round_ + 1}: no sampled client answered; the global model is kept")
+            return reports
         if acc is None:  # this rank trained nobody: a neutral element keeps the collective aligned
             acc = self.aggregator.zeros(self._client_payload())
         acc = self._sum_across_ranks(acc)
@@ -218,7 +219,68 @@ class Federation:
             self.distiller.round = round_
         self.global_state = self._snapshot(self.aggregator.finalize(self.global_state, acc))
         self.module.load_partial(self.global_state)
-        return sorted((rep for reports_ in self._gather(reports) for rep in reports_), key=lambda x: x["client"])
+        return reports
+
+    def _train_one(self, client: int, round_: int, fault: faults.ClientFault, acc: State | None,
+                   ledger: CommLedger, report: dict[str, Any]) -> State | None:
+        """Train one answering client, fill its ``report`` and fold its payload into ``acc``
+        unless its loss or update is NaN/Inf (then its private state is not saved either)."""
+        self.module.load_partial(self.global_state)
+        private = self.store.get(client) or {}
+        module_state = {k: v for k, v in private.items() if not k.startswith((BUFFER, EXCHANGE))}
+        if module_state:
+            self.module.load_partial(module_state)
+        else:
+            self.module.reset_private_state()
+        result, weight, extra = self._local_work(client, round_, private, fault.work)
+        payload = self._client_payload()
+        if fault.diverge:
+            payload = faults.poison(payload)
+        buffer_state = extra.pop("buffer_state", {})
+        if self.aggregator.communicates:
+            ledger.record(round_, client, "up", payload)
+        if extra.get("d2d_bytes"):  # CF-CL: images received over D2D links, 8 bits per pixel
+            ledger.rows.append([round_, client, "d2d", "uint8", extra.pop("d2d_bytes")])
+        report.update(loss=result.mean_loss, steps=result.steps, samples=int(weight), **extra)
+        problem = faults.divergence(result.mean_loss, payload)
+        if problem:  # excluded; its private state is not saved
+            report.update(status="diverged", detail=problem)
+            return acc
+        self.store.put(client, {**self._persistent_state(), **buffer_state})
+        return self.aggregator.accumulate(acc, payload, weight)
+
+    def _say(self, message: str) -> None:
+        """One line on stderr (rank 0), clear of the progress bars."""
+        if self.rank == 0:
+            tqdm.write(f"fedlight: {message}", file=sys.stderr)
+
+    def _check_faults(self, round_: int, reports: list[dict[str, Any]]) -> None:
+        """Log this round's faults; stop if more clients diverged than ``faults.max_bad_clients``."""
+        rows = []
+        for rep in reports:
+            if rep["status"] == "dropped":
+                rows.append([round_ + 1, rep["client"], "dropped", ""])
+                continue
+            if rep["work"] < 1:
+                rows.append([round_ + 1, rep["client"], "straggler", f"work={rep['work']} steps={rep['steps']}"])
+            if rep["status"] == "diverged":
+                rows.append([round_ + 1, rep["client"], "diverged", rep["detail"]])
+                self._say(f"round {round_ + 1}: client {rep['client']} diverged ({rep['detail']}); "
+                          "excluded from aggregation")
+        self.fault_rows.extend(rows)
+        bad = [rep["client"] for rep in reports if rep["status"] == "diverged"]
+        limit = self.recipe.faults.max_bad_clients
+        if limit is None or len(bad) <= limit:
+            return
+        if self.rank == 0:
+            with open(self.run_dir / "faults.csv", "a") as f:
+                f.write(faults.csv_lines(rows))
+        kept = (f"the last good checkpoint '{self.run_dir / CHECKPOINT}' (round {self.rounds_done}) is intact"
+                if self.rounds_done else "no round had completed, so there is no checkpoint")
+        raise RunStopped(f"round {round_ + 1}: {len(bad)} clients diverged (NaN/Inf loss or update; clients "
+                         f"{', '.join(map(str, bad))}), more than faults.max_bad_clients={limit}; stopped and "
+                         f"{kept}; lower local.lr and rerun with --overwrite, or raise faults.max_bad_clients "
+                         "and --resume")
 
     def _split_changed(self) -> None:
         """The method changed what it shares: the global state becomes the new shared state, and every
@@ -228,11 +290,13 @@ class Federation:
             if client % self.world == self.rank:
                 self.store.put(client, {**self.module.private_state(), **(self.store.get(client) or {})})
 
-    def _local_work(self, client: int, round_: int, private: State) -> tuple[LocalResult, float, dict[str, Any]]:
+    def _local_work(self, client: int, round_: int, private: State,
+                    work: float = 1.0) -> tuple[LocalResult, float, dict[str, Any]]:
         """Train ``client`` for one round: E epochs on its data, or its stream through its buffer.
 
         Returns the local result, the client's aggregation weight (its sample count, or the
         samples that streamed in this round) and, for streams, buffer statistics and state.
+        A straggler (``work`` < 1) stops after that share of its optimizer steps.
         """
         r = self.recipe
         generator = torch_generator(r.seed, "local", round_, client)
@@ -243,16 +307,21 @@ class Federation:
                                      for s in extra.pop("sets")]
             return result, weight, extra
         if r.stream.velocity is None:
+            n = len(self.parts[client])
+            max_steps = faults.steps_done(r.local.epochs * steps_per_epoch(n, r.local.batch_size), work)
             result = train_client(self.fabric, self.module, self.images, self.labels,
                                   self.parts[client].to(self.images.device), self.views, r.local.epochs,
-                                  r.local.batch_size, generator)
-            return result, float(len(self.parts[client])), {}
+                                  r.local.batch_size, generator, max_steps=max_steps)
+            return result, float(n), {}
         saved = {k[len(BUFFER):]: v for k, v in private.items() if k.startswith(BUFFER)}
         buffer = ReplayBuffer.from_state(r.buffer.size, saved) if saved else ReplayBuffer(r.buffer.size)
         labels = self.data.train_y.numpy()
         samples = segment(labels, self.parts[client].numpy(), r.stream.stc,
                           lambda p: numpy_rng(r.seed, "stream", client, p), round_, r.stream.velocity)
         arrivals = [torch.as_tensor(b) for b in arrival_batches(samples, r.buffer.size)]
+        if work < 1:  # a straggler: the first arrivals only
+            arrivals = arrivals[:faults.steps_done(len(arrivals), work)]
+            samples = samples[:sum(len(a) for a in arrivals)]
         result, stats = train_client_stream(self.fabric, self.module, self.images, self.labels, arrivals, buffer,
                                             r.buffer.policy, r.buffer.lazy_interval, self.views, generator)
         return result, float(len(samples)), {
@@ -312,6 +381,7 @@ class Federation:
             "clients": clients,
             "history": self.history,
             "ledger": self.ledger.rows,
+            "faults": self.fault_rows,
             "baseline": self.baseline,
             "wall_seconds": wall,
             "partial": partial,  # the unfinished round's accumulator and client reports (or None)
@@ -332,10 +402,12 @@ class Federation:
         self.store.load_state_dict(ckpt["clients"], keep=lambda c: c % self.world == self.rank)
         self.history = list(ckpt["history"])
         self.ledger = CommLedger(ckpt["ledger"])
+        self.fault_rows = [list(row) for row in ckpt.get("faults", [])]
         self.baseline = ckpt["baseline"]
         self.wall_before = float(ckpt["wall_seconds"])
         if ckpt.get("partial"):
-            acc = {k: self.fabric.to_device(v) for k, v in ckpt["partial"]["acc"].items()}
+            saved = ckpt["partial"]["acc"]  # None when every client before the stop had dropped out
+            acc = None if saved is None else {k: self.fabric.to_device(v) for k, v in saved.items()}
             self.partial = {**ckpt["partial"], "acc": acc}
 
     def _results(self, wall: float, final: dict[str, float] | None) -> dict[str, Any]:
@@ -357,6 +429,7 @@ class Federation:
         self.logger = TensorBoardLogger(str(self.run_dir), name="tensorboard", version="",
                                         default_hp_metric=False, purge_step=self.rounds_done + 1)
         (self.run_dir / "comm.csv").write_text(CommLedger.CSV_HEADER + CommLedger.csv_lines(self.ledger.rows))
+        (self.run_dir / "faults.csv").write_text(faults.CSV_HEADER + faults.csv_lines(self.fault_rows))
         if self.rounds_done == 0:
             counts = class_counts(self.data.train_y.numpy(), [p.numpy() for p in self.parts], self.data.num_classes)
             self.logger.experiment.add_figure("data/partition", partition_figure(counts), 0)
@@ -383,7 +456,7 @@ class Federation:
     def _exchange_summary(self, reports: list[dict[str, Any]], rows: list[list]) -> dict[str, Any]:
         """CF-CL rounds: iterations so far, variance across devices of their training sets' label
         counts (mean over classes and over the period's pulls, Fig. 3c) and the cumulative delay."""
-        if self.exchange is None:
+        if self.exchange is None or not reports:
             return {}
         pulls = min(len(rep["label_counts"]) for rep in reports)
         counts = np.array([[rep["label_counts"][p] for rep in reports] for p in range(pulls)], dtype=float)
@@ -392,10 +465,12 @@ class Federation:
         return {"iterations": self.rounds_done * self.exchange.aggregate_every,
                 "label_var": float(counts.var(axis=1).mean()), "delay_seconds": before + delay}
 
-    def _log_round(self, row: dict[str, Any], rows: list[list]) -> None:
+    def _log_round(self, row: dict[str, Any], rows: list[list], fault_rows: list[list]) -> None:
         if self.logger is None:
             return
-        scalars = {"train/loss": row["train_loss"], "time/round_seconds": row["seconds"],
+        scalars = {"time/round_seconds": row["seconds"],
+                   **({"train/loss": row["train_loss"]} if row["train_loss"] is not None else {}),
+                   **{f"faults/{k}": row[k] for k in FAULT_COLUMNS},
                    **{f"comm/{k}": row[k] for k in ("bytes_up", "bytes_down", "bytes_d2d")},
                    **{f"eval/{k}": v for k, v in row.items()
                       if k.startswith(METRICS + LOCAL_METRICS) and v is not None}}
@@ -410,6 +485,16 @@ class Federation:
         self.logger.log_metrics(scalars, step=row["round"])
         with open(self.run_dir / "comm.csv", "a") as f:
             f.write(CommLedger.csv_lines(rows))
+        with open(self.run_dir / "faults.csv", "a") as f:
+            f.write(faults.csv_lines(fault_rows))
+
+    @staticmethod
+    def _fault_counts(reports: list[dict[str, Any]]) -> dict[str, int]:
+        """The round's ``answered``, ``dropped``, ``stragglers`` and ``diverged`` client counts."""
+        return {"answered": sum(rep["status"] == "ok" for rep in reports),
+                "dropped": sum(rep["status"] == "dropped" for rep in reports),
+                "stragglers": sum(rep["status"] != "dropped" and rep["work"] < 1 for rep in reports),
+                "diverged": sum(rep["status"] == "diverged" for rep in reports)}
 
     def _log_final(self, final: dict[str, float]) -> None:
         if self.logger is None:
@@ -443,8 +528,13 @@ class Federation:
             t0 = time.perf_counter()
             clients_bar = tqdm(total=clients_per_round(len(self.trainable), r.clients.fraction), desc=f"round {round_ + 1} clients", leave=False,
                                disable=self.rank != 0, dynamic_ncols=True)
-            reports = self._train_round(round_, clients_bar)
-            clients_bar.close()
+            logged_faults = len(self.fault_rows)
+            try:
+                reports = self._train_round(round_, clients_bar)
+            finally:  # a stopped run's last line is its message, not a progress bar
+                clients_bar.close()
+                if sys.exc_info()[0] is not None:
+                    rounds.close()
             rows = [row for rep in reports for row in rep["ledger"]]
             self.ledger.rows.extend(rows)
             self.rounds_done = round_ + 1
@@ -455,18 +545,20 @@ class Federation:
                 if self.rank == 0:
                     metrics = {**self.evaluate(client_models), **local}
                     last_eval = metrics
+            answered = [rep["loss"] for rep in reports if rep["status"] == "ok"]
             row = {"round": self.rounds_done,
-                   "train_loss": float(np.mean([rep["loss"] for rep in reports])),
-                   **metrics, **self.ledger.totals(round_), "seconds": time.perf_counter() - t0,
-                   "clients": [rep["client"] for rep in reports], **self._buffer_summary(reports),
-                   **self._exchange_summary(reports, rows)}
+                   "train_loss": float(np.mean(answered)) if answered else None,
+                   **metrics, **self._fault_counts(reports), **self.ledger.totals(round_),
+                   "seconds": time.perf_counter() - t0, "clients": [rep["client"] for rep in reports],
+                   **self._buffer_summary([rep for rep in reports if "buffer" in rep]),
+                   **self._exchange_summary([rep for rep in reports if "label_counts" in rep], rows)}
             self.history.append(row)
             wall = self.wall_before + time.perf_counter() - start
             self._checkpoint(wall)
-            self._log_round(row, rows)
+            self._log_round(row, rows, self.fault_rows[logged_faults:])
             if self.rank == 0:
                 write_json(self.run_dir / "results.json", self._results(wall, None))
-                rounds.set_postfix(loss=f"{row['train_loss']:.3f}",
+                rounds.set_postfix(loss=f"{row['train_loss']:.3f}" if answered else "-",
                                    probe=f"{last_eval['linear_probe_acc']:.3f}" if last_eval else "-")
             if self.rounds_done < r.rounds and preemption.requested(self.fabric):  # SIGUSR1/SIGTERM
                 raise self._preempted()  # this round's checkpoint above is where --resume starts

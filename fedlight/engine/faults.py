@@ -1,0 +1,90 @@
+"""Simulated client faults (dropout, stragglers, divergence) and the divergence check.
+
+A sampled client may, as in real cross-device federations (Bonawitz et al. 2019; the
+system heterogeneity of FedProx, Li et al. 2020):
+
+* drop out: it fails before sending, so the server never hears from it and its private
+  state stays as it was (``faults.dropout``, a probability);
+* straggle: it sends after finishing only ``faults.straggler_work`` of its local optimizer
+  steps (``faults.straggler``, a probability);
+* diverge: its loss or update holds NaN/Inf. Real divergence is caught by
+  :func:`divergence`; ``faults.diverge`` injects it, to test the handling. A diverged
+  client is excluded from aggregation and its private state is not saved.
+
+Each client's fault is drawn from a generator keyed by (seed, round, client), so faults
+do not depend on the process that trains the client, on the other clients, or on resuming.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from fedlight.config.schema import FaultsConfig
+from fedlight.seeding import numpy_rng
+
+State = dict[str, torch.Tensor]
+CSV_HEADER = "round,client,event,detail\n"
+
+
+@dataclass(frozen=True)
+class ClientFault:
+    """What happens to one sampled client in one round.
+
+    Attributes:
+        dropped: fails before sending (trains nothing, sends nothing).
+        work: share of its local optimizer steps it completes (1.0: all of them).
+        diverge: its update is replaced by NaN after training (injected divergence).
+    """
+
+    dropped: bool = False
+    work: float = 1.0
+    diverge: bool = False
+
+    @property
+    def straggler(self) -> bool:
+        return self.work < 1.0
+
+
+def draw_fault(cfg: FaultsConfig, seed: int, round_: int, client: int) -> ClientFault:
+    """The fault of ``client`` in ``round_`` (0-based): three uniform draws, one per kind, so
+    raising one probability never changes which clients get another kind of fault."""
+    if not (cfg.dropout or cfg.straggler or cfg.diverge):
+        return ClientFault()
+    u = numpy_rng(seed, "faults", round_, client).random(3)
+    return ClientFault(dropped=bool(u[0] < cfg.dropout),
+                       work=cfg.straggler_work if u[1] < cfg.straggler else 1.0,
+                       diverge=bool(u[2] < cfg.diverge))
+
+
+def steps_done(total: int, work: float) -> int:
+    """Optimizer steps a client completes out of ``total``: ``floor(work * total)``, at least one."""
+    if work >= 1.0 or total == 0:
+        return total
+    return max(1, math.floor(work * total))
+
+
+def poison(payload: State) -> State:
+    """A copy of ``payload`` with every floating-point tensor set to NaN (injected divergence)."""
+    return {k: torch.full_like(v, math.nan) if v.is_floating_point() else v for k, v in payload.items()}
+
+
+def divergence(loss: float, payload: State) -> str | None:
+    """Why a client's result is unusable (``'loss nan'``, ``'update inf in backbone.fc.weight'``), or None."""
+    if not math.isfinite(loss):
+        return f"loss {loss}"
+    floats = [v for v in payload.values() if v.is_floating_point()]
+    if not floats or bool(torch.stack(torch._foreach_norm(floats)).isfinite().all()):
+        return None  # one fused check per client; the slow scan below only names the culprit
+    for k, v in payload.items():
+        if v.is_floating_point() and not bool(torch.isfinite(v).all()):
+            bad = "nan" if bool(torch.isnan(v).any()) else "inf"
+            return f"update {bad} in {k}"
+    return None
+
+
+def csv_lines(rows: list[list]) -> str:
+    """``faults.csv`` rows: round (1-based, as in results.json), client, event, detail."""
+    return "".join(",".join(str(v) for v in row) + "\n" for row in rows)

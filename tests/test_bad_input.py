@@ -1,0 +1,258 @@
+"""Generated bad input (hypothesis): every malformed recipe, override, data file or impossible
+partition ends in one line naming the key or path, exit code 2, no traceback, nothing written."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import math
+import pickle
+import tempfile
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fedlight import registry
+from fedlight.cli import main
+from fedlight.config.schema import Recipe
+from fedlight.data.partition import partition
+from fedlight.errors import UserError
+
+SETTINGS = settings(max_examples=20, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+def _schema_keys(cls: type = Recipe, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """(dotted key, type hint, check) for every leaf key of the recipe schema."""
+    out = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        key, hint = prefix + f.name, hints[f.name]
+        if dataclasses.is_dataclass(hint):
+            out += _schema_keys(hint, key + ".")
+        else:
+            out.append((key, hint, f.metadata.get("check")))
+    return out
+
+
+KEYS = _schema_keys()
+
+
+def _not_a_number(text: str) -> bool:
+    try:
+        float(text)
+        return False
+    except ValueError:
+        return True
+
+
+WORDS = st.from_regex(r"[A-Za-z][A-Za-z0-9_#\]\-]{0,7}", fullmatch=True).filter(_not_a_number)
+NON_SCALARS = st.one_of(st.lists(st.integers(), min_size=1, max_size=3), st.dictionaries(WORDS, st.integers(),
+                                                                                       min_size=1, max_size=2))
+
+
+def _invalid_for(hint: Any, check: Any) -> st.SearchStrategy:
+    """Values no recipe key typed ``hint`` with constraint ``check`` accepts."""
+    if typing.get_origin(hint) is dict:  # method, server: a section, never a scalar or list
+        return st.one_of(WORDS, st.integers(), st.lists(st.integers(), max_size=2))
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    base = args[0] if typing.get_origin(hint) not in (Literal, list) and args else hint
+    if typing.get_origin(base) is Literal:
+        return st.one_of(WORDS.filter(lambda w: w not in typing.get_args(base)), NON_SCALARS)
+    if typing.get_origin(base) is list:
+        return st.one_of(WORDS, st.lists(WORDS, min_size=1, max_size=2))
+    if base is bool:
+        return st.one_of(WORDS.filter(lambda w: w.lower() not in ("true", "false", "yes", "no", "on", "off", "y", "n")),
+                         st.integers(), NON_SCALARS)
+    if base is int:
+        wrong = st.one_of(WORDS, st.floats(allow_nan=False).filter(lambda v: v != int(v) if math.isfinite(v) else True),
+                          NON_SCALARS)
+        if check is None:
+            return wrong
+        return st.one_of(wrong, st.integers(-10**6, 10**6).filter(lambda v: check(v) is not None))
+    if base is float:
+        wrong = st.one_of(WORDS, NON_SCALARS, st.sampled_from([math.nan, math.inf, -math.inf]))
+        if check is None:
+            return wrong
+        return st.one_of(wrong, st.floats(-1e6, 1e6).filter(lambda v: check(v) is not None))
+    if base is str:
+        return st.one_of(st.integers(), NON_SCALARS)
+    raise AssertionError(f"no invalid values for {hint}")
+
+
+def _override(key: str, value: Any) -> str:
+    text = yaml.safe_dump(value, default_flow_style=True, width=math.inf).strip()
+    return f"{key}={text.removesuffix('...').strip()}"
+
+
+def _assert_clean_failure(args: list[str], run: Path, capsys, named: str | None = None) -> str:
+    run = Path(tempfile.mkdtemp(dir=run.parent)) / run.name  # examples never see each other's folders
+    code = main([*args, *([] if any(a.startswith("run.dir=") for a in args) else [f"run.dir={run}"])])
+    err = capsys.readouterr().err
+    assert code == 2, (args, err)
+    assert err.count("\n") == 1 and err.startswith("fedlight: error: "), err
+    assert "Traceback" not in err
+    if named is not None:
+        assert named in err, err
+    assert not run.exists()
+    return err
+
+
+@st.composite
+def bad_schema_overrides(draw: st.DrawFn) -> tuple[str, str]:
+    key, hint, check = draw(st.sampled_from(KEYS))
+    return _override(key, draw(_invalid_for(hint, check))), key
+
+
+@settings(SETTINGS, max_examples=80)
+@given(bad=bad_schema_overrides())
+def test_a_bad_value_for_any_schema_key(tiny_recipe: Path, capsys, bad: tuple[str, str]) -> None:
+    override, key = bad
+    _assert_clean_failure(["fit", "--recipe", str(tiny_recipe), override], tiny_recipe.parent / "run", capsys,
+                          named=key)
+
+
+SECTIONS = sorted({k.split(".")[0] for k, _, _ in KEYS if "." in k})
+
+
+@SETTINGS
+@given(section=st.sampled_from(["", *SECTIONS]), name=st.from_regex(r"[a-z][a-z_]{0,10}", fullmatch=True),
+       value=st.integers())
+def test_an_unknown_key_anywhere(tiny_recipe: Path, capsys, section: str, name: str, value: int) -> None:
+    key = f"{section}.{name}" if section else name
+    known = {k for k, _, _ in KEYS} | {k.split(".")[0] for k, _, _ in KEYS}
+    if key in known or (section and f"{section}.{name}" in known):
+        return
+    _assert_clean_failure(["fit", "--recipe", str(tiny_recipe), f"{key}={value}"], tiny_recipe.parent / "run",
+                          capsys, named=name)
+
+
+def _numeric_params(table: dict[str, type]) -> list[tuple[str, str, Any]]:
+    out = []
+    for name, cls in table.items():
+        for p, param in registry._params(cls).items():
+            if isinstance(param.default, (int, float)) and not isinstance(param.default, bool):
+                out.append((name, p, param.default))
+    return out
+
+
+METHOD_PARAMS = [("method", *p) for p in _numeric_params(registry.METHODS)]
+SERVER_PARAMS = [("server", *p) for p in _numeric_params(registry.SERVERS)]
+
+
+@SETTINGS
+@given(target=st.sampled_from(METHOD_PARAMS + SERVER_PARAMS), data=st.data())
+def test_a_bad_method_or_server_option(tiny_recipe: Path, capsys, target: tuple, data: st.DataObject) -> None:
+    section, name, param, default = target
+    wrong = st.one_of(WORDS, NON_SCALARS, st.sampled_from([math.nan, math.inf]))
+    negative = st.floats(-1e6, -1e-6) if isinstance(default, float) else st.integers(-10**6, -1)
+    value = data.draw(st.one_of(wrong, negative, *([st.just(0)] if isinstance(default, int) and default > 0 else [])))
+    extra = ["partition.public_client=0", "clients.num=3"] if (section, name) == ("server", "flesd") else []
+    _assert_clean_failure(["fit", "--recipe", str(tiny_recipe), f"{section}.name={name}", *extra,
+                           _override(f"{section}.{param}", value)], tiny_recipe.parent / "run", capsys,
+                          named=f"{section}.{param}")
+
+
+TOP_LEVEL = st.one_of(st.lists(st.integers(), max_size=3), st.integers(), WORDS)
+
+
+@SETTINGS
+@given(kind=st.sampled_from(["top", "section", "syntax"]), section=st.sampled_from(SECTIONS + ["method", "server"]),
+       junk=TOP_LEVEL, text=st.text(max_size=20))
+def test_a_malformed_recipe_file(tmp_path_factory, capsys, kind: str, section: str, junk: Any, text: str) -> None:
+    folder = tmp_path_factory.mktemp("recipe")
+    recipe = folder / "bad.yaml"
+    if kind == "top":
+        recipe.write_text(yaml.safe_dump(junk))
+    elif kind == "section":
+        recipe.write_text(yaml.safe_dump({"rounds": 1, section: junk}))
+    else:  # an unclosed flow sequence is never valid YAML
+        recipe.write_text(f"rounds: [1, {text!r}\n")
+    err = _assert_clean_failure(["fit", "--recipe", str(recipe)], folder / "run", capsys)
+    assert "bad.yaml" in err or section in err
+
+
+def _idx(arr: np.ndarray) -> bytes:
+    return bytes([0, 0, 0x08, arr.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in arr.shape) + \
+        arr.astype(np.uint8).tobytes()
+
+
+FMNIST = {"train-images-idx3-ubyte": (40, 28, 28), "train-labels-idx1-ubyte": (40,),
+          "t10k-images-idx3-ubyte": (10, 28, 28), "t10k-labels-idx1-ubyte": (10,)}
+
+
+@SETTINGS
+@given(victim=st.sampled_from(sorted(FMNIST)), damage=st.sampled_from(["truncate", "magic", "shape"]),
+       cut=st.floats(0, 0.999), gz=st.booleans())
+def test_a_damaged_fashion_mnist_file(tiny_recipe: Path, capsys, victim: str, damage: str, cut: float,
+                                      gz: bool) -> None:
+    with tempfile.TemporaryDirectory() as root:
+        for name, shape in FMNIST.items():
+            arr = np.arange(int(np.prod(shape))).reshape(shape) % 10
+            if name == victim and damage == "shape":  # a valid file of the wrong length or rank
+                arr = arr[:-1] if arr.ndim == 1 else arr[:, :, :1].reshape(-1)
+            data = _idx(arr)
+            if name == victim and damage == "truncate":
+                data = data[: int(cut * len(data))]
+            if name == victim and damage == "magic":
+                data = bytes([0, 0, 0x0D]) + data[3:]  # float IDX, not uint8
+            path = Path(root) / (name + (".gz" if gz else ""))
+            path.write_bytes(gzip.compress(data) if gz else data)
+        _assert_clean_failure(["fit", "--recipe", str(tiny_recipe), "data.name=fashion_mnist", f"data.root={root}",
+                               "views.blur_p=[0.0, 0.0]"], tiny_recipe.parent / "run", capsys, named=root)
+
+
+@pytest.fixture
+def no_md5(monkeypatch):
+    import torchvision.datasets.cifar as cifar
+
+    monkeypatch.setattr(cifar, "check_integrity", lambda *a, **k: True)
+
+
+@SETTINGS
+@given(rows=st.integers(1, 4), width=st.sampled_from([3072, 3000, 1024]), labels=st.lists(st.integers(0, 30),
+                                                                                          min_size=1, max_size=5),
+       garbage=st.binary(max_size=30))
+def test_a_malformed_cifar_pickle(tiny_recipe: Path, capsys, no_md5, rows: int, width: int, labels: list[int],
+                                  garbage: bytes) -> None:
+    if width == 3072 and len(labels) == rows and max(labels) < 10 and not garbage:
+        return  # that one is well formed
+    with tempfile.TemporaryDirectory() as root:
+        folder = Path(root) / "cifar-10-batches-py"
+        folder.mkdir()
+        for b in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+            obj = {"data": np.zeros((rows, width), dtype=np.uint8), "labels": labels}
+            (folder / b).write_bytes(garbage if garbage and b == "test_batch" else pickle.dumps(obj))
+        (folder / "batches.meta").write_bytes(pickle.dumps({"label_names": [f"c{i}" for i in range(10)]}))
+        _assert_clean_failure(["fit", "--recipe", str(tiny_recipe), "data.name=cifar10", f"data.root={root}"],
+                              tiny_recipe.parent / "run", capsys, named=root)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(kind=st.sampled_from(["iid", "dirichlet", "shards", "classes"]), n=st.integers(1, 60),
+       classes=st.integers(1, 6), clients=st.integers(1, 70), alpha=st.floats(0.01, 10),
+       min_size=st.integers(0, 5), per_client=st.integers(1, 8), seed=st.integers(0, 3))
+def test_a_partition_is_complete_or_one_line(kind: str, n: int, classes: int, clients: int, alpha: float,
+                                            min_size: int, per_client: int, seed: int) -> None:
+    labels = np.arange(n) % classes
+    try:
+        parts = partition(kind, labels, clients, np.random.default_rng(seed), alpha=alpha, min_size=min_size,
+                          shards_per_client=per_client, classes_per_client=per_client)
+    except UserError as exc:
+        message = str(exc)
+        assert "\n" not in message and ("partition" in message or "clients.num" in message)
+        return
+    assert len(parts) == clients and min(len(p) for p in parts) >= 1
+    assert sorted(np.concatenate(parts).tolist()) == list(range(n))
+
+
+def test_an_impossible_partition_end_to_end(tiny_recipe: Path, capsys) -> None:
+    _assert_clean_failure(["fit", "--recipe", str(tiny_recipe), "partition.kind=dirichlet", "partition.min_size=0",
+                           "partition.alpha=0.01", "clients.num=1000"], tiny_recipe.parent / "run", capsys,
+                          named="clients.num")

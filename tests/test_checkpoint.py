@@ -1,0 +1,165 @@
+"""Crash-safe checkpoints: atomic rotation, sha256 check, fallback to the previous one, no code on load."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedlight.cli import main
+from fedlight.config import load_recipe
+from fedlight.engine import checkpoint as ckpt_mod
+from fedlight.engine.checkpoint import load_checkpoint, save_checkpoint
+from fedlight.engine.fit import fit
+from fedlight.errors import UserError
+
+FAST = ["eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0"]
+
+
+def _ckpt(round_: int) -> dict:
+    return {"rounds_completed": round_, "global": {"w": torch.full((64, 64), float(round_))}, "history": [round_]}
+
+
+def _one_line_error(excinfo: pytest.ExceptionInfo, name: str) -> str:
+    message = str(excinfo.value)
+    assert "\n" not in message and name in message
+    return message
+
+
+def test_digests_listed_in_sha256sum_format_and_previous_kept(tmp_path: Path) -> None:
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, _ckpt(1))
+    save_checkpoint(path, _ckpt(2))
+    assert load_checkpoint(path)["rounds_completed"] == 2
+    prev = torch.load(tmp_path / "last.pt.prev", weights_only=True)
+    assert prev["rounds_completed"] == 1
+    check = subprocess.run(["sha256sum", "-c", "last.pt.sha256"], cwd=tmp_path, capture_output=True, text=True)
+    assert check.returncode == 0 and check.stdout.count(": OK") == 2, check.stdout
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "empty"])
+def test_damaged_checkpoint_falls_back_to_previous(tmp_path: Path, damage: str, capsys) -> None:
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, _ckpt(1))
+    save_checkpoint(path, _ckpt(2))
+    data = bytearray(path.read_bytes())
+    if damage == "truncate":
+        data = data[: len(data) // 2]
+    elif damage == "flip":  # a single flipped bit inside the tensor data still unpickles: only sha256 sees it
+        data[len(data) // 2] ^= 0x01
+    else:
+        data = bytearray()
+    path.write_bytes(bytes(data))
+    assert load_checkpoint(path)["rounds_completed"] == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "last.pt" in err and "previous" in err
+
+
+def test_flipped_bit_would_load_without_the_checksum(tmp_path: Path) -> None:
+    """Why the sha256 is needed: torch.load accepts the damaged file and returns wrong numbers."""
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, _ckpt(2))
+    data = bytearray(path.read_bytes())
+    offset = data.find(torch.full((1,), 2.0).numpy().tobytes() * 8)  # inside the tensor's storage
+    data[offset + 3] ^= 0x01
+    path.write_bytes(bytes(data))
+    raw = torch.load(path, weights_only=True)["global"]["w"]
+    assert not torch.equal(raw, torch.full((64, 64), 2.0))
+    with pytest.raises(UserError) as excinfo:
+        load_checkpoint(path)
+    assert "sha256" in _one_line_error(excinfo, "last.pt")
+
+
+def test_both_damaged_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, _ckpt(1))
+    save_checkpoint(path, _ckpt(2))
+    for p in (path, tmp_path / "last.pt.prev"):
+        p.write_bytes(p.read_bytes()[:100])
+    with pytest.raises(UserError) as excinfo:
+        load_checkpoint(path)
+    message = _one_line_error(excinfo, str(path))
+    assert "last.pt.prev" in message and "--overwrite" in message
+
+
+def test_legacy_checkpoint_without_digests_is_checked_by_unpickling(tmp_path: Path) -> None:
+    path = tmp_path / "last.pt"
+    torch.save(_ckpt(4), path)
+    assert load_checkpoint(path)["rounds_completed"] == 4
+    path.write_bytes(path.read_bytes()[:-40])
+    with pytest.raises(UserError) as excinfo:
+        load_checkpoint(path)
+    assert "truncated" in _one_line_error(excinfo, "last.pt")
+
+
+class _Payload:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_a_checkpoint_cannot_run_code(tmp_path: Path) -> None:
+    path, marker = tmp_path / "last.pt", tmp_path / "pwned"
+    torch.save({"rounds_completed": 1, "evil": _Payload(marker)}, path)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    (tmp_path / "last.pt.sha256").write_text(f"{digest}  last.pt\n")  # even with a matching checksum
+    with pytest.raises(UserError):
+        load_checkpoint(path)
+    assert not marker.exists()
+
+
+def test_a_crash_at_any_step_of_a_save_leaves_old_or_new(tmp_path: Path, monkeypatch) -> None:
+    """Kill the save after each of its renames: the checkpoint that loads is round 1 or round 2."""
+    real_replace = os.replace
+    steps = 0
+    while True:
+        folder = tmp_path / f"crash{steps}"
+        path = folder / "last.pt"
+        save_checkpoint(path, _ckpt(0))
+        save_checkpoint(path, _ckpt(1))
+        calls = []
+
+        def replace(src, dst, _calls=calls, _limit=steps):
+            if len(_calls) == _limit:
+                raise KeyboardInterrupt  # the process dies here
+            _calls.append(dst)
+            real_replace(src, dst)
+
+        monkeypatch.setattr(ckpt_mod.os, "replace", replace)
+        try:
+            save_checkpoint(path, _ckpt(2))
+            finished = True
+        except KeyboardInterrupt:
+            finished = False
+        monkeypatch.setattr(ckpt_mod.os, "replace", real_replace)
+        assert load_checkpoint(path)["rounds_completed"] in ((2,) if finished else (1, 2))
+        if finished:
+            break
+        steps += 1
+    assert steps >= 3  # digests, previous, checkpoint
+
+
+def test_truncated_checkpoint_resumes_from_previous_and_ends_like_a_straight_run(tmp_path: Path,
+                                                                                tiny_recipe: Path) -> None:
+    straight = fit(load_recipe(tiny_recipe, ["rounds=3", *FAST, f"run.dir={tmp_path / 'a'}"]))
+    fit(load_recipe(tiny_recipe, ["rounds=2", *FAST, f"run.dir={tmp_path / 'b'}"]))
+    last = tmp_path / "b/checkpoints/last.pt"
+    last.write_bytes(last.read_bytes()[:1000])
+    resumed = fit(load_recipe(tiny_recipe, ["rounds=3", *FAST, f"run.dir={tmp_path / 'b'}"]), resume=True)
+    a = torch.load(tmp_path / "a/checkpoints/last.pt", weights_only=True)["global"]
+    b = torch.load(last, weights_only=True)["global"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    strip = lambda h: [{k: v for k, v in row.items() if k != "seconds"} for row in h]  # noqa: E731
+    assert strip(straight["history"]) == strip(resumed["history"])
+    # both copies damaged: --resume ends in one line naming the file, exit code 2
+    for p in (last, last.with_name("last.pt.prev")):
+        p.write_bytes(b"\0" * 10)
+    code = main(["fit", "--recipe", str(tiny_recipe), "--resume", "rounds=4", *FAST, f"run.dir={tmp_path / 'b'}"])
+    assert code == 2
