@@ -158,15 +158,13 @@ def load_dataset(name: str, root: str, download: bool, seed: int = 0) -> ImageDa
 
 
 def check_shapes(data: ImageData, what: str) -> None:
-    """Raise a one-line UserError unless images are non-empty uint8 (N, C, H, W) with C in {1, 3},
-    square, one label per image, and labels in [0, num_classes)."""
+    """Raise a one-line UserError unless the samples are a non-empty (N, C, H, W) tensor (tabular
+    data is (N, D, 1, 1)) with one label per sample, and labels in [0, num_classes)."""
     for split in ("train", "test"):
         x, y = getattr(data, f"{split}_x"), getattr(data, f"{split}_y")
         problem = None
-        if x.ndim != 4 or x.shape[1] not in (1, 3) or x.shape[2] != x.shape[3]:
-            problem = f"{split} images have shape {tuple(x.shape)}, not (N, 1 or 3, H, H)"
-        elif x.dtype != torch.uint8:
-            problem = f"{split} images are {x.dtype}, not uint8"
+        if x.ndim != 4:
+            problem = f"{split} images have shape {tuple(x.shape)}, not (N, C, H, W)"
         elif y.ndim != 1 or len(y) != len(x):
             problem = f"{len(x)} {split} images but labels of shape {tuple(y.shape)}"
         elif len(y) == 0:

@@ -465,7 +465,7 @@ class Federation:
         return {"iterations": self.rounds_done * self.exchange.aggregate_every,
                 "label_var": float(counts.var(axis=1).mean()), "delay_seconds": before + delay}
 
-    def _log_round(self, row: dict[str, Any], rows: list[list], fault_rows: list[list]) -> None:
+    def _log_round(self, row: dict[str, Any], rows: list[list]) -> None:
         if self.logger is None:
             return
         scalars = {"time/round_seconds": row["seconds"],
@@ -486,7 +486,7 @@ class Federation:
         with open(self.run_dir / "comm.csv", "a") as f:
             f.write(CommLedger.csv_lines(rows))
         with open(self.run_dir / "faults.csv", "a") as f:
-            f.write(faults.csv_lines(fault_rows))
+            f.write(faults.csv_lines([f for f in self.fault_rows if f[0] == row["round"]]))
 
     @staticmethod
     def _fault_counts(reports: list[dict[str, Any]]) -> dict[str, int]:
@@ -528,7 +528,6 @@ class Federation:
             t0 = time.perf_counter()
             clients_bar = tqdm(total=clients_per_round(len(self.trainable), r.clients.fraction), desc=f"round {round_ + 1} clients", leave=False,
                                disable=self.rank != 0, dynamic_ncols=True)
-            logged_faults = len(self.fault_rows)
             try:
                 reports = self._train_round(round_, clients_bar)
             finally:  # a stopped run's last line is its message, not a progress bar
@@ -555,7 +554,7 @@ class Federation:
             self.history.append(row)
             wall = self.wall_before + time.perf_counter() - start
             self._checkpoint(wall)
-            self._log_round(row, rows, self.fault_rows[logged_faults:])
+            self._log_round(row, rows)
             if self.rank == 0:
                 write_json(self.run_dir / "results.json", self._results(wall, None))
                 rounds.set_postfix(loss=f"{row['train_loss']:.3f}" if answered else "-",
