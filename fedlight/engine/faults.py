@@ -83,8 +83,3 @@ def divergence(loss: float, payload: State) -> str | None:
             bad = "nan" if bool(torch.isnan(v).any()) else "inf"
             return f"update {bad} in {k}"
     return None
-
-
-def csv_lines(rows: list[list]) -> str:
-    """``faults.csv`` rows: round (1-based, as in results.json), client, event, detail."""
-    return "".join(",".join(str(v) for v in row) + "\n" for row in rows)

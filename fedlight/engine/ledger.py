@@ -46,6 +46,7 @@ class CommLedger:
 
     @staticmethod
     def csv_lines(rows: list[list]) -> str:
+        """CSV lines of ``rows`` (comm.csv, and faults.csv with its own header)."""
         return "".join(",".join(str(v) for v in row) + "\n" for row in rows)
 
     CSV_HEADER = "round,client,direction,dtype,bytes\n"

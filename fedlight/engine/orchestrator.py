@@ -274,7 +274,7 @@ class Federation:
             return
         if self.rank == 0:
             with open(self.run_dir / "faults.csv", "a") as f:
-                f.write(faults.csv_lines(rows))
+                f.write(CommLedger.csv_lines(rows))
         kept = (f"the last good checkpoint '{self.run_dir / CHECKPOINT}' (round {self.rounds_done}) is intact"
                 if self.rounds_done else "no round had completed, so there is no checkpoint")
         raise RunStopped(f"round {round_ + 1}: {len(bad)} clients diverged (NaN/Inf loss or update; clients "
@@ -429,7 +429,7 @@ class Federation:
         self.logger = TensorBoardLogger(str(self.run_dir), name="tensorboard", version="",
                                         default_hp_metric=False, purge_step=self.rounds_done + 1)
         (self.run_dir / "comm.csv").write_text(CommLedger.CSV_HEADER + CommLedger.csv_lines(self.ledger.rows))
-        (self.run_dir / "faults.csv").write_text(faults.CSV_HEADER + faults.csv_lines(self.fault_rows))
+        (self.run_dir / "faults.csv").write_text(faults.CSV_HEADER + CommLedger.csv_lines(self.fault_rows))
         if self.rounds_done == 0:
             counts = class_counts(self.data.train_y.numpy(), [p.numpy() for p in self.parts], self.data.num_classes)
             self.logger.experiment.add_figure("data/partition", partition_figure(counts), 0)
@@ -486,7 +486,7 @@ class Federation:
         with open(self.run_dir / "comm.csv", "a") as f:
             f.write(CommLedger.csv_lines(rows))
         with open(self.run_dir / "faults.csv", "a") as f:
-            f.write(faults.csv_lines([f for f in self.fault_rows if f[0] == row["round"]]))
+            f.write(CommLedger.csv_lines([f for f in self.fault_rows if f[0] == row["round"]]))
 
     @staticmethod
     def _fault_counts(reports: list[dict[str, Any]]) -> dict[str, int]:
