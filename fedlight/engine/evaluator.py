@@ -19,6 +19,13 @@ State = dict[str, torch.Tensor]
 METRICS = ("linear_probe_acc", "knn_acc", "test_acc")
 
 
+def mean_and_spread(key: str, values: list[float]) -> dict[str, float | None]:
+    """``{key: mean, key + "_std": std}`` of a metric over clients; None where no client has it."""
+    if not values:
+        return {key: None, f"{key}_std": None}
+    return {key: float(np.mean(values)), f"{key}_std": float(np.std(values))}
+
+
 class Evaluator:
     """Scores whatever the worker model holds when called.
 
@@ -83,7 +90,5 @@ class Evaluator:
         self.module.load_partial(restore)
         out: dict[str, float | None] = {}
         for key in METRICS:
-            values = [m[key] for m in per_client if m[key] is not None]
-            out[key] = float(np.mean(values)) if values else None
-            out[f"{key}_std"] = float(np.std(values)) if values else None
+            out.update(mean_and_spread(key, [m[key] for m in per_client if m[key] is not None]))
         return out

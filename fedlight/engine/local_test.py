@@ -19,6 +19,7 @@ import torch
 from sklearn.linear_model import LogisticRegression
 from torchmetrics.functional.classification import binary_auroc
 
+from fedlight.engine.evaluator import mean_and_spread
 from fedlight.eval.ensemble import ensemble_accuracies
 from fedlight.server.ops import weighted_average
 
@@ -66,14 +67,12 @@ class LocalTester:
         module.load_partial(weighted_average([{k: m[k] for k in common} for m in models], self.weights))
         avg_acc = float((ev.apply(module.classify, data.test_x).argmax(1) == test_y).float().mean())
         out: dict[str, float | None] = {
-            "local_test_acc": float(np.mean(local_acc)) if local_acc else None,
-            "local_test_acc_std": float(np.std(local_acc)) if local_acc else None,
+            **mean_and_spread("local_test_acc", local_acc),
             **ensemble_accuracies(torch.stack(logits), test_y),
             "avg_model_acc": avg_acc,
         }
         for key in (fair[0] if fair else {}):
-            values = [f[key] for f in fair]
-            out[key], out[f"{key}_std"] = float(np.mean(values)), float(np.std(values))
+            out.update(mean_and_spread(key, [f[key] for f in fair]))
         return out
 
     def _fair(self, logits: torch.Tensor, client: int) -> dict[str, float]:
