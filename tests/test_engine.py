@@ -15,7 +15,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from fedlight.cli import main
 from fedlight.config import load_recipe
 from fedlight.engine.fit import fit
-from fedlight.engine.orchestrator import sample_clients
+from fedlight.engine.orchestrator import TIMING, sample_clients
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -25,7 +25,7 @@ def _global(run: Path) -> dict[str, torch.Tensor]:
 
 
 def _strip_time(history: list[dict]) -> list[dict]:
-    return [{k: v for k, v in row.items() if k != "seconds"} for row in history]
+    return [{k: v for k, v in row.items() if k not in TIMING} for row in history]
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,8 @@ def test_results_json_schema(tiny_run: Path) -> None:
     assert res["rounds_completed"] == 2 and len(res["history"]) == 2
     for row in res["history"]:
         assert {"round", "train_loss", "linear_probe_acc", "knn_acc", "bytes_up", "bytes_down",
-                "bytes_d2d", "seconds"} <= set(row)
+                "bytes_d2d", *TIMING} <= set(row)
+        assert 0 < row["train_seconds"] < row["seconds"] and 0 < row["eval_seconds"] < row["seconds"]
         assert 0 <= row["linear_probe_acc"] <= 1 and row["bytes_up"] > 0 and row["bytes_d2d"] == 0
     assert set(res["final"]) == set(res["baseline"]) == {"linear_probe_acc", "knn_acc", "test_acc"}
     assert res["final"]["test_acc"] is None  # SimCLR has no classifier

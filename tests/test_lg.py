@@ -22,6 +22,7 @@ from fedlight.errors import UserError
 from fedlight.eval.ensemble import ensemble_accuracies, ensemble_log_probs, majority_vote
 from fedlight.methods.base import OptimizerSpec
 from fedlight.server.fedavg import FedAvg
+from fedlight.engine.orchestrator import TIMING
 
 REPO = Path(__file__).resolve().parents[1]
 CLASSIFIER = {"objective.classifier.weight", "objective.classifier.bias"}
@@ -114,7 +115,7 @@ def test_local_layers_survive_rounds_and_resume(tmp_path: Path, lg_recipe: Path)
     assert not torch.equal(after[0]["objective.backbone.fc1.weight"], after[1]["objective.backbone.fc1.weight"])
     # the linear probe's head is initialised from the global RNG, which a resumed process has not advanced
     # by the earlier rounds' probes; with 5 L-BFGS steps it has not converged, so it is left out here
-    strip = lambda h: [{k: v for k, v in row.items() if k not in ("seconds", "linear_probe_acc")}  # noqa: E731
+    strip = lambda h: [{k: v for k, v in row.items() if k not in (*TIMING, "linear_probe_acc")}  # noqa: E731
                        for row in h]
     assert strip(straight["history"]) == strip(resumed["history"])
 

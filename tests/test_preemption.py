@@ -18,6 +18,7 @@ from fedlight.engine import orchestrator
 from fedlight.engine.fit import fit
 from fedlight.engine.local_loop import train_client
 from fedlight.engine.preemption import EXIT_CODE, Preempted
+from fedlight.engine.orchestrator import TIMING
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["rounds=5", "data.subset=400", "data.test_subset=100", "eval.probe_epochs=5", "eval.projector_samples=0",
@@ -29,7 +30,7 @@ def _global(run: Path) -> dict[str, torch.Tensor]:
 
 
 def _strip_time(history: list[dict]) -> list[dict]:
-    return [{k: v for k, v in row.items() if k != "seconds"} for row in history]
+    return [{k: v for k, v in row.items() if k not in TIMING} for row in history]
 
 
 def _wait_for(path: Path, timeout: float = 120) -> None:

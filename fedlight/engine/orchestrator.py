@@ -58,6 +58,7 @@ from fedlight.server.base import Aggregator
 State = dict[str, torch.Tensor]
 BUFFER = "buffer."  # store keys of a streaming client's replay buffer
 FAULT_COLUMNS = ("answered", "dropped", "stragglers", "diverged")  # per-round client counts in the history
+TIMING = ("seconds", "train_seconds", "eval_seconds")  # wall-clock columns of the history: never reproducible
 
 
 def clients_per_round(num_clients: int, fraction: float) -> int:
@@ -232,7 +233,9 @@ class Federation:
             self.module.load_partial(module_state)
         else:
             self.module.reset_private_state()
+        started = time.perf_counter()
         result, weight, extra = self._local_work(client, round_, private, fault.work)
+        report["seconds"] = time.perf_counter() - started
         payload = self._client_payload()
         if fault.diverge:
             payload = faults.poison(payload)
@@ -468,7 +471,8 @@ class Federation:
     def _log_round(self, row: dict[str, Any], rows: list[list]) -> None:
         if self.logger is None:
             return
-        scalars = {"time/round_seconds": row["seconds"],
+        scalars = {"time/round_seconds": row["seconds"], "time/train_seconds": row["train_seconds"],
+                   "time/eval_seconds": row["eval_seconds"],
                    **({"train/loss": row["train_loss"]} if row["train_loss"] is not None else {}),
                    **{f"faults/{k}": row[k] for k in FAULT_COLUMNS},
                    **{f"comm/{k}": row[k] for k in ("bytes_up", "bytes_down", "bytes_d2d")},
@@ -538,17 +542,21 @@ class Federation:
             self.ledger.rows.extend(rows)
             self.rounds_done = round_ + 1
             metrics: dict[str, float | None] = dict.fromkeys(METRICS)
+            t_eval = time.perf_counter()
             if self.rounds_done % r.eval.every == 0 or self.rounds_done == r.rounds:
                 client_models = self._client_models()  # a collective: every rank takes part
                 local = self._local_test()  # a collective too; before evaluate(), which then scores the average
                 if self.rank == 0:
                     metrics = {**self.evaluate(client_models), **local}
                     last_eval = metrics
+            eval_seconds = time.perf_counter() - t_eval
             answered = [rep["loss"] for rep in reports if rep["status"] == "ok"]
             row = {"round": self.rounds_done,
                    "train_loss": float(np.mean(answered)) if answered else None,
                    **metrics, **self._fault_counts(reports), **self.ledger.totals(round_),
-                   "seconds": time.perf_counter() - t0, "clients": [rep["client"] for rep in reports],
+                   "seconds": time.perf_counter() - t0, "eval_seconds": eval_seconds,
+                   "train_seconds": sum(rep.get("seconds", 0.0) for rep in reports) / self.world,
+                   "clients": [rep["client"] for rep in reports],
                    **self._buffer_summary([rep for rep in reports if "buffer" in rep]),
                    **self._exchange_summary([rep for rep in reports if "label_counts" in rep], rows)}
             self.history.append(row)
