@@ -22,17 +22,17 @@ import torch
 
 from fedlight import registry
 from fedlight.config import load_recipe
-from fedlight.engine.fit import make_fabric, prepare_data
+from fedlight.engine.fit import build_module, make_fabric, prepare_data
 from fedlight.engine.orchestrator import Federation, build_views, sample_clients
 
-from plain_loop import build_model, local_train, shared_state
+from plain_loop import local_train, shared_state
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def run_fedlight(recipe, data, parts, rounds: int) -> tuple[float, dict]:
     fabric = make_fabric(recipe)
-    fed = Federation(fabric, recipe, data, parts, build_model(recipe, data), registry.build_server(recipe.server, recipe.clients.num),
+    fed = Federation(fabric, recipe, data, parts, build_module(recipe, data), registry.build_server(recipe.server, recipe.clients.num),
                      Path(tempfile.mkdtemp()))
     start = time.perf_counter()
     for r in range(rounds):
@@ -41,8 +41,8 @@ def run_fedlight(recipe, data, parts, rounds: int) -> tuple[float, dict]:
 
 
 def run_plain(recipe, data, parts, rounds: int) -> tuple[float, dict]:
-    model = build_model(recipe, data)
-    views = build_views(recipe.views, data)
+    model = build_module(recipe, data)
+    views = build_views(recipe, data)
     global_state = shared_state(model)
     start = time.perf_counter()
     for r in range(rounds):

@@ -35,9 +35,9 @@ from flwr.simulation import run_simulation
 
 from fedlight.config import load_recipe
 from fedlight.engine.evaluator import Evaluator
-from fedlight.engine.fit import make_fabric, prepare_data
+from fedlight.engine.fit import build_module, make_fabric, prepare_data
 from fedlight.engine.orchestrator import build_views, clients_per_round
-from plain_loop import build_model, local_train, shared_state
+from plain_loop import local_train, shared_state
 
 RECIPE_ENV = "FEDLIGHT_FLOWER_RECIPE"  # the recipe's path reaches the Ray workers through their environment
 RESULT: dict[str, Any] = {}
@@ -48,7 +48,7 @@ def workload(path: str) -> tuple[Any, Any, list, Any]:
     """Recipe, data, partition and views, built once per process (driver or Ray worker)."""
     recipe = load_recipe(path, ["fabric.accelerator=cpu"])
     data, parts = prepare_data(recipe)
-    return recipe, data, parts, build_views(recipe.views, data)
+    return recipe, data, parts, build_views(recipe, data)
 
 
 def client_train(msg: Message, context: Context) -> Message:
@@ -56,7 +56,7 @@ def client_train(msg: Message, context: Context) -> Message:
     recipe, data, parts, views = workload(os.environ[RECIPE_ENV])
     client = int(context.node_config["partition-id"])
     round_ = int(msg.content["config"]["server-round"]) - 1
-    model = build_model(recipe, data)
+    model = build_module(recipe, data)
     model.load_state_dict(msg.content["arrays"].to_torch_state_dict(), strict=False)
     n = local_train(model, views, data.train_x, data.train_y, torch.as_tensor(parts[client]), recipe, round_, client)
     content = RecordDict({"arrays": ArrayRecord(shared_state(model)), "metrics": MetricRecord({"num-examples": n})})
@@ -66,7 +66,7 @@ def client_train(msg: Message, context: Context) -> Message:
 def server_main(grid: Grid, context: Context) -> None:
     """Baseline evaluation, ``recipe.rounds`` FedAvg rounds over Flower's sampled clients, final evaluation."""
     recipe, data, _, views = workload(os.environ[RECIPE_ENV])
-    model = build_model(recipe, data)
+    model = build_module(recipe, data)
     fabric = make_fabric(recipe)
     evaluator = Evaluator(fabric, fabric.to_device(model), data, views, recipe.eval, recipe.seed)
     baseline = evaluator.model_metrics()

@@ -217,11 +217,8 @@ def _sync(cuda: bool) -> None:
 
 def profile(args: argparse.Namespace, cuda: bool) -> dict[str, Any]:
     """Build the engine's pieces, warm up, time the clients; returns the results mapping."""
-    from fedlight import registry
-    from fedlight.engine.fit import make_fabric
+    from fedlight.engine.fit import build_module, make_fabric
     from fedlight.engine.orchestrator import build_views
-    from fedlight.methods.base import OptimizerSpec
-    from fedlight.seeding import derive_seed
 
     recipe = load_profile_recipe(args, "cuda" if cuda else "cpu")
     data = synthetic_cifar10(args.images, args.seed)
@@ -229,12 +226,8 @@ def profile(args: argparse.Namespace, cuda: bool) -> dict[str, Any]:
     fabric.launch()
     if recipe.fabric.threads:
         torch.set_num_threads(recipe.fabric.threads)
-    torch.manual_seed(derive_seed(recipe.seed, "init"))
-    l = recipe.local
-    module = fabric.to_device(registry.build_method(
-        recipe.method, recipe.model.backbone, data.channels, data.image_size, data.num_classes,
-        OptimizerSpec(l.optimizer, l.lr, l.momentum, l.weight_decay)))
-    views = build_views(recipe.views, data)  # from the CPU data, as the engine builds them
+    module = fabric.to_device(build_module(recipe, data))
+    views = build_views(recipe, data)  # from the CPU data, as the engine builds them
     images, labels = fabric.to_device(data.train_x), fabric.to_device(data.train_y)
     parts = [p.to(images.device) for p in torch.arange(len(data.train_x)).chunk(args.clients)]
     timer = RegionTimer(cuda)

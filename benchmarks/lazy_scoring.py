@@ -12,20 +12,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from plain_loop import build_model  # noqa: E402  (fedlight's worker-model construction)
-
-from fedlight import registry  # noqa: E402
-from fedlight.config import load_recipe  # noqa: E402
-from fedlight.engine.fit import make_fabric, prepare_data  # noqa: E402
-from fedlight.engine.orchestrator import Federation  # noqa: E402
+from fedlight import registry
+from fedlight.config import load_recipe
+from fedlight.engine.fit import build_module, make_fabric, prepare_data
+from fedlight.engine.orchestrator import Federation
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,7 +37,7 @@ def main() -> None:
     for t in args.intervals:
         recipe = load_recipe(REPO / "recipes/sofed_fmnist.yaml", [*args.overrides, f"buffer.lazy_interval={t}"])
         data, parts = prepare_data(recipe)
-        feds[t] = Federation(make_fabric(recipe), recipe, data, parts, build_model(recipe, data),
+        feds[t] = Federation(make_fabric(recipe), recipe, data, parts, build_module(recipe, data),
                              registry.build_server(recipe.server, recipe.clients.num), Path(tempfile.mkdtemp()))
         private[t] = {}
     ms = {t: [] for t in args.intervals}

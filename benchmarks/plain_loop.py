@@ -10,22 +10,12 @@ from __future__ import annotations
 
 import torch
 
-from fedlight import registry
 from fedlight.config.schema import Recipe
-from fedlight.data.sources import ImageData
 from fedlight.data.views import ViewMaker
-from fedlight.methods.base import FederatedModule, OptimizerSpec
-from fedlight.seeding import derive_seed, torch_generator
+from fedlight.methods.base import FederatedModule
+from fedlight.seeding import torch_generator
 
 State = dict[str, torch.Tensor]
-
-
-def build_model(recipe: Recipe, data: ImageData) -> FederatedModule:
-    """The method's LightningModule, initialised as fedlight initialises its worker model."""
-    torch.manual_seed(derive_seed(recipe.seed, "init"))
-    l = recipe.local
-    return registry.build_method(recipe.method, recipe.model.backbone, data.channels, data.image_size,
-                                 data.num_classes, OptimizerSpec(l.optimizer, l.lr, l.momentum, l.weight_decay))
 
 
 def shared_state(model: FederatedModule) -> State:

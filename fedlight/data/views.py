@@ -57,17 +57,23 @@ class ViewMaker:
         params: augmentation strengths.
         mean: (C,) per-channel mean of the training images in [0, 1].
         std: (C,) per-channel std.
+        channels_last: return NHWC-strided views (same values), for a channels-last model.
     """
 
-    def __init__(self, params: ViewParams, mean: torch.Tensor, std: torch.Tensor) -> None:
+    def __init__(self, params: ViewParams, mean: torch.Tensor, std: torch.Tensor, channels_last: bool = False) -> None:
         self.p = params
         self.mean = mean.view(1, -1, 1, 1)
         self.std = std.view(1, -1, 1, 1)
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) uint8 -> normalised float, no augmentation (for evaluation)."""
-        x = x.float().div_(255)
-        return (x - self.mean.to(x.device)) / self.std.to(x.device)
+        return self._standardize(x.float().div_(255))
+
+    def _standardize(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) in [0, 1] -> (x - mean) / std in the model's memory format."""
+        x = (x - self.mean.to(x.device)) / self.std.to(x.device)
+        return x.contiguous(memory_format=self.memory_format) if x.dim() == 4 else x
 
     def views(self, x: torch.Tensor, n: int, g: torch.Generator) -> list[torch.Tensor]:
         """``n`` independently augmented, normalised views of uint8 batch ``x`` (B, C, H, W)."""
@@ -90,7 +96,7 @@ class ViewMaker:
         if solarize_p > 0:
             sol = _bernoulli(b, solarize_p, g).to(out.device).view(-1, 1, 1, 1)
             out = torch.where(sol & (out >= 0.5), 1.0 - out, out)
-        return (out - self.mean.to(out.device)) / self.std.to(out.device)
+        return self._standardize(out)
 
     def _crop_flip(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
         """Random resized crop (scale in [crop_min_scale, 1], ratio in [3/4, 4/3]) + horizontal flip."""

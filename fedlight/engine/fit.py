@@ -20,7 +20,7 @@ from fedlight.engine.exchange_rounds import validate_exchange
 from fedlight.engine.orchestrator import Federation
 from fedlight.engine.rundir import prepare_run_dir, write_yaml
 from fedlight.errors import UserError
-from fedlight.methods.base import OptimizerSpec
+from fedlight.methods.base import FederatedModule, OptimizerSpec
 from fedlight.seeding import derive_seed, numpy_rng
 
 
@@ -38,6 +38,15 @@ def prepare_data(recipe: Recipe) -> tuple[ImageData, list]:
                       alpha=p.alpha, min_size=p.min_size, shards_per_client=p.shards_per_client,
                       classes_per_client=per_client)
     return data, parts
+
+
+def build_module(recipe: Recipe, data: ImageData) -> FederatedModule:
+    """The method's worker model, initialised from the run seed, in ``fabric.channels_last`` format."""
+    torch.manual_seed(derive_seed(recipe.seed, "init"))
+    l = recipe.local
+    module = registry.build_method(recipe.method, recipe.model.backbone, data.channels, data.image_size,
+                                   data.num_classes, OptimizerSpec(l.optimizer, l.lr, l.momentum, l.weight_decay))
+    return module.to(memory_format=torch.channels_last) if recipe.fabric.channels_last else module
 
 
 def _check_resumable(run_dir: Path, recipe: Recipe) -> None:
@@ -99,10 +108,7 @@ def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
     fabric.launch()
     if recipe.fabric.threads:
         torch.set_num_threads(recipe.fabric.threads)
-    torch.manual_seed(derive_seed(recipe.seed, "init"))
-    l = recipe.local
-    module = registry.build_method(recipe.method, recipe.model.backbone, data.channels, data.image_size,
-                                   data.num_classes, OptimizerSpec(l.optimizer, l.lr, l.momentum, l.weight_decay))
+    module = build_module(recipe, data)
     server = registry.build_server(recipe.server, recipe.clients.num)
     federation = Federation(fabric, recipe, data, parts, module, server, run_dir)
     return federation.run(resume)

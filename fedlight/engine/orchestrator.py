@@ -29,7 +29,7 @@ from lightning.fabric import Fabric
 from lightning.fabric.loggers import TensorBoardLogger
 from tqdm.auto import tqdm
 
-from fedlight.config.schema import Recipe, ViewsConfig
+from fedlight.config.schema import Recipe
 from fedlight.coreset.buffer import ReplayBuffer
 from fedlight.data.partition import class_counts, matching_test_split
 from fedlight.data.streams import arrival_batches, segment
@@ -72,10 +72,12 @@ def sample_clients(seed: int, round_: int, num_clients: int, fraction: float) ->
     return sorted(numpy_rng(seed, "sample", round_).choice(num_clients, m, replace=False).tolist())
 
 
-def build_views(cfg: ViewsConfig, data: ImageData) -> ViewMaker:
-    """The view maker for recipe section ``views``, normalised with the data's statistics."""
+def build_views(recipe: Recipe, data: ImageData) -> ViewMaker:
+    """The view maker for recipe section ``views``, normalised with the data's statistics,
+    in the memory format ``fabric.channels_last`` gives the model."""
+    cfg = recipe.views
     params = ViewParams(**{**asdict(cfg), "blur_p": tuple(cfg.blur_p), "solarize_p": tuple(cfg.solarize_p)})
-    return ViewMaker(params, *data.mean_std())
+    return ViewMaker(params, *data.mean_std(), channels_last=recipe.fabric.channels_last)
 
 
 class Federation:
@@ -112,7 +114,7 @@ class Federation:
         if getattr(module, "uses_protected", False):  # fair LG-FedAvg: batches carry (class, attribute)
             labels = torch.stack([data.train_y, data.train_a], dim=1)
         self.labels = fabric.to_device(labels)
-        self.views = build_views(recipe.views, data)
+        self.views = build_views(recipe, data)
         self.store = ClientStateStore()
         self.ledger = CommLedger()
         self.fault_rows: list[list] = []  # faults.csv: round, client, event, detail
