@@ -15,10 +15,10 @@ WEIGHT_KEY = "__weight__"
 def weighted_sum(acc: State | None, state: State, weight: float) -> State:
     """``acc + weight * state`` (float64), with the running total weight under ``WEIGHT_KEY``."""
     if acc is None:
-        acc = {k: torch.zeros(v.shape, dtype=torch.float64, device=v.device) for k, v in state.items()}
+        acc = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in state.items()}  # keeps v's memory format
         acc[WEIGHT_KEY] = torch.zeros((), dtype=torch.float64)
     for k, v in state.items():
-        acc[k].add_(v.detach().to(torch.float64), alpha=weight)
+        acc[k].add_(v.detach(), alpha=weight)  # promoted to float64 element by element, no float64 copy of v
     acc[WEIGHT_KEY] += weight
     return acc
 
