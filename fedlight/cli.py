@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
-from fedlight.errors import UserError
+from fedlight.engine import launch
+from fedlight.errors import PREEMPTED_EXIT, USER_ERROR_EXIT, UserError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,16 +55,26 @@ def _fit(args: argparse.Namespace) -> int:
     from fedlight.config import load_recipe
 
     recipe = load_recipe(args.recipe, args.overrides)  # recipe errors come before torch is imported
+    ranks = launch.start_local_ranks(recipe.fabric.devices, recipe.fabric.num_nodes, args.argv)
+    code = USER_ERROR_EXIT
+    try:
+        code = _fit_ranks(recipe, args)
+    finally:
+        code = launch.finish_local_ranks(ranks, code)
+    return code
+
+
+def _fit_ranks(recipe: Any, args: argparse.Namespace) -> int:
     from fedlight.engine.fit import fit
-    from fedlight.engine.preemption import EXIT_CODE, Preempted
+    from fedlight.engine.preemption import Preempted
 
     try:
         results = fit(recipe, resume=args.resume, overwrite=args.overwrite)
     except Preempted as stop:  # SIGUSR1 / SIGTERM: checkpointed (and requeued inside SLURM)
         print(f"fedlight: {stop.describe(recipe.run_dir)}", file=sys.stderr)
-        return EXIT_CODE
+        return PREEMPTED_EXIT
     final, base = results["final"] or {}, results["baseline"] or {}
-    if final:
+    if final and not launch.is_child():
         print(f"final: linear probe {final['linear_probe_acc']:.4f} (random init {base.get('linear_probe_acc', float('nan')):.4f}), "
               f"kNN {final['knn_acc']:.4f} (random init {base.get('knn_acc', float('nan')):.4f}); "
               f"{results['wall_seconds']:.1f} s; run folder {results['recipe']['run']['dir'] or 'runs/' + results['recipe']['name']}")
@@ -71,7 +83,9 @@ def _fit(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     args, extra = parser.parse_known_args(argv)
+    args.argv = argv  # the local ranks a multi-process run starts get the same command
     # overrides may also follow the flags (`fit --recipe r.yaml --resume rounds=5`)
     unknown = [e for e in extra if e.startswith("-") or "=" not in e]
     if unknown:
@@ -83,5 +97,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return {"fit": _fit, "sweep": _sweep, "report": _report}[args.command](args)
     except UserError as exc:
-        print(f"fedlight: error: {exc}", file=sys.stderr)
-        return 2
+        if not launch.is_child():  # rank 0 says it once
+            print(f"fedlight: error: {exc}", file=sys.stderr)
+        return USER_ERROR_EXIT

@@ -1,4 +1,7 @@
-"""The one exception type for mistakes a user can fix."""
+"""The one exception type for mistakes a user can fix, and the exit codes the CLI gives."""
+
+USER_ERROR_EXIT = 2
+PREEMPTED_EXIT = 3  # checkpointed after SIGUSR1 / SIGTERM (and requeued inside SLURM)
 
 
 class UserError(Exception):
