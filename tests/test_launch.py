@@ -36,3 +36,15 @@ def test_a_user_error_after_launch_is_said_once_and_every_rank_exits(tmp_path: P
     assert proc.returncode == 2, proc.stderr[-2000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("fedlight: error:")]
     assert len(errors) == 1 and "data.root" in errors[0], proc.stderr[-2000:]
+
+
+def test_a_failed_rank_ends_rank_zero_instead_of_leaving_it_waiting(tmp_path: Path) -> None:
+    """Rank 1 fails at once (no such recipe); rank 0, standing in for one blocked in a collective,
+    is killed after the grace period rather than waiting forever."""
+    code = ("import time; from fedlight.engine import launch; launch.GRACE_SECONDS = 0.5; "
+            f"launch.start_local_ranks(2, 1, ['fit', '--recipe', {str(tmp_path / 'missing.yaml')!r}]); time.sleep(60)")
+    env = {k: v for k, v in os.environ.items() if k not in launch.EXTERNAL_LAUNCH}
+    proc = subprocess.run([sys.executable, "-c", code], env={**env, "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert "missing.yaml" not in proc.stderr  # the child's user error is left to rank 0

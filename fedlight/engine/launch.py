@@ -5,9 +5,9 @@ imported torch and Lightning and loaded the data, and rank 0 then waits while ea
 rank imports them again (about 4 s on the 2-core CPU). Started here instead, as
 ``torchrun`` would, every rank imports at the same time, and Fabric sees ``LOCAL_RANK``
 and leaves process creation to us. Measured on the cross-device workload with
-``fabric.devices=2``: time outside the rounds 10.2 s -> 8.5 s, 2 runs each (BENCHMARKS.md). Where a cluster launcher
-already made the processes (srun, torchrun, MPI, LSF) or the run spans nodes, nothing
-happens here and Fabric decides as before.
+``fabric.devices=2``: time outside the rounds 10.2 s -> 8.5 s (BENCHMARKS.md). Where a
+cluster launcher already made the processes (srun, torchrun, MPI, LSF) or the run spans
+nodes, nothing happens here and Fabric decides as before.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from fedlight.errors import PREEMPTED_EXIT
 EXTERNAL_LAUNCH = ("LOCAL_RANK", "WORLD_SIZE", "SLURM_NTASKS", "TORCHELASTIC_RUN_ID", "LSB_JOBID",
                    "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 CHILD = "FEDLIGHT_LOCAL_RANK_CHILD"  # marks ranks started here: they leave user-facing messages to rank 0
+GRACE_SECONDS = 10.0  # after another rank failed, this one may still be saying the same user error
 
 
 def is_child() -> bool:
@@ -58,11 +59,13 @@ def start_local_ranks(devices: int, num_nodes: int, argv: list[str]) -> list[sub
 
 
 def _watch(procs: list[subprocess.Popen], period: float = 0.5) -> None:
-    """A rank that fails leaves the others blocked in a collective: end them all, this one too."""
+    """A rank that fails leaves the others blocked in a collective: end them all, and this one
+    unless it ends by itself within ``GRACE_SECONDS``."""
     while True:
         codes = [p.poll() for p in procs]
         if any(c not in (None, 0, PREEMPTED_EXIT) for c in codes):
             stop_local_ranks(procs)
+            time.sleep(GRACE_SECONDS)
             os.kill(os.getpid(), signal.SIGKILL)
         if None not in codes:
             return
