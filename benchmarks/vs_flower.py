@@ -35,7 +35,11 @@ HERE = Path(__file__).resolve().parent
 def tree_rss(proc: psutil.Process) -> int:
     """Resident bytes of ``proc`` and all its descendants (processes that vanish meanwhile count 0)."""
     total = 0
-    for p in [proc, *proc.children(recursive=True)]:
+    try:
+        family = [proc, *proc.children(recursive=True)]
+    except psutil.Error:  # the tree ended meanwhile
+        return 0
+    for p in family:
         try:
             total += p.memory_info().rss
         except psutil.Error:
