@@ -1,3 +1,3 @@
-from fedlight.cli import main
+from fedlight.cli import run
 
-raise SystemExit(main())
+run()

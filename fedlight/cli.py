@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 from typing import Any
 
@@ -100,3 +102,20 @@ def main(argv: list[str] | None = None) -> int:
         if not launch.is_child():  # rank 0 says it once
             print(f"fedlight: error: {exc}", file=sys.stderr)
         return USER_ERROR_EXIT
+
+
+def run() -> None:
+    """The console entry point (``fedlight``, ``python -m fedlight``): ``main``, then exit.
+
+    A command that succeeded ends the process at once: the interpreter's teardown of the
+    torch / Lightning / torchmetrics module graph takes 1.7 s on the 2-core CPU and does
+    nothing for a finished run, whose results, checkpoints and TensorBoard files are
+    written and closed by then. Failures and preemptions exit the ordinary way.
+    """
+    code = main()
+    if code != 0:
+        sys.exit(code)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -35,7 +35,10 @@ def tiny_run(tmp_path_factory) -> Path:
 
     recipe = tmp / "tiny.yaml"
     recipe.write_text(TINY.format(repo=REPO) + f"run: {{dir: {tmp / 'run'}}}\n")
-    assert main(["fit", "--recipe", str(recipe)]) == 0
+    # as a user runs it: the process ends at once after success (cli.run), nothing may be lost
+    proc = subprocess.run([sys.executable, "-m", "fedlight", "fit", "--recipe", str(recipe)], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+    assert proc.returncode == 0 and "final: linear probe" in proc.stdout, proc.stderr[-2000:]
     return tmp / "run"
 
 
@@ -74,7 +77,7 @@ def test_tensorboard_has_the_scalars(tiny_run: Path) -> None:
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
     assert {"train/loss", "eval/linear_probe_acc", "eval/knn_acc", "comm/bytes_up", "comm/bytes_down",
-            "baseline/linear_probe_acc"} <= tags
+            "baseline/linear_probe_acc", "time/train_seconds", "final/knn_acc"} <= tags
     assert [e.step for e in acc.Scalars("train/loss")] == [1, 2]
     assert "data/partition" in acc.Tags()["images"]
     assert (tiny_run / "tensorboard" / "projector_config.pbtxt").is_file() or any(
