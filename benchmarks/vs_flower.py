@@ -12,6 +12,8 @@ Needs the ``bench`` extra (``pip install -e .[bench]``: Flower with Ray, psutil)
 
     python benchmarks/vs_flower.py benchmarks/workloads/cross_silo_fmnist.yaml --repeats 3
     python benchmarks/vs_flower.py benchmarks/workloads/cross_device_fmnist.yaml --repeats 3
+    python benchmarks/vs_flower.py benchmarks/workloads/cross_device_fmnist.yaml --repeats 3 \\
+        --fedlight fabric.devices=2 fabric.threads=1
 """
 
 from __future__ import annotations
@@ -70,8 +72,8 @@ def measure(cmd: list[str], env: dict[str, str], log: Path) -> tuple[float, int]
     return wall, peak
 
 
-def run_fedlight(recipe: str, folder: Path, env: dict[str, str]) -> dict:
-    cmd = [sys.executable, "-m", "fedlight", "fit", "--recipe", recipe, f"run.dir={folder}", "--overwrite"]
+def run_fedlight(recipe: str, folder: Path, env: dict[str, str], overrides: list[str]) -> dict:
+    cmd = [sys.executable, "-m", "fedlight", "fit", "--recipe", recipe, *overrides, f"run.dir={folder}", "--overwrite"]
     wall, peak = measure(cmd, env, folder.with_suffix(".log"))
     final = json.loads((folder / "results.json").read_text())["final"]
     return {"seconds": wall, "peak_bytes": peak, "knn_acc": final["knn_acc"]}
@@ -91,13 +93,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2, help="Flower's Ray actors (one CPU each)")
     parser.add_argument("--out", type=Path, default=None, help="folder for logs and run folders (default: a temp dir)")
+    parser.add_argument("--fedlight", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="overrides for fedlight's side only, e.g. fabric.devices=2 fabric.threads=1 "
+                             "(two processes, as Flower's two workers)")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="vs_flower_"))
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     rows: dict[str, list[dict]] = {"fedlight": [], "flower": []}
     for rep in range(args.repeats):
-        sides = [("fedlight", lambda f: run_fedlight(args.recipe, f, env)),
+        sides = [("fedlight", lambda f: run_fedlight(args.recipe, f, env, args.fedlight)),
                  ("flower", lambda f: run_flower(args.recipe, f, env, args.workers))]
         for name, fn in sides if rep % 2 == 0 else sides[::-1]:
             rows[name].append(fn(out / f"{name}{rep}"))
@@ -110,7 +115,8 @@ def main() -> None:
           f"kNN {100 * f['knn_acc']:.2f}%;  Flower {w['seconds']:.1f} s / {w['peak_bytes'] / 2**20:.0f} MiB / "
           f"kNN {100 * w['knn_acc']:.2f}%")
     print(f"speed-up {w['seconds'] / f['seconds']:.2f}x, memory {f['peak_bytes'] / w['peak_bytes']:.2f} of Flower's")
-    (out / "summary.json").write_text(json.dumps({"recipe": args.recipe, "runs": rows, "median": med}, indent=1))
+    (out / "summary.json").write_text(json.dumps({"recipe": args.recipe, "fedlight_overrides": args.fedlight,
+                                                  "runs": rows, "median": med}, indent=1))
 
 
 if __name__ == "__main__":
