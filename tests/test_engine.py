@@ -164,3 +164,12 @@ def test_sigkill_mid_run_then_resume_ends_where_a_straight_run_ends(tmp_path: Pa
     assert all(torch.equal(a[k], b[k]) for k in a)
     resumed = json.loads((run / "results.json").read_text())
     assert _strip_time(resumed["history"]) == _strip_time(straight["history"])
+
+
+def test_stateless_clients_are_dealt_to_ranks_by_samples() -> None:
+    from fedlight.engine.orchestrator import deal_clients
+
+    hands = deal_clients([1, 2, 4, 6], [100, 500, 400, 300], 2)
+    assert sorted(c for h in hands for c in h) == [1, 2, 4, 6]  # every client once
+    assert hands == [[1, 2], [4, 6]]  # 600 and 700 samples, where id parity would give 100 and 1,200
+    assert deal_clients([3], [5], 2) == [[3], []]  # a rank may get none; it still joins the collective

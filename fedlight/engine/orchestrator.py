@@ -72,6 +72,20 @@ def sample_clients(seed: int, round_: int, num_clients: int, fraction: float) ->
     return sorted(numpy_rng(seed, "sample", round_).choice(num_clients, m, replace=False).tolist())
 
 
+def deal_clients(sampled: list[int], sizes: list[int], world: int) -> list[list[int]]:
+    """Deal a round's sampled clients to ``world`` ranks so each trains about as many samples.
+
+    Largest first, each to the rank with the fewest samples so far (LPT; ties to the lower
+    rank and the lower id, so every rank computes the same deal); each rank's list sorted.
+    """
+    load, hands = [0] * world, [[] for _ in range(world)]
+    for size, client in sorted(zip(sizes, sampled), key=lambda x: (-x[0], x[1])):
+        rank = min(range(world), key=lambda r: (load[r], r))
+        load[rank] += size
+        hands[rank].append(client)
+    return [sorted(h) for h in hands]
+
+
 def build_views(recipe: Recipe, data: ImageData) -> ViewMaker:
     """The view maker for recipe section ``views``, normalised with the data's statistics,
     in the memory format ``fabric.channels_last`` gives the model."""
@@ -183,7 +197,7 @@ class Federation:
         if self.module.on_round_start(round_, self.history):  # e.g. LG-FedAvg leaving its FedAvg phase
             self._split_changed()
         sampled = [self.trainable[i] for i in sample_clients(r.seed, round_, len(self.trainable), r.clients.fraction)]
-        mine = [c for c in sampled if c % self.world == self.rank]
+        mine = self._mine(sampled)
         if self.exchange is not None:
             self.exchange.begin_round(round_, self.global_state, mine)
         acc: State | None = None
@@ -294,6 +308,16 @@ class Federation:
         for client in self.trainable:
             if client % self.world == self.rank:
                 self.store.put(client, {**self.module.private_state(), **(self.store.get(client) or {})})
+
+    def _mine(self, sampled: list[int]) -> list[int]:
+        """The sampled clients this rank trains. Where clients keep state between rounds it lives on
+        rank ``client % world``, so they train there; stateless clients are dealt by sample count,
+        so no rank waits long for another (Dirichlet clients differ in size by 10x and more)."""
+        stateful = (self.module.private_state() or self.aggregator.keeps_models_local
+                    or self.recipe.stream.velocity is not None or self.exchange is not None)
+        if stateful or self.world == 1:
+            return [c for c in sampled if c % self.world == self.rank]
+        return deal_clients(sampled, [len(self.parts[c]) for c in sampled], self.world)[self.rank]
 
     def _local_work(self, client: int, round_: int, private: State,
                     work: float = 1.0) -> tuple[LocalResult, float, dict[str, Any]]:
