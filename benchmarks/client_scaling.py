@@ -52,7 +52,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from vs_flower import measure  # noqa: E402
+from vs_flower import measure, parse_with_overrides  # noqa: E402
 
 DEFAULT_RECIPE = HERE / "workloads" / "cross_device_fmnist.yaml"
 IMAGE_BYTES = 28 * 28  # one uint8 Fashion-MNIST image
@@ -140,15 +140,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
           f"({'meets' if flat <= 1.2 else 'misses'} the 1.2x target)")
 
 
-def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
-    """Splits the command line into options and fedlight's ``key=value`` overrides (anywhere in it)."""
-    overrides = [a for a in argv if "=" in a and not a.startswith("-")]
-    return [a for a in argv if a not in overrides], overrides
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     epilog="key=value arguments (anywhere) are passed to fedlight as recipe overrides.")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", default=str(DEFAULT_RECIPE), help="FedAvg + SimCLR recipe (default: cross-device)")
     parser.add_argument("--populations", type=int, nargs="+", default=[10, 100, 1000, 10000])
     parser.add_argument("--n", type=int, default=6, help="images per client (and the local batch size)")
@@ -159,9 +152,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="runs per population (medians over them)")
     parser.add_argument("--out", type=Path, default=None, help="folder for run folders and logs (default: a temp dir)")
     parser.add_argument("--json", type=Path, default=None, help="write the settings, every run and the table here")
-    options, overrides = split_overrides(sys.argv[1:])
-    args = parser.parse_args(options)
-    args.overrides = overrides
+    args = parse_with_overrides(parser)
     if any(args.k > n for n in args.populations):
         parser.error(f"--k {args.k} exceeds the smallest population")
     out = args.out or Path(tempfile.mkdtemp(prefix="client_scaling_"))

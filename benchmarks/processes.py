@@ -51,7 +51,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from vs_flower import measure  # noqa: E402
+from vs_flower import measure, parse_with_overrides  # noqa: E402
 
 DEFAULT_RECIPE = HERE / "workloads" / "cross_silo_fmnist.yaml"
 CONFIGS: dict[str, list[str]] = {
@@ -134,15 +134,8 @@ def check_exact(recipe: str, overrides: list[str], folder: Path, two: dict[str, 
     return exact
 
 
-def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
-    """Splits the command line into options and fedlight's ``key=value`` overrides (anywhere in it)."""
-    overrides = [a for a in argv if "=" in a and not a.startswith("-")]
-    return [a for a in argv if a not in overrides], overrides
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     epilog="key=value arguments (anywhere) are passed to fedlight as recipe overrides.")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("recipe", nargs="?", default=str(DEFAULT_RECIPE))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip", type=int, default=1, help="warm-up rounds left out of the summed round times")
@@ -152,8 +145,7 @@ def main() -> None:
                         help="one more run, 1 process x 1 thread, which must equal the 2-process run bit for bit")
     parser.add_argument("--out", type=Path, default=None, help="folder for run folders and logs (default: a temp dir)")
     parser.add_argument("--json", type=Path, default=None, help="write the settings, every run and the medians here")
-    options, overrides = split_overrides(sys.argv[1:])
-    args = parser.parse_args(options)
+    args = parse_with_overrides(parser)
     out = args.out or Path(tempfile.mkdtemp(prefix="processes_"))
     out.mkdir(parents=True, exist_ok=True)
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name in CONFIGS}
@@ -161,7 +153,7 @@ def main() -> None:
         order = list(CONFIGS) if rep % 2 == 0 else list(CONFIGS)[::-1]
         for name in order:
             folder = out / f"devices{CONFIGS[name][1].split('=')[1]}_{rep}"
-            r = run_config(args.recipe, [*overrides, *CONFIGS[name]], folder, args.skip)
+            r = run_config(args.recipe, [*args.overrides, *CONFIGS[name]], folder, args.skip)
             rows[name].append(r)
             print(f"repeat {rep + 1}, {name}: wall {r['wall_seconds']:.1f} s, rounds {r['round_seconds']:.2f} s, "
                   f"train {r['train_seconds']:.2f} s, outside {100 * r['outside_share']:.1f}%, "
@@ -171,11 +163,11 @@ def main() -> None:
     same = check_knn(rows, args.knn_tolerance)
     exact = None
     if args.check_exact:
-        exact = check_exact(args.recipe, overrides, out / "devices1_threads1", rows[list(CONFIGS)[1]][0], args.skip)
+        exact = check_exact(args.recipe, args.overrides, out / "devices1_threads1", rows[list(CONFIGS)[1]][0], args.skip)
     print(f"(runs in {out})")
     if args.json:
         args.json.write_text(json.dumps({"recipe": args.recipe, "repeats": args.repeats, "skip": args.skip,
-                                         "overrides": overrides, "configs": CONFIGS, "same_knn": same,
+                                         "overrides": args.overrides, "configs": CONFIGS, "same_knn": same,
                                          "exact_across_processes": exact, "runs": rows, "median": med}, indent=1))
 
 
