@@ -3,7 +3,7 @@
 Runs fedlight's real local-training path, not a hand loop: the recipe
 ``recipes/fedavg_ssl_cifar10.yaml`` (SimCLR, ResNet-18 with the CIFAR stem, SimCLR views) loaded
 with ``fedlight.config.load_recipe``, the Fabric from ``fedlight.engine.fit.make_fabric``, the
-model from ``fedlight.registry.build_method``, the views from
+model from ``fedlight.engine.fit.build_module`` (channels-last as in a run), the views from
 ``fedlight.engine.orchestrator.build_views`` and the steps from
 ``fedlight.engine.local_loop.train_client``, one call per client. The data are synthetic
 (no download): ``--images`` seeded random uint8 images (N, 3, 32, 32) with CIFAR-10's 10
