@@ -6,10 +6,13 @@ import argparse
 import logging
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fedlight.engine import launch
 from fedlight.errors import PREEMPTED_EXIT, USER_ERROR_EXIT, UserError
+
+if TYPE_CHECKING:
+    from fedlight.config.schema import Recipe
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,7 +69,8 @@ def _fit(args: argparse.Namespace) -> int:
     return code
 
 
-def _fit_ranks(recipe: Any, args: argparse.Namespace) -> int:
+def _fit_ranks(recipe: Recipe, args: argparse.Namespace) -> int:
+    """This process's part of the run (rank 0, or a local rank ``launch`` started)."""
     from fedlight.engine.fit import fit
     from fedlight.engine.preemption import Preempted
 
