@@ -112,7 +112,7 @@ def run() -> None:
     """The console entry point (``fedlight``, ``python -m fedlight``): ``main``, then exit.
 
     A command that succeeded ends the process at once: the interpreter's teardown of the
-    torch / Lightning / torchmetrics module graph takes 1.7 s on the 2-core CPU and does
+    torch / Lightning / torchmetrics module graph takes 1.6 s on the 2-core CPU (``benchmarks/micro.py``) and does
     nothing for a finished run, whose results, checkpoints and TensorBoard files are
     written and closed by then. Failures and preemptions exit the ordinary way.
     """

@@ -150,8 +150,8 @@ class FabricConfig:
     num_nodes: int = check(_positive, 1)
     precision: Literal["32-true", "16-mixed", "bf16-mixed", "64-true"] = "32-true"
     threads: int | None = check(_positive, None)
-    # NHWC images and conv weights: oneDNN's fast path on CPU (1.2-1.4x per step measured on
-    # the 3-layer CNN, benchmarks/BENCHMARKS.md) and tensor cores' layout on GPU
+    # NHWC images and conv weights: oneDNN's fast path on CPU (1.25-1.5x per step of the
+    # 3-layer CNN, benchmarks/micro.py) and tensor cores' layout on GPU
     channels_last: bool = True
 
 

@@ -1,0 +1,124 @@
+"""The micro-measurements behind BENCHMARKS.md's "What changed" table, in one command.
+
+Each compares the two sides of one change alternately in this process (medians over
+``--repeats``), on the cross-device workload's model and data:
+
+* one SimCLR step (views, forward, backward, Adam) of the 3-layer CNN, contiguous vs
+  channels-last (``fabric.channels_last``), at batch 20 and 128, with 1 and 2 threads;
+* the evaluator's features of the 5,000 test images in chunks of 1,024 vs 256;
+* the engine's time per client outside local training (``Federation._train_round`` minus
+  the clients' ``seconds``), over a few rounds of 100 clients;
+* the interpreter's teardown after ``import fedlight.engine.fit`` (what ``cli.run`` skips),
+  timed from a child's last statement to its exit.
+
+    python benchmarks/micro.py [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from fedlight import registry
+from fedlight.config import load_recipe
+from fedlight.engine.evaluator import Evaluator
+from fedlight.engine.fit import build_module, make_fabric, prepare_data
+from fedlight.engine.orchestrator import Federation, build_views
+
+REPO = Path(__file__).resolve().parents[1]
+WORKLOAD = str(REPO / "benchmarks/workloads/cross_device_fmnist.yaml")
+
+
+def median_ms(fn: Callable[[], object], n: int, repeats: int) -> float:
+    """Median over ``repeats`` of the mean milliseconds of ``n`` calls (after 2 warm-up calls)."""
+    fn(), fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(n):
+            fn()
+        times.append(1000 * (time.perf_counter() - start) / n)
+    return statistics.median(times)
+
+
+def step_times(data, repeats: int) -> None:
+    """One SimCLR optimizer step, contiguous vs channels-last."""
+    g = torch.Generator().manual_seed(0)
+    for threads in (2, 1):
+        torch.set_num_threads(threads)
+        for batch in (20, 128):
+            ms = {}
+            for channels_last in (False, True):
+                recipe = load_recipe(WORKLOAD, [f"fabric.channels_last={channels_last}"])
+                module, views = build_module(recipe, data), build_views(recipe, data)
+                opt = module.configure_optimizers()
+                module.train()
+                x, y = data.train_x[:batch], data.train_y[:batch]
+
+                def step() -> None:
+                    loss = module.training_step((views.views(x, 2, g), y), 0)
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+                ms[channels_last] = median_ms(step, 30 if batch == 20 else 8, repeats)
+            print(f"SimCLR step, batch {batch:>3}, {threads} thread(s): contiguous {ms[False]:.1f} ms, "
+                  f"channels-last {ms[True]:.1f} ms ({ms[False] / ms[True]:.2f}x)")
+    torch.set_num_threads(2)
+
+
+def feature_times(data, repeats: int) -> None:
+    """The evaluator's features of the test split, in chunks of 1,024 and 256."""
+    recipe = load_recipe(WORKLOAD, [])
+    module = build_module(recipe, data)
+    evaluator = Evaluator(make_fabric(recipe), module, data, build_views(recipe, data), recipe.eval, recipe.seed)
+    ms = {c: median_ms(lambda: evaluator.apply(module.features, data.test_x, chunk=c), 1, repeats) for c in (1024, 256)}
+    print(f"features of {len(data.test_x):,} test images: chunks of 1,024 {ms[1024] / 1000:.2f} s, "
+          f"of 256 {ms[256] / 1000:.2f} s ({ms[1024] / ms[256]:.1f}x)")
+
+
+def engine_per_client(data, parts, rounds: int = 4) -> None:
+    """Round time outside the clients' local training, per client (rounds 2..)."""
+    recipe = load_recipe(WORKLOAD, ["fabric.accelerator=cpu"])
+    fed = Federation(make_fabric(recipe), recipe, data, parts, build_module(recipe, data),
+                     registry.build_server(recipe.server, recipe.clients.num), Path(tempfile.mkdtemp()))
+    per_client = []
+    for r in range(rounds):
+        start = time.perf_counter()
+        reports = fed._train_round(r, None)
+        outside = time.perf_counter() - start - sum(rep["seconds"] for rep in reports)
+        per_client.append(1000 * outside / len(reports))
+    print(f"engine time per client outside local training: {statistics.median(per_client[1:]):.2f} ms "
+          f"(median of rounds 2-{rounds}, {len(reports)} clients a round)")
+
+
+def teardown_seconds(repeats: int) -> None:
+    """From a child's last statement (after importing the engine) to its exit."""
+    code = "import time, fedlight.engine.fit; print(time.time(), flush=True)"
+    times = []
+    for _ in range(repeats):
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        times.append(time.time() - float(proc.stdout.split()[-1]))
+    print(f"interpreter teardown after importing the engine: {statistics.median(times):.2f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    data, parts = prepare_data(load_recipe(WORKLOAD, []))
+    step_times(data, args.repeats)
+    feature_times(data, args.repeats)
+    engine_per_client(data, parts)
+    teardown_seconds(args.repeats)
+
+
+if __name__ == "__main__":
+    main()
