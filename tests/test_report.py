@@ -26,7 +26,8 @@ def _write_run(folder: Path, alpha: float, seed: int, probe: float | None, knn: 
     final = None if probe is None else {"linear_probe_acc": probe, "knn_acc": knn, "test_acc": None}
     (folder / "results.json").write_text(json.dumps({
         "recipe": recipe, "rounds_completed": 2, "history": history, "final": final, "baseline": None,
-        "comm": {"bytes_up": 2 * up, "bytes_down": 2 * up, "bytes_d2d": 0}, "wall_seconds": 1.0}))
+        "comm": {"bytes_up": 2 * up, "bytes_down": 2 * up, "bytes_d2d": 0,
+                 "params_up": up // 2, "params_down": up // 2, "params_d2d": 0}, "wall_seconds": 1.0}))
 
 
 def _sweep(tmp_path: Path) -> Path:

@@ -52,7 +52,8 @@ class Run:
     @property
     def total_bytes(self) -> int:
         """Bytes communicated over the run (up + down + device to device)."""
-        return int(sum((self.results.get("comm") or {}).values()))
+        comm = self.results.get("comm") or {}  # also holds params_* element counts: not bytes
+        return int(sum(comm.get(f"bytes_{way}", 0) for way in ("up", "down", "d2d")))
 
 
 def _load(path: Path) -> Run:
