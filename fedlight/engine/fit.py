@@ -91,9 +91,14 @@ def fit(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> dict[s
             raise
 
 
-def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
+def check_recipe(recipe: Recipe) -> None:
+    """What a recipe can get wrong before any data is read (``fit`` and ``fedlight sweep`` both ask)."""
     registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client)
     validate_exchange(recipe, registry.build_server(recipe.server, recipe.clients.num).aggregate_every)
+
+
+def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
+    check_recipe(recipe)
     data, parts = prepare_data(recipe)
     if getattr(registry.METHODS[recipe.method["name"]], "uses_protected", False) and data.train_a is None:
         raise UserError(f"method.name={recipe.method['name']} needs a dataset with a protected attribute; "

@@ -11,7 +11,7 @@ import shlex
 from pathlib import Path
 from typing import Callable
 
-from fedlight import registry
+from fedlight.engine.fit import check_recipe
 from fedlight.config import load_recipe
 from fedlight.engine.rundir import write_json
 from fedlight.errors import UserError
@@ -41,7 +41,7 @@ def run_sweep(recipe: str, grid: list[str], seeds: int, out: str, submit_now: bo
     for task in tasks:
         overrides = [*task.overrides, f"run.dir={mf.run_path(out_dir, task.index)}"]
         resolved = load_recipe(base, overrides)
-        registry.validate(resolved.method, resolved.server, resolved.clients.num, resolved.partition.public_client)
+        check_recipe(resolved)  # what fit would refuse, each task refuses here, before anything is written
         entries.append(mf.task_entry(out_dir, task.index, task.overrides, resolved))
         texts[task.index] = (mf.recipe_text(resolved), resolved.rounds)
     grid_record = [{"key": a.key, "values": list(a.raw)} for a in axes]
