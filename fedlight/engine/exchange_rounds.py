@@ -76,7 +76,6 @@ class ExchangeRounds:
         self.adjacency, self.positions = build_graph(kind, len(parts), cfg.avg_degree, numpy_rng(recipe.seed, "graph"))
         self.exchange = Exchange([p.numpy() for p in parts], self.adjacency, cfg.policy, cfg.reserve, cfg.approx,
                                  cfg.clusters, cfg.pull_size, recipe.seed, cfg.kmeans_iters)
-        self.devices = devices
         start = time.perf_counter()
         self.exchange.push(images.cpu(), devices)
         self.push_seconds = (time.perf_counter() - start) / max(len(devices), 1)

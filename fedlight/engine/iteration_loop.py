@@ -35,6 +35,7 @@ def train_client_iterations(fabric: Fabric, module: FederatedModule, images: tor
         the local result and the mean local set size over the period.
     """
     optimizer = fabric.setup_optimizers(module.configure_optimizers())
+    module.train()  # pulls only pick ids; the plans that embed with the model in eval mode come before
     module.on_train_start()
     loss_sum = torch.zeros((), device=fabric.device)
     size_sum = 0
@@ -42,7 +43,6 @@ def train_client_iterations(fabric: Fabric, module: FederatedModule, images: tor
         ids = local_set(step)
         size_sum += len(ids)
         pick = torch.randperm(len(ids), generator=generator)[:batch_size]
-        module.train()
         loss_sum += training_step(fabric, module, optimizer, images, labels, ids[pick].to(images.device),
                                   views, generator, step)
     module.on_train_end()

@@ -332,8 +332,7 @@ class Federation:
         if self.exchange is not None:
             result, weight, extra = self.exchange.train(client, round_, generator, private)
             labels = self.data.train_y.numpy()  # measurement only (CF-CL Fig. 3c): training never sees them
-            extra["label_counts"] = [np.bincount(labels[s], minlength=self.data.num_classes).tolist()
-                                     for s in extra.pop("sets")]
+            extra["label_counts"] = class_counts(labels, extra.pop("sets"), self.data.num_classes).tolist()
             return result, weight, extra
         if r.stream.velocity is None:
             n = len(self.parts[client])

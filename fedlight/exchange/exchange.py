@@ -68,7 +68,6 @@ class Exchange:
     def __init__(self, parts: list[np.ndarray], adjacency: np.ndarray, policy: Policy, reserve: int, approx: int,
                  clusters: int, pull_size: int, seed: int, kmeans_iters: int = 100) -> None:
         self.own = [np.asarray(p, dtype=np.int64) for p in parts]
-        self.adjacency = adjacency
         self.neighbours = neighbours(adjacency)
         self.policy, self.reserve_size, self.approx_size = policy, reserve, approx
         self.clusters, self.pull_size, self.seed, self.kmeans_iters = clusters, pull_size, seed, kmeans_iters

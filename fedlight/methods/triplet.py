@@ -4,7 +4,7 @@ For an anchor d, its augmented view d~ = F(d) and a distinct datapoint d^ (a neg
 
     L(d, d~, d^) = max(0, |f(d) - f(d~)|^2 - |f(d) - f(d^)|^2 + m).
 
-In a batch of B images the negative of anchor b is image b+1 (mod B): every other datapoint
+In a batch of B images the negative of anchor b is image b-1 (mod B): every other datapoint
 is distinct from the anchor, as eq. 3 asks.
 """
 
