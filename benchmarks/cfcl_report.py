@@ -67,11 +67,12 @@ def first_reach(res: dict, metric: str, target: float, delays: dict[int, float])
     return None, None
 
 
-def novel_share(folder: Path, recipe: Path, seed: int) -> float | None:
+def novel_share(folder: Path) -> float | None:
     """Share of the last pull's points (all devices) whose class the receiver does not hold
-    (labels used for this measurement only); None without an exchange."""
+    (labels used for this measurement only); None without an exchange. The partition is the
+    run's own, rebuilt from the recipe it saved (its seed and overrides included)."""
     ckpt = torch.load(folder / "checkpoints/last.pt", weights_only=True)
-    data, parts = prepare_data(load_recipe(recipe, [f"seed={seed}"]))
+    data, parts = prepare_data(load_recipe(folder / "recipe.yaml"))
     labels = data.train_y.numpy()
     novel, total = 0, 0
     for client, state in ckpt["clients"].items():
@@ -132,7 +133,7 @@ def main() -> None:
     for p, rs in runs.items():
         row = [p, cell([r["final"][metric] for r in rs]),
                f"{np.mean([np.mean([h['label_var'] for h in r['history']]) for r in rs]):.0f}",
-               cell([v for v in (novel_share(args.out / p / f"seed{s}", args.recipe, s) for s in args.seeds)
+               cell([v for v in (novel_share(args.out / p / f"seed{s}") for s in args.seeds)
                      if v is not None] or [float("nan")]),
                f"{np.mean([r['comm']['bytes_d2d'] for r in rs]) / 1e6:.1f}",
                f"{np.mean([r['comm']['bytes_up'] for r in rs]) / 1e6:.1f}"]
