@@ -147,8 +147,8 @@ def test_a_crash_at_any_step_of_a_save_leaves_old_or_new(tmp_path: Path, monkeyp
     assert steps >= 3  # digests, previous, checkpoint
 
 
-def test_truncated_checkpoint_resumes_from_previous_and_ends_like_a_straight_run(tmp_path: Path,
-                                                                                tiny_recipe: Path) -> None:
+def test_truncated_checkpoint_resumes_from_previous_and_ends_like_a_straight_run(tmp_path: Path, tiny_recipe: Path,
+                                                                                capsys) -> None:
     straight = fit(load_recipe(tiny_recipe, ["rounds=3", *FAST, f"run.dir={tmp_path / 'a'}"]))
     fit(load_recipe(tiny_recipe, ["rounds=2", *FAST, f"run.dir={tmp_path / 'b'}"]))
     last = tmp_path / "b/checkpoints/last.pt"
@@ -162,5 +162,7 @@ def test_truncated_checkpoint_resumes_from_previous_and_ends_like_a_straight_run
     # both copies damaged: --resume ends in one line naming the file, exit code 2
     for p in (last, last.with_name("last.pt.prev")):
         p.write_bytes(b"\0" * 10)
+    capsys.readouterr()
     code = main(["fit", "--recipe", str(tiny_recipe), "--resume", "rounds=4", *FAST, f"run.dir={tmp_path / 'b'}"])
-    assert code == 2
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "last.pt" in err, err

@@ -42,8 +42,7 @@ def test_fault_draws_are_seeded_independent_and_at_the_asked_rate() -> None:
     more = [draw_fault(FaultsConfig(dropout=0.9, straggler=0.2, straggler_work=0.25, diverge=0.1), 7, r, c)
             for r in range(10) for c in range(200)]
     assert [d.work for d in more] == [d.work for d in draws] and [d.diverge for d in more] == [d.diverge for d in draws]
-    assert all(d.dropped for d, m in zip(draws, more) if d.dropped and m.dropped) and all(
-        m.dropped for d, m in zip(draws, more) if d.dropped)
+    assert all(m.dropped for d, m in zip(draws, more) if d.dropped)  # more dropout keeps every earlier drop
     assert draw_fault(FaultsConfig(), 7, 0, 0).work == 1.0
 
 

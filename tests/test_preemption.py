@@ -107,5 +107,13 @@ def test_sigterm_between_two_clients_checkpoints_the_half_round(tmp_path: Path, 
     ckpt = torch.load(run / "checkpoints/last.pt", weights_only=True)
     assert ckpt["rounds_completed"] == 1 and [r["client"] for r in ckpt["partial"]["reports"]] == [0]
     monkeypatch.undo()
-    fit(load_recipe(recipe, [*FAST, f"run.dir={run}"]), resume=True)  # trains only client 1 of round 2, then on
+    resumed: list[int] = []
+
+    def count(*args, **kwargs):
+        resumed.append(1)
+        return train_client(*args, **kwargs)
+
+    monkeypatch.setattr(orchestrator, "train_client", count)
+    fit(load_recipe(recipe, [*FAST, f"run.dir={run}"]), resume=True)
+    assert len(resumed) == 1 + 3 * 2  # client 1 of round 2, then rounds 3-5: not a restart from round 1
     _assert_same_run(run, straight_run)
