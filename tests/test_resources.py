@@ -128,6 +128,7 @@ def test_memory_is_bounded_by_persistent_state_not_by_the_number_of_clients(tmp_
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     small, large = out["20"], out["1000"]
+    print(f"peak RSS: {small['peak_kb'] / 1024:.0f} MiB with 20 clients, {large['peak_kb'] / 1024:.0f} MiB with 1,000")
     assert small["stored_clients"] == large["stored_clients"] == 0
     assert large["peak_kb"] - small["peak_kb"] < 64 * 1024, out  # < 64 MiB more for 50x the clients
     history = json.loads((tmp_path / "k1000/results.json").read_text())["history"]
