@@ -30,10 +30,18 @@ class OptimizerSpec:
     weight_decay: float = 1e-6
 
     def build(self, params: list[nn.Parameter]) -> torch.optim.Optimizer:
+        """The optimizer over ``params``, fused (one kernel for every tensor) where torch has the kernel.
+
+        torch's default on the CPU runs the update tensor by tensor from Python: for the 3-layer
+        CNN's 15 tensors an Adam step takes 1.8 ms fused-off and 0.65 ms fused, and most of the
+        former holds the GIL that ``fabric.workers`` threads share (BENCHMARKS.md).
+        """
+        fused = all(p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for p in params) or None
         if self.name == "sgd":
-            return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
+            return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay,
+                                   fused=fused)
         cls = torch.optim.Adam if self.name == "adam" else torch.optim.AdamW
-        return cls(params, lr=self.lr, weight_decay=self.weight_decay)
+        return cls(params, lr=self.lr, weight_decay=self.weight_decay, fused=fused)
 
 
 Batch = tuple[list[torch.Tensor], torch.Tensor]
