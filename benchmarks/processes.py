@@ -1,11 +1,14 @@
-"""One process of two threads vs. two processes of one thread (issue 10, item 4).
+"""One process of two threads vs. two processes of one thread (issue 10, item 4), and vs. one
+process of two worker models of one thread each.
 
-Runs a recipe as fresh ``python -m fedlight fit`` processes on the CPU in two
-configurations, alternating which goes first over ``--repeats``:
+Runs a recipe as fresh ``python -m fedlight fit`` processes on the CPU in three
+configurations, alternating their order over ``--repeats``:
 
 * ``fabric.devices=1 fabric.threads=2``: one process, two torch threads;
 * ``fabric.devices=2 fabric.threads=1``: two Fabric DDP processes (gloo), one thread each;
-  the sampled clients are split over the ranks and their FedAvg sums all-reduced.
+  the sampled clients are split over the ranks and their FedAvg sums all-reduced;
+* ``fabric.devices=1 fabric.threads=2 fabric.workers=2``: one process, two worker models
+  training clients side by side in two threads of one torch thread each.
 
 Per configuration, medians over the repeats of: the whole process's wall time (imports,
 data, DDP start-up, evaluation: what a researcher waits for, via ``vs_flower.measure``,
@@ -26,8 +29,8 @@ Adam and the kNN's ranking amplify that drift over the rounds (a few test images
 themselves change nothing: its per-round losses and kNN must equal the two-process run's
 bit for bit.
 
-Full size (cross-silo: about 2 minutes a run, 12 minutes in all; cross-device: about
-1 minute a run, 6 minutes in all; on 2 otherwise idle CPU cores)::
+Full size (cross-silo: about 2 minutes a run, 18 minutes in all; cross-device: about
+1 minute a run, 9 minutes in all; on 2 otherwise idle CPU cores)::
 
     python benchmarks/processes.py benchmarks/workloads/cross_silo_fmnist.yaml --repeats 3 --json processes_silo.json
     python benchmarks/processes.py benchmarks/workloads/cross_device_fmnist.yaml --repeats 3 --json processes_device.json
@@ -57,6 +60,7 @@ DEFAULT_RECIPE = HERE / "workloads" / "cross_silo_fmnist.yaml"
 CONFIGS: dict[str, list[str]] = {
     "1 process x 2 threads": ["fabric.accelerator=cpu", "fabric.devices=1", "fabric.threads=2"],
     "2 processes x 1 thread": ["fabric.accelerator=cpu", "fabric.devices=2", "fabric.threads=1"],
+    "1 process x 2 workers": ["fabric.accelerator=cpu", "fabric.devices=1", "fabric.threads=2", "fabric.workers=2"],
 }
 MIB = 2**20
 
@@ -152,7 +156,7 @@ def main() -> None:
     for rep in range(args.repeats):
         order = list(CONFIGS) if rep % 2 == 0 else list(CONFIGS)[::-1]
         for name in order:
-            folder = out / f"devices{CONFIGS[name][1].split('=')[1]}_{rep}"
+            folder = out / f"config{list(CONFIGS).index(name)}_{rep}"
             r = run_config(args.recipe, [*args.overrides, *CONFIGS[name]], folder, args.skip)
             rows[name].append(r)
             print(f"repeat {rep + 1}, {name}: wall {r['wall_seconds']:.1f} s, rounds {r['round_seconds']:.2f} s, "

@@ -149,7 +149,11 @@ class FabricConfig:
     devices: int = check(_positive, 1)
     num_nodes: int = check(_positive, 1)
     precision: Literal["32-true", "16-mixed", "bf16-mixed", "64-true"] = "32-true"
-    threads: int | None = check(_positive, None)
+    threads: int | None = check(_positive, None)  # intra-op threads of a process (None: torch's default)
+    # worker models per process, training the round's clients side by side in threads that
+    # share ``threads``: on a CPU, small local batches keep one model from using every core
+    # (fedlight.engine.workers; the cross-device rounds in BENCHMARKS.md)
+    workers: int = check(_positive, 1)
     # NHWC images and conv weights: oneDNN's fast path on CPU (1.25-1.5x per step of the
     # 3-layer CNN, benchmarks/micro.py) and tensor cores' layout on GPU
     channels_last: bool = True

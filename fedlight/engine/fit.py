@@ -95,7 +95,12 @@ def fit(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> dict[s
 def check_recipe(recipe: Recipe) -> None:
     """What a recipe can get wrong before any data is read (``fit`` and ``fedlight sweep`` both ask)."""
     registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client)
-    validate_exchange(recipe, registry.build_server(recipe.server, recipe.clients.num).aggregate_every)
+    server = registry.build_server(recipe.server, recipe.clients.num)
+    validate_exchange(recipe, server.aggregate_every)
+    if recipe.fabric.workers > 1 and (server.uses_public_set or server.aggregate_every is not None):
+        raise UserError(f"fabric.workers={recipe.fabric.workers} trains clients side by side, which "
+                        f"server.name={recipe.server['name']} cannot (its clients share one model's "
+                        "public-set embeddings or device-to-device exchange); set fabric.workers=1")
 
 
 def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
@@ -123,4 +128,7 @@ def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
     module = build_module(recipe, data)
     server = registry.build_server(recipe.server, recipe.clients.num)
     federation = Federation(fabric, recipe, data, parts, module, server, run_dir)
-    return federation.run(resume)
+    try:
+        return federation.run(resume)
+    finally:
+        federation.workers.close()

@@ -8,9 +8,12 @@ A round, as in ARCHITECTURE.md:
     -> accumulators summed across ranks -> aggregator.finalize -> new global state
     -> evaluate (rank 0) -> log -> checkpoint
 
-Client ``c`` is always trained by rank ``c % world_size``, so its private state never moves
-between processes, and every random choice is keyed by (seed, round, client): 1 or N
-processes, straight or resumed, give the same numbers (up to float summation order).
+A client that keeps state between rounds is always trained by rank ``c % world_size``, so its
+private state never moves between processes; stateless clients are dealt to ranks by sample
+count. Within a process, ``fabric.workers`` worker models train the rank's clients side by
+side (``fedlight.engine.workers``). Every random choice is keyed by (seed, round, client):
+1 or N processes or workers, straight or resumed, give the same numbers (up to float
+summation order).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from fedlight.engine.stream_loop import train_client_stream
 from fedlight.engine.rundir import CHECKPOINT, write_json
 from fedlight.engine.store import ClientStateStore
 from fedlight.engine.tensorboard import flatten, partition_figure
+from fedlight.engine.workers import Workers, sum_states
 from fedlight.errors import RunStopped
 from fedlight.exchange.delay import period_delay
 from fedlight.exchange.graph import graph_figure
@@ -111,7 +115,7 @@ class Federation:
                  module: FederatedModule, aggregator: Aggregator, run_dir: Path) -> None:
         self.fabric, self.recipe, self.data = fabric, recipe, data
         self.rank, self.world = fabric.global_rank, fabric.world_size
-        self.module = fabric.to_device(module)
+        self.module = fabric.to_device(module)  # worker 0: evaluation, checkpoints and the server use it
         declared = {**self.module.shared_state(), **self.module.private_state(), **self.module.transient_state()}
         undeclared = sorted(set(self.module.state_dict()) - set(declared))
         assert not undeclared, f"{type(module).__name__} state not declared shared/private/transient: {undeclared[:3]}"
@@ -157,6 +161,7 @@ class Federation:
             self.exchange = ExchangeRounds(fabric, recipe, self.module, self.images, self.parts, self.views,
                                            aggregator.aggregate_every,
                                            [c for c in self.trainable if c % self.world == self.rank])
+        self.workers = Workers(self.module, recipe.fabric.workers, torch.get_num_threads())
 
     # ---------------------------------------------------------------- collectives
     @staticmethod
@@ -193,21 +198,53 @@ class Federation:
 
     def _train_round(self, round_: int, progress: Any) -> list[dict[str, Any]]:
         r = self.recipe
-        self.module.optim.lr = self._round_lr(round_)
-        if self.module.on_round_start(round_, self.history):  # e.g. LG-FedAvg leaving its FedAvg phase
+        lr = self._round_lr(round_)
+        self.workers.each(lambda m: setattr(m.optim, "lr", lr))
+        if any(self.workers.each(lambda m: m.on_round_start(round_, self.history))):  # e.g. LG leaving FedAvg
             self._split_changed()
         sampled = [self.trainable[i] for i in sample_clients(r.seed, round_, len(self.trainable), r.clients.fraction)]
-        mine = self._mine(sampled)
+        hands = self._hands(sampled)
         if self.exchange is not None:
-            self.exchange.begin_round(round_, self.global_state, mine)
+            self.exchange.begin_round(round_, self.global_state, hands[0])
         acc: State | None = None
         reports = []
         if self.partial is not None:  # resuming a round that a preemption stopped between two clients
             acc, reports = self.partial["acc"], list(self.partial["reports"])
-            mine = [c for c in mine if c not in {rep["client"] for rep in reports}]
+            done = {rep["client"] for rep in reports}
+            hands = [[c for c in hand if c not in done] for hand in hands]
             self.partial = None
-        for i, client in enumerate(mine):
-            fault = faults.draw_fault(r.faults, r.seed, round_, client)
+        jobs = [(hand, acc if w == 0 else None) for w, hand in enumerate(hands)]  # worker 0 goes on from a resumed sum
+        hand_results = self.workers.map(lambda module, job: self._train_hand(module, *job, round_, progress), jobs)
+        acc = sum_states([hand_acc for hand_acc, _ in hand_results])
+        trained = [rep for _, hand_reports in hand_results for rep in hand_reports]
+        reports += trained
+        if len(trained) < sum(map(len, hands)):  # a preemption stopped the workers between clients
+            self._checkpoint(self.wall_before + time.perf_counter() - self.started, partial={
+                "acc": None if acc is None else {k: v.cpu() for k, v in acc.items()}, "reports": reports})
+            raise self._preempted(clients_done=len(reports))
+        self.module.load_partial(self.global_state)  # server-side training (FLESD) starts from the global model
+        reports = sorted((rep for reports_ in self._gather(reports) for rep in reports_), key=lambda x: x["client"])
+        self._check_faults(round_, reports)
+        if not any(rep["status"] == "ok" for rep in reports):
+            self._say(f"round {round_ + 1}: no sampled client answered; the global model is kept")
+            return reports
+        if acc is None:  # this rank trained nobody: a neutral element keeps the collective aligned
+            acc = self.aggregator.zeros(self._client_payload(self.module))
+        acc = self._sum_across_ranks(acc)
+        if self.distiller is not None:
+            self.distiller.round = round_
+        self.global_state = self._snapshot(self.aggregator.finalize(self.global_state, acc))
+        self.module.load_partial(self.global_state)
+        return reports
+
+    def _train_hand(self, module: FederatedModule, hand: list[int], acc: State | None, round_: int,
+                    progress: Any) -> tuple[State | None, list[dict[str, Any]]]:
+        """Train the clients of one worker's ``hand`` in order on ``module``, folding their payloads
+        into ``acc``; returns it and their reports. In a one-process run a preemption stops it
+        between two clients."""
+        reports = []
+        for i, client in enumerate(hand):
+            fault = faults.draw_fault(self.recipe.faults, self.recipe.seed, round_, client)
             ledger = CommLedger()
             if self.aggregator.communicates:
                 ledger.record(round_, client, "down", self.global_state)
@@ -218,41 +255,26 @@ class Federation:
             if fault.dropped:  # fails before sending: nothing trained, nothing sent, private state kept
                 report.update(status="dropped", loss=None, steps=0, samples=0)
             else:
-                acc = self._train_one(client, round_, fault, acc, ledger, report)
-            if self.world == 1 and i + 1 < len(mine) and preemption.received():  # stop between clients
-                self._checkpoint(self.wall_before + time.perf_counter() - self.started, partial={
-                    "acc": None if acc is None else {k: v.cpu() for k, v in acc.items()}, "reports": reports})
-                raise self._preempted(clients_done=len(reports))
-        self.module.load_partial(self.global_state)  # server-side training (FLESD) starts from the global model
-        reports = sorted((rep for reports_ in self._gather(reports) for rep in reports_), key=lambda x: x["client"])
-        self._check_faults(round_, reports)
-        if not any(rep["status"] == "ok" for rep in reports):
-            self._say(f"round {round_ + 1}: no sampled client answered; the global model is kept")
-            return reports
-        if acc is None:  # this rank trained nobody: a neutral element keeps the collective aligned
-            acc = self.aggregator.zeros(self._client_payload())
-        acc = self._sum_across_ranks(acc)
-        if self.distiller is not None:
-            self.distiller.round = round_
-        self.global_state = self._snapshot(self.aggregator.finalize(self.global_state, acc))
-        self.module.load_partial(self.global_state)
-        return reports
+                acc = self._train_one(module, client, round_, fault, acc, ledger, report)
+            if self.world == 1 and i + 1 < len(hand) and preemption.received():  # stop between clients
+                break
+        return acc, reports
 
-    def _train_one(self, client: int, round_: int, fault: faults.ClientFault, acc: State | None,
-                   ledger: CommLedger, report: dict[str, Any]) -> State | None:
-        """Train one answering client, fill its ``report`` and fold its payload into ``acc``
-        unless its loss or update is NaN/Inf (then its private state is not saved either)."""
-        self.module.load_partial(self.global_state)
+    def _train_one(self, module: FederatedModule, client: int, round_: int, fault: faults.ClientFault,
+                   acc: State | None, ledger: CommLedger, report: dict[str, Any]) -> State | None:
+        """Train one answering client on ``module``, fill its ``report`` and fold its payload into
+        ``acc`` unless its loss or update is NaN/Inf (then its private state is not saved either)."""
+        module.load_partial(self.global_state)
         private = self.store.get(client) or {}
         module_state = {k: v for k, v in private.items() if not k.startswith((BUFFER, EXCHANGE))}
         if module_state:
-            self.module.load_partial(module_state)
+            module.load_partial(module_state)
         else:
-            self.module.reset_private_state()
+            module.reset_private_state()
         started = time.perf_counter()
-        result, weight, extra = self._local_work(client, round_, private, fault.work)
+        result, weight, extra = self._local_work(module, client, round_, private, fault.work)
         report["seconds"] = time.perf_counter() - started
-        payload = self._client_payload()
+        payload = self._client_payload(module)
         if fault.diverge:
             payload = faults.poison(payload)
         buffer_state = extra.pop("buffer_state", {})
@@ -265,7 +287,7 @@ class Federation:
         if problem:  # excluded; its private state is not saved
             report.update(status="diverged", detail=problem)
             return acc
-        self.store.put(client, {**self._persistent_state(), **buffer_state})
+        self.store.put(client, {**self._persistent_state(module), **buffer_state})
         return self.aggregator.accumulate(acc, payload, weight)
 
     def _say(self, message: str) -> None:
@@ -309,17 +331,21 @@ class Federation:
             if client % self.world == self.rank:
                 self.store.put(client, {**self.module.private_state(), **(self.store.get(client) or {})})
 
-    def _mine(self, sampled: list[int]) -> list[int]:
-        """The sampled clients this rank trains. Where clients keep state between rounds it lives on
-        rank ``client % world``, so they train there; stateless clients are dealt by sample count,
-        so no rank waits long for another (cross-silo, 2 processes: 13.6% -> 1.8% of a round)."""
+    def _hands(self, sampled: list[int]) -> list[list[int]]:
+        """The sampled clients this rank trains, one list per worker. Where clients keep state between
+        rounds it lives on rank ``client % world``, so they train there; stateless clients are dealt
+        to every worker of every rank by sample count, so none waits long for another (cross-silo,
+        2 processes: 13.6% -> 1.8% of a round)."""
         stateful = (self.module.private_state() or self.aggregator.keeps_models_local
                     or self.recipe.stream.velocity is not None or self.exchange is not None)
-        if stateful or self.world == 1:
-            return [c for c in sampled if c % self.world == self.rank]
-        return deal_clients(sampled, [len(self.parts[c]) for c in sampled], self.world)[self.rank]
+        size = lambda clients: [len(self.parts[c]) for c in clients]
+        w = len(self.workers)
+        if stateful:
+            mine = [c for c in sampled if c % self.world == self.rank]
+            return deal_clients(mine, size(mine), w)
+        return deal_clients(sampled, size(sampled), self.world * w)[self.rank * w:(self.rank + 1) * w]
 
-    def _local_work(self, client: int, round_: int, private: State,
+    def _local_work(self, module: FederatedModule, client: int, round_: int, private: State,
                     work: float = 1.0) -> tuple[LocalResult, float, dict[str, Any]]:
         """Train ``client`` for one round: E epochs on its data, or its stream through its buffer.
 
@@ -337,7 +363,7 @@ class Federation:
         if r.stream.velocity is None:
             n = len(self.parts[client])
             max_steps = faults.steps_done(r.local.epochs * steps_per_epoch(n, r.local.batch_size), work)
-            result = train_client(self.fabric, self.module, self.images, self.labels,
+            result = train_client(self.fabric, module, self.images, self.labels,
                                   self.parts[client].to(self.images.device), self.views, r.local.epochs,
                                   r.local.batch_size, generator, max_steps=max_steps)
             return result, float(n), {}
@@ -350,7 +376,7 @@ class Federation:
         if work < 1:  # a straggler: the first arrivals only
             arrivals = arrivals[:faults.steps_done(len(arrivals), work)]
             samples = samples[:sum(len(a) for a in arrivals)]
-        result, stats = train_client_stream(self.fabric, self.module, self.images, self.labels, arrivals, buffer,
+        result, stats = train_client_stream(self.fabric, module, self.images, self.labels, arrivals, buffer,
                                             r.buffer.policy, r.buffer.lazy_interval, self.views, generator)
         return result, float(len(samples)), {
             "buffer": vars(stats),
@@ -358,16 +384,16 @@ class Federation:
             "buffer_state": {BUFFER + k: v for k, v in buffer.state_dict().items()},
         }
 
-    def _client_payload(self) -> State:
-        """What the client just trained uploads: its payload, or a message about the public set."""
-        if self.aggregator.uses_public_set:
-            return self.aggregator.client_message(self.evaluator.apply(self.module.embed, self.public_images))
-        return self.module.payload()
+    def _client_payload(self, module: FederatedModule) -> State:
+        """What the client ``module`` just trained uploads: its payload, or a message about the public set."""
+        if self.aggregator.uses_public_set:  # one worker (check_workers): the evaluator's module
+            return self.aggregator.client_message(self.evaluator.apply(module.embed, self.public_images))
+        return module.payload()
 
-    def _persistent_state(self) -> State:
+    def _persistent_state(self, module: FederatedModule) -> State:
         """What the store keeps for a client: its private state (and its whole model for local-only)."""
-        state = self.module.private_state()
-        return {**self.module.shared_state(), **state} if self.aggregator.keeps_models_local else state
+        state = module.private_state()
+        return {**module.shared_state(), **state} if self.aggregator.keeps_models_local else state
 
     # ---------------------------------------------------------------- evaluation
     def evaluate(self, client_models: list[State] | None = None) -> dict[str, float | None]:
@@ -580,7 +606,7 @@ class Federation:
                    "train_loss": float(np.mean(answered)) if answered else None,
                    **metrics, **self._fault_counts(reports), **self.ledger.totals(round_),
                    "seconds": time.perf_counter() - t0, "eval_seconds": eval_seconds,
-                   "train_seconds": sum(rep.get("seconds", 0.0) for rep in reports) / self.world,
+                   "train_seconds": sum(rep.get("seconds", 0.0) for rep in reports) / (self.world * len(self.workers)),
                    "clients": [rep["client"] for rep in reports],
                    **self._buffer_summary([rep for rep in reports if "buffer" in rep]),
                    **self._exchange_summary([rep for rep in reports if "label_counts" in rep], rows)}
