@@ -6,6 +6,9 @@ Each compares the two sides of one change alternately in this process (medians o
 * one SimCLR step (views, forward, backward, Adam) of the 3-layer CNN, contiguous vs
   channels-last (``fabric.channels_last``), at batch 20 and 128, with 1 and 2 threads;
 * the evaluator's features of the 5,000 test images in chunks of 1,024 vs 256;
+* one Adam step over the CNN's parameters, torch's default on the CPU (tensor by tensor)
+  vs fused (``OptimizerSpec.build``), and ``torch.cuda.is_available()`` with and without
+  Lightning's ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` (torch.optim asks it at every step);
 * the engine's time per client outside local training (``Federation._train_round`` minus
   the clients' ``seconds``), over a few rounds of 100 clients;
 * the interpreter's teardown after ``import fedlight.engine.fit`` (what ``cli.run`` skips),
@@ -17,6 +20,7 @@ Each compares the two sides of one change alternately in this process (medians o
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -84,6 +88,28 @@ def feature_times(data, repeats: int) -> None:
           f"of 256 {ms[256] / 1000:.2f} s ({ms[1024] / ms[256]:.1f}x)")
 
 
+def optimizer_times(data, repeats: int) -> None:
+    """An Adam step tensor by tensor vs fused; the CUDA check with and without the NVML variable."""
+    params = list(build_module(load_recipe(WORKLOAD, []), data).parameters())
+    for p in params:
+        p.grad = torch.randn_like(p)
+    ms = {}
+    for fused in (None, True):
+        opt = torch.optim.Adam(params, lr=1e-3, weight_decay=1e-6, fused=fused)
+        ms[fused] = median_ms(opt.step, 100, repeats)
+    print(f"Adam step over {len(params)} tensors: tensor by tensor {ms[None]:.2f} ms, fused {ms[True]:.2f} ms "
+          f"({ms[None] / ms[True]:.1f}x)")
+    var, before = "PYTORCH_NVML_BASED_CUDA_CHECK", os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")
+    us = {}
+    for value in ("1", None):
+        os.environ.pop(var, None)
+        os.environ.update({var: value} if value else {})
+        us[value] = 1000 * median_ms(torch.cuda.is_available, 200, repeats)
+    os.environ.pop(var, None)
+    os.environ.update({var: before} if before is not None else {})
+    print(f"torch.cuda.is_available(): {var}=1 {us['1']:.0f} us, unset {us[None]:.0f} us")
+
+
 def engine_per_client(data, parts, rounds: int = 4) -> None:
     """Round time outside the clients' local training, per client (rounds 2..)."""
     recipe = load_recipe(WORKLOAD, ["fabric.accelerator=cpu"])
@@ -116,6 +142,7 @@ def main() -> None:
     data, parts = prepare_data(load_recipe(WORKLOAD, []))
     step_times(data, args.repeats)
     feature_times(data, args.repeats)
+    optimizer_times(data, args.repeats)
     engine_per_client(data, parts)
     teardown_seconds(args.repeats)
 
