@@ -120,8 +120,9 @@ def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
     # Lightning sets PYTORCH_NVML_BASED_CUDA_CHECK=1 on import, so that asking whether CUDA exists
     # cannot poison a later fork. fedlight forks nothing (its ranks start before torch is
     # imported) and the device is chosen by now, while with the variable set each
-    # torch.cuda.is_available() tries to load NVML: 127 us on the CPU machine, paid by torch.optim
-    # at every step (its graph-capture check) with the GIL held.
+    # torch.cuda.is_available() tries to load NVML (82 us against 1 us on the CPU machine,
+    # benchmarks/micro.py), paid by torch.optim at every step (its graph-capture check) with
+    # the GIL held.
     os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
     if recipe.fabric.threads:
         torch.set_num_threads(recipe.fabric.threads)
