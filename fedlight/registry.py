@@ -105,8 +105,9 @@ def _check_range(key: str, value: Any, default: Any) -> None:
 
 
 def validate(method: dict[str, Any], server: dict[str, Any], num_clients: int,
-             public_client: int | None = None) -> None:
-    """Raise a UserError if the ``method`` or ``server`` section does not fit its class or the rest."""
+             public_client: int | None = None) -> Aggregator:
+    """Raise a UserError if the ``method`` or ``server`` section does not fit its class or the rest;
+    return the aggregator the ``server`` section built."""
     _options("method", method, METHODS)
     aggregator = build_server(server, num_clients)
     needed = REQUIRED_SERVER.get(method.get("name"))
@@ -119,6 +120,7 @@ def validate(method: dict[str, Any], server: dict[str, Any], num_clients: int,
         raise UserError(f"server.name={server['name']} needs a public set: set partition.public_client (e.g. 0)")
     if aggregator.uses_public_set and num_clients < 2:
         raise UserError("a public client leaves no client to train; raise clients.num to at least 2")
+    return aggregator
 
 
 def build_method(method: dict[str, Any], backbone: str, channels: int, image_size: int, num_classes: int,

@@ -17,7 +17,8 @@ from fedlight.config import load_recipe
 from fedlight.engine import orchestrator
 from fedlight.engine.fit import fit
 from fedlight.engine.local_loop import train_client
-from fedlight.engine.preemption import EXIT_CODE, Preempted
+from fedlight.engine.preemption import Preempted
+from fedlight.errors import PREEMPTED_EXIT
 from fedlight.engine.orchestrator import TIMING
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,7 +76,7 @@ def test_sigusr1_to_a_subprocess_requeues_exits_3_and_resume_is_bit_exact(tmp_pa
     _wait_for(run / "checkpoints/last.pt")
     proc.send_signal(signal.SIGUSR1)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == EXIT_CODE, err[-2000:]
+    assert proc.returncode == PREEMPTED_EXIT, err[-2000:]
     assert "preempted: checkpoint after round" in err and "SLURM job 4242 requeued" in err
     assert (tmp_path / "scontrol.log").read_text() == "requeue 4242\n"
     stopped = torch.load(run / "checkpoints/last.pt", weights_only=True)["rounds_completed"]

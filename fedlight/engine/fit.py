@@ -23,6 +23,7 @@ from fedlight.engine.rundir import prepare_run_dir, write_yaml
 from fedlight.errors import UserError
 from fedlight.methods.base import FederatedModule, OptimizerSpec
 from fedlight.seeding import derive_seed, numpy_rng
+from fedlight.server.base import Aggregator
 
 
 def prepare_data(recipe: Recipe) -> tuple[ImageData, list]:
@@ -92,19 +93,20 @@ def fit(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> dict[s
             raise
 
 
-def check_recipe(recipe: Recipe) -> None:
-    """What a recipe can get wrong before any data is read (``fit`` and ``fedlight sweep`` both ask)."""
-    registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client)
-    server = registry.build_server(recipe.server, recipe.clients.num)
+def check_recipe(recipe: Recipe) -> Aggregator:
+    """What a recipe can get wrong before any data is read (``fit`` and ``fedlight sweep`` both ask);
+    returns the run's aggregator."""
+    server = registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client)
     validate_exchange(recipe, server.aggregate_every)
     if recipe.fabric.workers > 1 and (server.uses_public_set or server.aggregate_every is not None):
         raise UserError(f"fabric.workers={recipe.fabric.workers} trains clients side by side, which "
                         f"server.name={recipe.server['name']} cannot (its clients share one model's "
                         "public-set embeddings or device-to-device exchange); set fabric.workers=1")
+    return server
 
 
 def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
-    check_recipe(recipe)
+    server = check_recipe(recipe)
     data, parts = prepare_data(recipe)
     if getattr(registry.METHODS[recipe.method["name"]], "uses_protected", False) and data.train_a is None:
         raise UserError(f"method.name={recipe.method['name']} needs a dataset with a protected attribute; "
@@ -127,7 +129,6 @@ def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
     if recipe.fabric.threads:
         torch.set_num_threads(recipe.fabric.threads)
     module = build_module(recipe, data)
-    server = registry.build_server(recipe.server, recipe.clients.num)
     federation = Federation(fabric, recipe, data, parts, module, server, run_dir)
     try:
         return federation.run(resume)

@@ -386,7 +386,7 @@ class Federation:
 
     def _client_payload(self, module: FederatedModule) -> State:
         """What the client ``module`` just trained uploads: its payload, or a message about the public set."""
-        if self.aggregator.uses_public_set:  # one worker (check_workers): the evaluator's module
+        if self.aggregator.uses_public_set:  # one worker (fit.check_recipe): the evaluator's module
             return self.aggregator.client_message(self.evaluator.apply(module.embed, self.public_images))
         return module.payload()
 

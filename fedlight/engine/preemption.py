@@ -21,10 +21,7 @@ from typing import Iterator
 import torch
 from lightning.fabric import Fabric
 
-from fedlight.errors import PREEMPTED_EXIT
-
 SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
-EXIT_CODE = PREEMPTED_EXIT
 _received: list[int] = []
 
 
