@@ -28,6 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Callable
+from unittest.mock import patch
 
 import torch
 
@@ -99,14 +100,12 @@ def optimizer_times(data, repeats: int) -> None:
         ms[fused] = median_ms(opt.step, 100, repeats)
     print(f"Adam step over {len(params)} tensors: tensor by tensor {ms[None]:.2f} ms, fused {ms[True]:.2f} ms "
           f"({ms[None] / ms[True]:.1f}x)")
-    var, before = "PYTORCH_NVML_BASED_CUDA_CHECK", os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")
-    us = {}
-    for value in ("1", None):
-        os.environ.pop(var, None)
-        os.environ.update({var: value} if value else {})
-        us[value] = 1000 * median_ms(torch.cuda.is_available, 200, repeats)
-    os.environ.pop(var, None)
-    os.environ.update({var: before} if before is not None else {})
+    var, us = "PYTORCH_NVML_BASED_CUDA_CHECK", {}
+    with patch.dict(os.environ):  # the environment as it was afterwards
+        for value in ("1", None):
+            os.environ.pop(var, None)
+            os.environ.update({var: value} if value else {})
+            us[value] = 1000 * median_ms(torch.cuda.is_available, 200, repeats)
     print(f"torch.cuda.is_available(): {var}=1 {us['1']:.0f} us, unset {us[None]:.0f} us")
 
 

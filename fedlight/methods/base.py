@@ -33,8 +33,9 @@ class OptimizerSpec:
         """The optimizer over ``params``, fused (one kernel for every tensor) where torch has the kernel.
 
         torch's default on the CPU runs the update tensor by tensor from Python: for the 3-layer
-        CNN's 15 tensors an Adam step takes 1.8 ms fused-off and 0.65 ms fused, and most of the
-        former holds the GIL that ``fabric.workers`` threads share (BENCHMARKS.md).
+        CNN's 15 tensors an Adam step takes 1.94 ms that way and 0.58 ms fused
+        (``benchmarks/micro.py``), and most of the former holds the GIL that ``fabric.workers``
+        threads share.
         """
         fused = all(p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for p in params) or None
         if self.name == "sgd":
