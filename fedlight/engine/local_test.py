@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.linear_model import LogisticRegression
 from torchmetrics.functional.classification import binary_auroc
 
 from fedlight.engine.evaluator import mean_and_spread
@@ -87,6 +86,8 @@ class LocalTester:
         train = self.train_parts[client]
         train_a = data.train_a[train].numpy()
         if len(np.unique(train_a)) == 2:
+            from sklearn.linear_model import LogisticRegression  # here: only tabular fairness runs need sklearn
+
             feats = ev.apply(module.features, data.train_x[train]).cpu().numpy()
             probe = LogisticRegression(max_iter=1000).fit(feats, train_a)
             scores = probe.predict_proba(ev.apply(module.features, data.test_x).cpu().numpy())[:, 1]
