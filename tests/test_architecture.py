@@ -48,11 +48,10 @@ def test_report_needs_neither_torch_nor_the_engine() -> None:
     assert _offenders("report", ("torch", "lightning", "fedlight.engine", "fedlight.registry")) == []
 
 
-
 def test_sklearn_is_imported_where_it_is_used() -> None:
     """Only CF-CL (K-means) and tabular fairness runs use sklearn, so no module imports it at its
     top: every other `fedlight fit` would pay its 0.18 s import (`python -X importtime`)."""
     at_top = [str(path.relative_to(PKG)) for path in PKG.rglob("*.py") for node in ast.parse(path.read_text()).body
-              if isinstance(node, ast.Import) and any(a.name.startswith("sklearn") for a in node.names)
-              or isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sklearn")]
+              if (isinstance(node, ast.Import) and any(a.name.startswith("sklearn") for a in node.names))
+              or (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sklearn"))]
     assert at_top == []
