@@ -2,10 +2,13 @@
 
 Three measurements, each in fresh processes on otherwise idle cores:
 
-* **phases**: ``fedlight fit`` on the recipe in a child process whose engine functions are
-  timed: the imports, data, set-up (Fabric, model, federation), the evaluations, the
-  TensorBoard logger, local training (``Workers.map``), the rest of the rounds (sampling,
-  aggregation, logging), checkpoints and results; the whole process's wall time around them.
+* **phases**: ``fedlight fit`` on the recipe (one process) in a child process whose engine
+  functions are timed: the imports, data, set-up (Fabric, model, federation), the evaluations,
+  the TensorBoard logger, local training (``Workers.map``) split into its optimizer steps (each
+  timed in its worker's thread, waiting for the GIL included) and what the engine does between
+  them (state swaps, optimizer set-up, NaN/Inf check, aggregation), the rest of the rounds
+  (sampling, finishing the average, logging), checkpoints and results; the whole process's
+  wall time around them.
 * **step**: the run's SimCLR step (``plain_loop.local_train`` at the run's mean batch, one
   torch thread) alone, as two processes at once, and as two threads of one process at once:
   what the two cores do in parallel, and what sharing one interpreter costs.
@@ -36,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from vs_flower import measure, parse_with_overrides  # noqa: E402
 
-NOT_SECONDS = ("steps", "mean batch", "in process")  # what child_phases reports besides its phases
+NOT_SECONDS = ("steps", "mean batch", "clients", "workers")  # what child_phases reports besides its phases
 
 
 def timed(owner: object, name: str, spent: dict[str, float], phase: str) -> None:
@@ -53,7 +56,7 @@ def timed(owner: object, name: str, spent: dict[str, float], phase: str) -> None
 
 
 def child_phases(recipe: str, overrides: list[str], run_dir: str) -> dict[str, float]:
-    """One ``fedlight fit`` in this process with its phases timed (seconds) and its steps counted."""
+    """One ``fedlight fit`` in this process with its phases timed (seconds), its steps and clients counted."""
     from fedlight import cli  # the imports are what this times
     from fedlight.engine import fit, local_loop, orchestrator, workers
     spent = {"imports": time.perf_counter() - START}
@@ -67,14 +70,25 @@ def child_phases(recipe: str, overrides: list[str], run_dir: str) -> dict[str, f
     timed(workers.Workers, "map", spent, "local training")
     timed(orchestrator.Federation, "_checkpoint", spent, "checkpoints and results")
     timed(orchestrator, "write_json", spent, "checkpoints and results")
-    batches, step = [], local_loop.training_step  # list.append is atomic: the workers' threads share it
-    local_loop.training_step = lambda *a, **k: (batches.append(len(a[5])), step(*a, **k))[1]  # a[5]: the batch's idx
+    steps, step = [], local_loop.training_step  # list.append is atomic: the workers' threads share it
+
+    def timed_step(*args, **kwargs):
+        start = time.perf_counter()
+        out = step(*args, **kwargs)
+        steps.append((len(args[5]), time.perf_counter() - start))  # args[5]: the batch's sample indices
+        return out
+    local_loop.training_step = timed_step
     code = cli.main(["fit", "--recipe", recipe, *overrides, f"run.dir={run_dir}", "--overwrite"])
     if code != 0:
         sys.exit(code)
+    results = json.loads((Path(run_dir) / "results.json").read_text())
+    workers = results["recipe"]["fabric"]["workers"]
+    in_steps = sum(seconds for _, seconds in steps) / workers  # the workers' step seconds, as wall time
     spent["rounds outside local training"] -= spent["local training"]
-    return {**spent, "steps": len(batches), "mean batch": sum(batches) / max(len(batches), 1),
-            "in process": time.perf_counter() - START}
+    spent["local training: steps"] = in_steps
+    spent["local training: between the steps"] = spent.pop("local training") - in_steps
+    return {**spent, "steps": len(steps), "mean batch": sum(n for n, _ in steps) / max(len(steps), 1),
+            "clients": sum(len(row["clients"]) for row in results["history"]), "workers": workers}
 
 
 def child_steps(recipe_path: str, overrides: list[str], steps: int, batch: int, threads: int) -> list[float]:
@@ -158,6 +172,10 @@ def main() -> None:
     for name, seconds in [*((k, v) for k, v in phases.items() if k not in NOT_SECONDS),
                           ("the rest (interpreter, run folder, exit)", wall - accounted)]:
         print(f"  {name:<42} {seconds:7.2f} s  {100 * seconds / wall:5.1f}%")
+    steps_ms = 1000 * phases["local training: steps"] * phases["workers"] / max(phases["steps"], 1)
+    between_ms = 1000 * phases["local training: between the steps"] * phases["workers"] / max(phases["clients"], 1)
+    print(f"in the run: {steps_ms:.1f} ms a step, {between_ms:.2f} ms a client between the steps "
+          f"({phases['workers']} worker(s), {phases['clients']} clients)")
     print(f"one {round(phases['mean batch'])}-image step of one thread: alone {alone:.1f} ms; two processes at "
           f"once {processes[0]:.1f} / {processes[1]:.1f} ms; two threads at once {threads[0]:.1f} / "
           f"{threads[1]:.1f} ms")
@@ -167,7 +185,8 @@ def main() -> None:
     print(f"floor: {fixed:.2f} s of imports, data, set-up, evaluations and logger + {phases['steps']} steps x "
           f"{two:.1f} ms / 2 cores = {bound:.2f} s; this run is {wall / bound:.3f}x its floor")
     out = {"recipe": args.recipe, "overrides": args.overrides, "wall": wall, "peak_bytes": peak, "phases": phases,
-           "step_ms": {"alone": alone, "two_processes": processes, "two_threads": threads}, "floor": bound}
+           "step_ms": {"in_run": steps_ms, "alone": alone, "two_processes": processes, "two_threads": threads},
+           "between_steps_ms_per_client": between_ms, "floor": bound}
     if args.flower:
         print(f"vs Flower's {args.flower:.1f} s: this run {args.flower / wall:.2f}x; at the floor "
               f"{args.flower / bound:.2f}x")
