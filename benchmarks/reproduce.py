@@ -12,6 +12,11 @@ the total bytes and the first round at which each run reaches the reference row'
 accuracy (MOON's Table 2); ``--extra`` adds columns: a final metric (mean +- std, in %), a run
 total from ``comm`` such as ``params_up`` (mean over seeds), or a per-round history value such
 as ``buffer_rescored`` (mean over rounds and seeds).
+
+``--claim A OP B [PAPER]`` (repeatable) judges a paper's claim on the metric by the rule in
+``verdict.py``, written before the runs: ``moon '>' fedavg_fmnist 'MOON 69.1 vs FedAvg 66.3'``.
+Its rows (claim | paper's numbers | fedlight's | verdict | command) go to ``<out>/verdicts.md``
+for the table at the top of REPRODUCTION.md.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
+from verdict import compare, verdict
 
 
 def run(label: str, recipe: Path, seed: int, out: Path, overrides: list[str]) -> dict:
@@ -51,6 +58,21 @@ def extra_cell(runs: list[dict], key: str) -> str:
     return f"{np.mean([h[key] for res in runs for h in res['history'] if h.get(key) is not None]):.3g}"
 
 
+def claim_row(claim: list[str], table: dict[str, list[dict]], metric: str, margin: float, out: Path) -> str:
+    """One row of the verdict table for ``claim`` = [A, OP, B] or [A, OP, B, PAPER]."""
+    a, op, b, *paper = claim
+    if a not in table or b not in table:
+        raise SystemExit(f"--claim {' '.join(claim)}: rows are {', '.join(table)}")
+    values = {k: np.array([res["final"][metric] for res in table[k]]) * 100 for k in (a, b)}
+    floor = float(np.mean([res["baseline"][metric] for k in (a, b) for res in table[k]])) * 100
+    c = compare(values[a], values[b], floor)
+    said = f"{a} {op} {b}" + (f" (within {margin:g})" if op == "~" else "")
+    ours = (f"{a} {values[a].mean():.2f} +- {values[a].std(ddof=1):.2f}, {b} {values[b].mean():.2f} +- "
+            f"{values[b].std(ddof=1):.2f}; A - B {c.mean:+.2f} [{c.low:+.2f}, {c.high:+.2f}]; "
+            f"floor {floor:.2f}, signal {c.signal:.1f}")
+    return f"| {said} | {paper[0] if paper else '-'} | {ours} | {verdict(op, c, margin)} | `--out {out}` |"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("recipes", nargs="*", type=Path)
@@ -62,7 +84,13 @@ def main() -> None:
     parser.add_argument("--metric", default="test_acc")
     parser.add_argument("--reference", help="recipe stem whose mean final accuracy is the rounds-to-reach target")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every run (repeatable)")
+    parser.add_argument("--claim", nargs="+", action="append", default=[], metavar="A OP B [PAPER]",
+                        help="judge 'A > B', 'A < B' or 'A ~ B' on --metric by verdict.py's rule (repeatable)")
+    parser.add_argument("--margin", type=float, default=2.0, help="points within which 'A ~ B' holds")
     args = parser.parse_args()
+    bad = [c for c in args.claim if len(c) not in (3, 4) or c[1] not in (">", "<", "~")]
+    if bad:
+        parser.error(f"--claim takes A OP B [PAPER] with OP one of > < ~, got {' '.join(bad[0])}")
     rows = [(r.stem, r, []) for r in args.recipes] + [(label, Path(recipe), list(more))
                                                        for label, recipe, *more in args.row]
     done = {(label, s): run(label, recipe, s, args.out, [*args.set, *more])  # seed-major: every row gets seed 0 first
@@ -93,6 +121,10 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     (args.out / "table.md").write_text(text + "\n")
+    if args.claim:
+        claims = "\n".join(claim_row(c, table, args.metric, args.margin, args.out) for c in args.claim)
+        print(claims)
+        (args.out / "verdicts.md").write_text(claims + "\n")
 
 
 if __name__ == "__main__":

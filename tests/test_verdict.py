@@ -1,0 +1,51 @@
+"""benchmarks/verdict.py: the reproduction verdict rule on hand-computed cases."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from verdict import compare, verdict  # noqa: E402
+
+T_975_2 = 4.302652729911275  # Student t, 97.5% quantile, 2 degrees of freedom
+
+
+def test_interval_and_signal_by_hand() -> None:
+    # A - B = [2, 3, 4]: mean 3, std 1, half-width t * 1 / sqrt(3)
+    c = compare([3, 4, 5], [1, 1, 1], floor=-10)
+    half = T_975_2 / math.sqrt(3)
+    assert (c.mean, c.low, c.high) == pytest.approx((3, 3 - half, 3 + half))
+    # pooled spread sqrt((1 + 0) / 2); mean of A and B 2.5; gain 12.5 over the floor
+    assert c.signal == pytest.approx(12.5 / math.sqrt(0.5))
+    assert verdict(">", c) == "holds"
+    assert verdict("<", c) == "does not hold"
+
+
+def test_interval_across_zero_is_inconclusive() -> None:
+    c = compare([1, 3, 2], [2, 2, 2], floor=-100)  # A - B = [-1, 1, 0]
+    assert c.low < 0 < c.high
+    assert verdict(">", c) == verdict("<", c) == "inconclusive"
+
+
+def test_no_signal_above_the_floor_is_inconclusive_whatever_the_interval() -> None:
+    c = compare([3, 4, 5], [1, 1, 1], floor=0)  # signal 2.5 / 0.707 = 3.5 < 5
+    assert c.low > 0
+    assert verdict(">", c).startswith("inconclusive (signal 3.5")
+
+
+def test_equivalence_within_a_margin() -> None:
+    near = compare([10.0, 10.5, 11.0], [10.2, 10.4, 10.9], floor=0)  # A - B = [-0.2, 0.1, 0.1]
+    assert verdict("~", near, margin=2) == "holds"
+    far = compare([20.0, 20.5, 21.0], [10.2, 10.4, 10.9], floor=0)
+    assert verdict("~", far, margin=2) == "does not hold"
+    assert verdict("~", near, margin=0.05) == "inconclusive"
+
+
+def test_one_seed_never_decides() -> None:
+    c = compare([80.0], [70.0], floor=10)
+    assert (c.low, c.high) == (-math.inf, math.inf)
+    assert verdict(">", c).startswith("inconclusive")
