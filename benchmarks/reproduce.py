@@ -15,8 +15,10 @@ as ``buffer_rescored`` (mean over rounds and seeds).
 
 ``--claim A OP B [PAPER]`` (repeatable) judges a paper's claim on the metric by the rule in
 ``verdict.py``, written before the runs: ``moon '>' fedavg_fmnist 'MOON 69.1 vs FedAvg 66.3'``.
-Its rows (claim | paper's numbers | fedlight's | verdict | command) go to ``<out>/verdicts.md``
-for the table at the top of REPRODUCTION.md.
+Its rows (claim | paper's numbers | fedlight's | verdict | command) go to
+``<out>/verdicts-<metric>.md`` for the table at the top of REPRODUCTION.md. A side may be a per-seed difference of
+two rows, ``'sup100 - sup001' '>' 'ssl100 - ssl001'``; claims on another
+metric re-run the command with that ``--metric`` (finished runs are reused).
 """
 
 from __future__ import annotations
@@ -59,18 +61,23 @@ def extra_cell(runs: list[dict], key: str) -> str:
 
 
 def claim_row(claim: list[str], table: dict[str, list[dict]], metric: str, margin: float, out: Path) -> str:
-    """One row of the verdict table for ``claim`` = [A, OP, B] or [A, OP, B, PAPER]."""
+    """One row of the verdict table for ``claim`` = [A, OP, B] or [A, OP, B, PAPER]; a side may
+    be a difference of two rows, ``"X - Y"`` (per seed)."""
     a, op, b, *paper = claim
-    if a not in table or b not in table:
-        raise SystemExit(f"--claim {' '.join(claim)}: rows are {', '.join(table)}")
-    values = {k: np.array([res["final"][metric] for res in table[k]]) * 100 for k in (a, b)}
-    floor = float(np.mean([res["baseline"][metric] for k in (a, b) for res in table[k]])) * 100
-    c = compare(values[a], values[b], floor)
+    sides = [side.split(" - ") for side in (a, b)]
+    labels = [label for side in sides for label in side]
+    if any(label not in table for label in labels) or any(len(side) > 2 for side in sides):
+        raise SystemExit(f"--claim {' '.join(claim)}: a side is a row or 'X - Y'; rows are {', '.join(table)}")
+    values = {k: np.array([res["final"][metric] for res in table[k]]) * 100 for k in labels}
+    side_values = [values[side[0]] - (values[side[1]] if len(side) == 2 else 0) for side in sides]
+    floors = [res["baseline"].get(metric) for k in labels for res in table[k]]
+    floor = float(np.mean(floors)) * 100 if None not in floors else None
+    c = compare(*side_values, floor, rows=[values[k] for k in dict.fromkeys(labels)])
     said = f"{a} {op} {b}" + (f" (within {margin:g})" if op == "~" else "")
-    ours = (f"{a} {values[a].mean():.2f} +- {values[a].std(ddof=1):.2f}, {b} {values[b].mean():.2f} +- "
-            f"{values[b].std(ddof=1):.2f}; A - B {c.mean:+.2f} [{c.low:+.2f}, {c.high:+.2f}]; "
-            f"floor {floor:.2f}, signal {c.signal:.1f}")
-    return f"| {said} | {paper[0] if paper else '-'} | {ours} | {verdict(op, c, margin)} | `--out {out}` |"
+    ours = "; ".join(f"{k} {v.mean():.2f} +- {v.std(ddof=1):.2f}" for k, v in values.items())
+    ours += (f"; A - B {c.mean:+.2f} [{c.low:+.2f}, {c.high:+.2f}]"
+             + ("; no random-init floor" if floor is None else f"; floor {floor:.2f}, signal {c.signal:.1f}"))
+    return f"| {said} ({metric}) | {paper[0] if paper else '-'} | {ours} | {verdict(op, c, margin)} | `--out {out}` |"
 
 
 def main() -> None:
@@ -124,7 +131,7 @@ def main() -> None:
     if args.claim:
         claims = "\n".join(claim_row(c, table, args.metric, args.margin, args.out) for c in args.claim)
         print(claims)
-        (args.out / "verdicts.md").write_text(claims + "\n")
+        (args.out / f"verdicts-{args.metric}.md").write_text(claims + "\n")
 
 
 if __name__ == "__main__":

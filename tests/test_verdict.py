@@ -6,6 +6,7 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -49,3 +50,17 @@ def test_one_seed_never_decides() -> None:
     c = compare([80.0], [70.0], floor=10)
     assert (c.low, c.high) == (-math.inf, math.inf)
     assert verdict(">", c).startswith("inconclusive")
+
+
+def test_a_metric_without_a_floor_skips_the_signal_test() -> None:
+    c = compare([50, 52, 51], [90, 91, 92], floor=None)  # an adversary's AUC: lower is the claim
+    assert c.signal is None
+    assert verdict("<", c) == "holds"
+
+
+def test_signal_pools_every_row_behind_a_difference_of_differences() -> None:
+    rows = [np.array([80.0, 81, 82]), np.array([60.0, 61, 62]), np.array([79.0, 80, 81]), np.array([77.0, 78, 79])]
+    c = compare(rows[0] - rows[1], rows[2] - rows[3], floor=50, rows=rows)  # drops 20 vs 2
+    assert c.mean == pytest.approx(18)
+    assert c.signal == pytest.approx((np.mean(rows) - 50) / 1.0)  # every row has std 1
+    assert verdict(">", c) == "holds"

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Every verdict in REPRODUCTION.md's top table, as the command that makes it (issue 18).
+# The claims and their rule (benchmarks/verdict.py) were written down before these runs;
+# finished runs are reused, so re-running a block only re-tabulates it.
+#   bash benchmarks/claims.sh lg_fair      # one block;  bash benchmarks/claims.sh  # all
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH=$PWD OMP_NUM_THREADS=1
+R="python benchmarks/reproduce.py --seeds 0 1 2 --set fabric.threads=1"
+want() { [ $# -eq 0 ] || [[ " $ARGS " == *" $1 "* ]]; }
+ARGS="$*"
+
+# LG-FedAvg sec. 2.3 / Table 4: a local adversary makes the local representation fair at
+# little cost in accuracy (paper: adversary and post-fit classifier near chance).
+if [ -z "$ARGS" ] || want lg_fair; then
+  F="--out runs/repro/lg_fair recipes/lg_fair.yaml recipes/lg_fair_noadv.yaml"
+  $R $F --metric adv_auc --claim lg_fair '<' lg_fair_noadv 'adversary AUC near chance with the term'
+  $R $F --metric postfit_adv_auc --claim lg_fair '<' lg_fair_noadv 'post-fit AUC near chance with the term'
+  $R $F --metric class_acc --claim lg_fair '~' lg_fair_noadv 'accuracy within ~2 points'
+fi
