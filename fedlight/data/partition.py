@@ -121,9 +121,11 @@ def class_ring(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
     distinct, every class is held by exactly two clients (half of it each: 6K images a
     client on full Fashion-MNIST), and client ``i`` shares exactly one class with each of
     clients ``i - 1`` and ``i + 1`` (mod 10) and none with the other seven: 10 client pairs
-    share exactly one class, 35 share none, none share both. The device graph is drawn
-    independently of this ring (the paper ties them in no way). With K > C the ring wraps
-    and clients ``i`` and ``i + C`` hold the same classes.
+    share exactly one class, 35 share none, none share both. At the recipes' seed 0 (``fit``
+    draws from ``numpy_rng(0, "partition")``) the ring is 2-1-7-3-4-9-6-8-5-0 and devices
+    0..9 hold {1,2} {1,7} {3,7} {3,4} {4,9} {6,9} {6,8} {5,8} {0,5} {0,2}. The device graph is
+    drawn independently of this ring (the paper ties them in no way). With K > C the ring
+    wraps and clients ``i`` and ``i + C`` hold the same classes.
 
     Args:
         labels: (N,) training labels.
