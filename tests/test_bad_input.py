@@ -235,7 +235,7 @@ def test_a_malformed_cifar_pickle(tiny_recipe: Path, capsys, no_md5, rows: int, 
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
-@given(kind=st.sampled_from(["iid", "dirichlet", "shards", "classes"]), n=st.integers(1, 60),
+@given(kind=st.sampled_from(["iid", "dirichlet", "shards", "classes", "class_ring"]), n=st.integers(1, 60),
        classes=st.integers(1, 6), clients=st.integers(1, 70), alpha=st.floats(0.01, 10),
        min_size=st.integers(0, 5), per_client=st.integers(1, 8), seed=st.integers(0, 3))
 def test_a_partition_is_complete_or_one_line(kind: str, n: int, classes: int, clients: int, alpha: float,

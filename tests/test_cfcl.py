@@ -17,6 +17,8 @@ from lightning.fabric import Fabric
 
 from fedlight.cli import main
 from fedlight.config import load_recipe
+from fedlight.data.partition import class_counts
+from fedlight.data.sources import ImageData
 from fedlight.engine import fit as fit_module
 from fedlight.engine.exchange_rounds import EXCHANGE, ExchangeRounds
 from fedlight.engine.fit import fit
@@ -85,6 +87,31 @@ def test_ring_complete_and_connectivity_check() -> None:
     split = np.zeros((4, 4), dtype=bool)
     split[0, 1] = split[1, 0] = split[2, 3] = split[3, 2] = True
     assert not is_connected(split)
+
+
+# ---------------------------------------------------------------- partition (sec. IV)
+SEED0_PAIRS = [{1, 2}, {1, 7}, {3, 7}, {3, 4}, {4, 9}, {6, 9}, {6, 8}, {5, 8}, {0, 5}, {0, 2}]  # the recipe comment's
+
+
+@pytest.mark.parametrize("name, size", [("cfcl_fmnist.yaml", 6000), ("cfcl_fmnist_small.yaml", 1000)])
+def test_recipes_give_each_device_two_classes_shared_one_at_a_time(name: str, size: int,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sec. IV: "each device has 6K datapoints from two of 10 classes", here in 10 distinct, overlapping
+    pairs: device i shares exactly one class with devices i - 1 and i + 1, so that the macro stage of
+    smart pulling meets partially overlapping class sets (the old ``classes`` kind gave none)."""
+    labels = torch.arange(60_000) % 10  # Fashion-MNIST's training set: 6,000 images a class
+    fake = ImageData(torch.zeros(60_000, 1, 1, 1, dtype=torch.uint8), labels,
+                     torch.zeros(10_000, 1, 1, 1, dtype=torch.uint8), torch.arange(10_000) % 10, 10)
+    monkeypatch.setattr(fit_module, "load_dataset", lambda *args: fake)
+    data, parts = fit_module.prepare_data(load_recipe(REPO / "recipes" / name))  # as ``fit`` partitions
+    y = data.train_y.numpy()
+    assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(len(y)))  # every image on one device
+    held = [set(np.flatnonzero(row).tolist()) for row in class_counts(y, parts, 10)]
+    shared = np.array([[len(a & b) for b in held] for a in held])
+    ring = np.roll(np.eye(10, dtype=int), 1, 1) + np.roll(np.eye(10, dtype=int), -1, 1)
+    assert np.array_equal(shared - np.diag(shared.diagonal()), ring)  # one class with i - 1 and i + 1, else none
+    assert held == SEED0_PAIRS
+    assert all(abs(len(p) - size) <= 0.06 * size for p in parts)
 
 
 # ---------------------------------------------------------------- push

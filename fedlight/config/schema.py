@@ -50,7 +50,7 @@ class DataConfig:
 
 @dataclass
 class PartitionConfig:
-    kind: Literal["iid", "dirichlet", "shards", "classes"] = "dirichlet"
+    kind: Literal["iid", "dirichlet", "shards", "classes", "class_ring"] = "dirichlet"
     alpha: float = check(_positive, 0.5)
     classes_per_client: int = check(_positive, 2)
     shards_per_client: int = check(_positive, 2)

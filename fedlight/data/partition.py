@@ -60,29 +60,95 @@ def shards(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
     return [np.sort(np.concatenate([pieces[s] for s in row])) for row in deal]
 
 
+def _check_classes_per_client(all_classes: np.ndarray, classes_per_client: int) -> None:
+    if classes_per_client > len(all_classes):
+        raise UserError(f"partition.classes_per_client={classes_per_client} exceeds the "
+                        f"{len(all_classes)} classes of the dataset; lower it")
+
+
+def _split_among_holders(labels: np.ndarray, held: list[list[int]], rng: np.random.Generator) -> list[np.ndarray]:
+    """Each client's indices when every class is shuffled and cut evenly among the clients holding it.
+
+    Args:
+        labels: (N,) training labels.
+        held: the classes each client holds; every class of ``labels`` must have a holder.
+        rng: seeded generator (one permutation per class, in class order).
+
+    Returns:
+        One sorted int64 index array per client.
+    """
+    parts: list[list[np.ndarray]] = [[] for _ in held]
+    for c in np.unique(labels):
+        holders = [i for i, cs in enumerate(held) if c in cs]
+        for i, chunk in zip(holders, np.array_split(rng.permutation(np.flatnonzero(labels == c)), len(holders))):
+            parts[i].append(chunk)
+    return [np.sort(np.concatenate(p)).astype(np.int64) for p in parts]
+
+
 def classes(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
             classes_per_client: int = 2) -> list[np.ndarray]:
     """Each client holds ``classes_per_client`` classes; a class is split evenly over its holders.
 
     Classes are dealt round-robin over a seeded permutation, so every class has a holder
-    when ``K * classes_per_client >= C``.
+    when ``K * classes_per_client >= C``. With ``K * classes_per_client`` a multiple of C the
+    class sets repeat: 10 clients x 2 of 10 classes are 5 pairs, each held by two clients, and
+    two clients share either both classes or none (``class_ring`` overlaps them instead).
     """
     all_classes = np.unique(labels)
-    if classes_per_client > len(all_classes):
-        raise UserError(f"partition.classes_per_client={classes_per_client} exceeds the "
-                        f"{len(all_classes)} classes of the dataset; lower it")
+    _check_classes_per_client(all_classes, classes_per_client)
     if num_clients * classes_per_client < len(all_classes):
         raise UserError(f"partition: {num_clients} clients x {classes_per_client} classes cannot cover "
                         f"{len(all_classes)} classes; raise clients.num or partition.classes_per_client")
     order = rng.permutation(all_classes)
     held = [[order[(i * classes_per_client + j) % len(order)] for j in range(classes_per_client)]
             for i in range(num_clients)]
-    parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
-    for c in all_classes:
-        holders = [i for i, cs in enumerate(held) if c in cs]
-        for i, chunk in zip(holders, np.array_split(rng.permutation(np.flatnonzero(labels == c)), len(holders))):
-            parts[i].append(chunk)
-    return [np.sort(np.concatenate(p)).astype(np.int64) for p in parts]
+    return _split_among_holders(labels, held, rng)
+
+
+def class_ring(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
+               classes_per_client: int = 2) -> list[np.ndarray]:
+    """Clients hold overlapping windows of a seeded class ring (CF-CL, Wagle et al. 2022, sec. IV).
+
+    The paper's setup says only: "We emulate non-i.i.d. data across devices, where each
+    device has 6K datapoints from two of 10 classes." With 10 devices x 6K = the 60K
+    Fashion-MNIST images, every image is used once, so every class (6K images) is split
+    between exactly two devices. Which pairs is not stated; this kind makes them distinct and
+    overlapping: the classes are put on a ring in a seeded random order ``o`` and client
+    ``i`` holds the ``classes_per_client`` consecutive classes ``o[i], o[i+1], ...`` (indices
+    mod C). Each class is split evenly over the clients holding it.
+
+    For K = C = 10 clients and 2 classes a client (the CF-CL recipes), all 10 pairs are
+    distinct, every class is held by exactly two clients (half of it each: 6K images a
+    client on full Fashion-MNIST), and client ``i`` shares exactly one class with each of
+    clients ``i - 1`` and ``i + 1`` (mod 10) and none with the other seven: 10 client pairs
+    share exactly one class, 35 share none, none share both. At the recipes' seed 0 (``fit``
+    draws from ``numpy_rng(0, "partition")``) the ring is 2-1-7-3-4-9-6-8-5-0 and devices
+    0..9 hold {1,2} {1,7} {3,7} {3,4} {4,9} {6,9} {6,8} {5,8} {0,5} {0,2}. The device graph is
+    drawn independently of this ring (the paper ties them in no way). With K > C the ring
+    wraps and clients ``i`` and ``i + C`` hold the same classes.
+
+    Args:
+        labels: (N,) training labels.
+        num_clients: K.
+        rng: seeded generator; its first draw is the class order, then one permutation per class.
+        classes_per_client: consecutive classes on the ring each client holds.
+
+    Returns:
+        One sorted int64 index array per client; together they cover every index exactly once.
+
+    Raises:
+        UserError: more classes a client than the dataset has, or clients too few to cover
+            the ring (K + classes_per_client - 1 < C).
+    """
+    all_classes = np.unique(labels)
+    _check_classes_per_client(all_classes, classes_per_client)
+    if num_clients + classes_per_client - 1 < len(all_classes):
+        raise UserError(f"partition: {num_clients} clients holding {classes_per_client} consecutive classes of a "
+                        f"ring cannot cover {len(all_classes)} classes; raise clients.num or "
+                        "partition.classes_per_client")
+    order = rng.permutation(all_classes)
+    held = [[order[(i + j) % len(order)] for j in range(classes_per_client)] for i in range(num_clients)]
+    return _split_among_holders(labels, held, rng)
 
 
 def partition(kind: str, labels: np.ndarray, num_clients: int, rng: np.random.Generator, *,
@@ -98,6 +164,8 @@ def partition(kind: str, labels: np.ndarray, num_clients: int, rng: np.random.Ge
         parts = dirichlet(labels, num_clients, rng, alpha, min_size)
     elif kind == "shards":
         parts = shards(labels, num_clients, rng, shards_per_client)
+    elif kind == "class_ring":
+        parts = class_ring(labels, num_clients, rng, classes_per_client)
     else:
         parts = classes(labels, num_clients, rng, classes_per_client)
     empty = [i for i, p in enumerate(parts) if len(p) == 0]
