@@ -9,6 +9,7 @@ import pytest
 import torch
 from fedlight.config import load_recipe
 from fedlight.engine.fit import fit
+from fedlight.engine.orchestrator import TIMING
 from fedlight.methods.fedema import FedEMA, ema_weight
 from fedlight.methods.fedprox import FedProx, proximal_term
 from fedlight.methods.fedu import FedU, divergence
@@ -117,6 +118,35 @@ def test_moon_cnn_shapes() -> None:
     assert MoonCNN(3, 32)(torch.randn(2, 3, 32, 32)).shape == (2, 84)
     assert MoonCNN(1, 28)(torch.randn(2, 1, 28, 28)).shape == (2, 84)
     assert MoonCNN(3, 32)[7].in_features == 400
+
+
+def test_supervised_projection_dim_builds_moons_network_with_moons_weights() -> None:
+    torch.manual_seed(0)
+    moon = MOON(MoonCNN(1, 28), num_classes=10, output_dim=256)
+    torch.manual_seed(0)
+    sup = Supervised(MoonCNN(1, 28), num_classes=10, projection_dim=256)
+    assert sup.shared_modules == moon.shared_modules
+    assert set(sup.shared_state()) == set(moon.shared_state())
+    assert all(torch.equal(v, moon.shared_state()[k]) for k, v in sup.shared_state().items())
+    assert sup.classifier.in_features == 256 and sup.project(torch.randn(2, 1, 28, 28)).shape == (2, 256)
+    torch.manual_seed(0)
+    plain = Supervised(MoonCNN(1, 28), num_classes=10)  # projection_dim=0: the classifier on the 84-d features
+    assert plain.classifier.in_features == 84 and not any(k.startswith("projection_head") for k in plain.state_dict())
+
+
+def test_moon_with_mu_zero_is_fedavg_on_the_same_network(tmp_path: Path, tiny_recipe: Path) -> None:
+    """MOON's term off, MOON is FedAvg of the headed supervised network: same history, same weights."""
+    common = ["model.backbone=moon_cnn", "views.blur_p=[0.0]", "local.optimizer=sgd", "local.lr=0.01",
+              "clients.num=3", "rounds=2", "eval.projector_samples=0"]
+    runs = {name: fit(load_recipe(tiny_recipe, [*common, method, f"run.dir={tmp_path / name}"])) for name, method in
+            [("moon", "method={name: moon, mu: 0.0, output_dim: 16}"),
+             ("fedavg", "method={name: supervised, projection_dim: 16}")]}
+    strip = lambda h: [{k: v for k, v in row.items() if k not in TIMING} for row in h]  # noqa: E731
+    assert strip(runs["moon"]["history"]) == strip(runs["fedavg"]["history"])
+    assert runs["moon"]["baseline"] == runs["fedavg"]["baseline"] and runs["moon"]["final"] == runs["fedavg"]["final"]
+    weights = {name: torch.load(tmp_path / name / "checkpoints/last.pt", weights_only=True)["global"] for name in runs}
+    assert set(weights["moon"]) == set(weights["fedavg"])
+    assert all(torch.equal(v, weights["fedavg"][k]) for k, v in weights["moon"].items())
 
 
 def _byol_pair(cls, **kw):
