@@ -215,3 +215,28 @@ def test_short_real_run_then_resume_keeps_private_state(tmp_path: Path, tiny_rec
         assert straight["final"]["linear_probe_acc_std"] is not None and straight["comm"]["bytes_up"] == 0
     if name == "centralized":
         assert all(row["clients"] == [0] for row in straight["history"])
+
+
+def test_solo_budget_once_trains_each_client_e_epochs_once(tmp_path: Path, tiny_recipe: Path) -> None:
+    """MOON's SOLO: E epochs once per party, not R x E; the kept models are only evaluated afterwards."""
+    solo = ["method={name: supervised}", "views.blur_p=[0.0]", "clients.num=3", "eval.projector_samples=0"]
+    once = [*solo, "server={name: local_only, budget: once}"]
+    every = [*solo, "server={name: local_only, budget: per_round}"]
+    sampled = fit(load_recipe(tiny_recipe, [*once, "clients.fraction=0.67", "rounds=3", f"run.dir={tmp_path / 'a'}"]))
+    trained = [c for row in sampled["history"] for c in row["clients"]]
+    assert sorted(trained) == sorted(set(trained))  # nobody trains twice
+    assert set(trained) == set(range(3))  # a client sampled late trains then
+    fit(load_recipe(tiny_recipe, [*once, "clients.fraction=0.67", "rounds=2", f"run.dir={tmp_path / 'b'}"]))
+    resumed = fit(load_recipe(tiny_recipe, [*once, "clients.fraction=0.67", "rounds=3", f"run.dir={tmp_path / 'b'}"]),
+                  resume=True)
+    assert resumed["final"] == sampled["final"]
+    # every party in round 1: R = 3 rounds on the one-off budget end where one round of E epochs ends
+    long = fit(load_recipe(tiny_recipe, [*once, "rounds=3", f"run.dir={tmp_path / 'c'}"]))
+    short = fit(load_recipe(tiny_recipe, [*every, "rounds=1", f"run.dir={tmp_path / 'd'}"]))
+    assert [row["clients"] for row in long["history"]] == [[0, 1, 2], [], []]
+    assert long["history"][-1]["train_loss"] is None and long["history"][-1]["answered"] == 0
+    assert long["final"] == short["final"]
+    per_round = fit(load_recipe(tiny_recipe, [*every, "rounds=3", f"run.dir={tmp_path / 'e'}"]))
+    assert [row["clients"] for row in per_round["history"]] == [[0, 1, 2]] * 3
+    assert per_round["final"] != long["final"]
+
