@@ -240,3 +240,25 @@ def test_solo_budget_once_trains_each_client_e_epochs_once(tmp_path: Path, tiny_
     assert [row["clients"] for row in per_round["history"]] == [[0, 1, 2]] * 3
     assert per_round["final"] != long["final"]
 
+
+
+@pytest.mark.parametrize("data,size", [("fmnist", (1, 28)), ("cifar10", (3, 32))])
+def test_every_baseline_of_the_moon_comparison_runs_on_moons_network(data: str, size: tuple[int, int]) -> None:
+    from conftest import REPO
+
+    from fedlight import registry
+
+    def network(name: str) -> dict[str, torch.Size]:
+        r = load_recipe(REPO / f"recipes/{name}_{data}.yaml", [])
+        module = registry.build_method(r.method, r.model.backbone, *size, 10, None)
+        return {k.removeprefix("objective."): v.shape for k, v in module.named_parameters() if v.requires_grad}
+
+    moon = network("moon")
+    assert moon["classifier.weight"] == (10, 256)
+    for name in ("fedavg", "fedprox", "scaffold", "solo", "solo_per_round"):
+        assert network(name) == moon, name
+    budgets = {name: load_recipe(REPO / f"recipes/{name}_{data}.yaml", []).server["budget"]
+               for name in ("solo", "solo_per_round")}
+    assert budgets == {"solo": "once", "solo_per_round": "per_round"}
+    if data == "fmnist":
+        assert network("fedavg_nohead")["classifier.weight"] == (10, 84)
