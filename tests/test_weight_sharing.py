@@ -9,6 +9,7 @@ import pytest
 import torch
 from fedlight.config import load_recipe
 from fedlight.engine.fit import fit
+from fedlight.engine.orchestrator import TIMING
 from fedlight.methods.fedema import FedEMA, ema_weight
 from fedlight.methods.fedprox import FedProx, proximal_term
 from fedlight.methods.fedu import FedU, divergence
@@ -119,6 +120,35 @@ def test_moon_cnn_shapes() -> None:
     assert MoonCNN(3, 32)[7].in_features == 400
 
 
+def test_supervised_projection_dim_builds_moons_network_with_moons_weights() -> None:
+    torch.manual_seed(0)
+    moon = MOON(MoonCNN(1, 28), num_classes=10, output_dim=256)
+    torch.manual_seed(0)
+    sup = Supervised(MoonCNN(1, 28), num_classes=10, projection_dim=256)
+    assert sup.shared_modules == moon.shared_modules
+    assert set(sup.shared_state()) == set(moon.shared_state())
+    assert all(torch.equal(v, moon.shared_state()[k]) for k, v in sup.shared_state().items())
+    assert sup.classifier.in_features == 256 and sup.project(torch.randn(2, 1, 28, 28)).shape == (2, 256)
+    torch.manual_seed(0)
+    plain = Supervised(MoonCNN(1, 28), num_classes=10)  # projection_dim=0: the classifier on the 84-d features
+    assert plain.classifier.in_features == 84 and not any(k.startswith("projection_head") for k in plain.state_dict())
+
+
+def test_moon_with_mu_zero_is_fedavg_on_the_same_network(tmp_path: Path, tiny_recipe: Path) -> None:
+    """MOON's term off, MOON is FedAvg of the headed supervised network: same history, same weights."""
+    common = ["model.backbone=moon_cnn", "views.blur_p=[0.0]", "local.optimizer=sgd", "local.lr=0.01",
+              "clients.num=3", "rounds=2", "eval.projector_samples=0"]
+    runs = {name: fit(load_recipe(tiny_recipe, [*common, method, f"run.dir={tmp_path / name}"])) for name, method in
+            [("moon", "method={name: moon, mu: 0.0, output_dim: 16}"),
+             ("fedavg", "method={name: supervised, projection_dim: 16}")]}
+    strip = lambda h: [{k: v for k, v in row.items() if k not in TIMING} for row in h]  # noqa: E731
+    assert strip(runs["moon"]["history"]) == strip(runs["fedavg"]["history"])
+    assert runs["moon"]["baseline"] == runs["fedavg"]["baseline"] and runs["moon"]["final"] == runs["fedavg"]["final"]
+    weights = {name: torch.load(tmp_path / name / "checkpoints/last.pt", weights_only=True)["global"] for name in runs}
+    assert set(weights["moon"]) == set(weights["fedavg"])
+    assert all(torch.equal(v, weights["fedavg"][k]) for k, v in weights["moon"].items())
+
+
 def _byol_pair(cls, **kw):
     m = cls(SmallCNN(1, (2, 2, 2)), hidden_dim=8, output_dim=4, **kw)
     m.reset_private_state()
@@ -185,3 +215,50 @@ def test_short_real_run_then_resume_keeps_private_state(tmp_path: Path, tiny_rec
         assert straight["final"]["linear_probe_acc_std"] is not None and straight["comm"]["bytes_up"] == 0
     if name == "centralized":
         assert all(row["clients"] == [0] for row in straight["history"])
+
+
+def test_solo_budget_once_trains_each_client_e_epochs_once(tmp_path: Path, tiny_recipe: Path) -> None:
+    """MOON's SOLO: E epochs once per party, not R x E; the kept models are only evaluated afterwards."""
+    solo = ["method={name: supervised}", "views.blur_p=[0.0]", "clients.num=3", "eval.projector_samples=0"]
+    once = [*solo, "server={name: local_only, budget: once}"]
+    every = [*solo, "server={name: local_only, budget: per_round}"]
+    sampled = fit(load_recipe(tiny_recipe, [*once, "clients.fraction=0.67", "rounds=3", f"run.dir={tmp_path / 'a'}"]))
+    trained = [c for row in sampled["history"] for c in row["clients"]]
+    assert sorted(trained) == sorted(set(trained))  # nobody trains twice
+    assert set(trained) == set(range(3))  # a client sampled late trains then
+    fit(load_recipe(tiny_recipe, [*once, "clients.fraction=0.67", "rounds=2", f"run.dir={tmp_path / 'b'}"]))
+    resumed = fit(load_recipe(tiny_recipe, [*once, "clients.fraction=0.67", "rounds=3", f"run.dir={tmp_path / 'b'}"]),
+                  resume=True)
+    assert resumed["final"] == sampled["final"]
+    # every party in round 1: R = 3 rounds on the one-off budget end where one round of E epochs ends
+    long = fit(load_recipe(tiny_recipe, [*once, "rounds=3", f"run.dir={tmp_path / 'c'}"]))
+    short = fit(load_recipe(tiny_recipe, [*every, "rounds=1", f"run.dir={tmp_path / 'd'}"]))
+    assert [row["clients"] for row in long["history"]] == [[0, 1, 2], [], []]
+    assert long["history"][-1]["train_loss"] is None and long["history"][-1]["answered"] == 0
+    assert long["final"] == short["final"]
+    per_round = fit(load_recipe(tiny_recipe, [*every, "rounds=3", f"run.dir={tmp_path / 'e'}"]))
+    assert [row["clients"] for row in per_round["history"]] == [[0, 1, 2]] * 3
+    assert per_round["final"] != long["final"]
+
+
+
+@pytest.mark.parametrize("data,size", [("fmnist", (1, 28)), ("cifar10", (3, 32))])
+def test_every_baseline_of_the_moon_comparison_runs_on_moons_network(data: str, size: tuple[int, int]) -> None:
+    from conftest import REPO
+
+    from fedlight import registry
+
+    def network(name: str) -> dict[str, torch.Size]:
+        r = load_recipe(REPO / f"recipes/{name}_{data}.yaml", [])
+        module = registry.build_method(r.method, r.model.backbone, *size, 10, None)
+        return {k.removeprefix("objective."): v.shape for k, v in module.named_parameters() if v.requires_grad}
+
+    moon = network("moon")
+    assert moon["classifier.weight"] == (10, 256)
+    for name in ("fedavg", "fedprox", "scaffold", "solo", "solo_per_round"):
+        assert network(name) == moon, name
+    budgets = {name: load_recipe(REPO / f"recipes/{name}_{data}.yaml", []).server["budget"]
+               for name in ("solo", "solo_per_round")}
+    assert budgets == {"solo": "once", "solo_per_round": "per_round"}
+    if data == "fmnist":
+        assert network("fedavg_nohead")["classifier.weight"] == (10, 84)

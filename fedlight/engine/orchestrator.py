@@ -224,6 +224,8 @@ class Federation:
             raise self._preempted(clients_done=len(reports))
         self.module.load_partial(self.global_state)  # server-side training (FLESD) starts from the global model
         reports = sorted((rep for reports_ in self._gather(reports) for rep in reports_), key=lambda x: x["client"])
+        if not reports:  # no sampled client was due to train (a one-off local budget already spent)
+            return reports
         self._check_faults(round_, reports)
         if not any(rep["status"] == "ok" for rep in reports):
             self._say(f"round {round_ + 1}: no sampled client answered; the global model is kept")
@@ -341,9 +343,14 @@ class Federation:
         size = lambda clients: [len(self.parts[c]) for c in clients]
         w = len(self.workers)
         if stateful:
-            mine = [c for c in sampled if c % self.world == self.rank]
+            mine = [c for c in sampled if c % self.world == self.rank and self._due(c)]
             return deal_clients(mine, size(mine), w)
         return deal_clients(sampled, size(sampled), self.world * w)[self.rank * w:(self.rank + 1) * w]
+
+    def _due(self, client: int) -> bool:
+        """Whether a sampled ``client`` trains: always, except under a one-off local budget
+        (``trains_once``, SOLO's ``server.budget=once``) once it holds a model of its own."""
+        return not (self.aggregator.trains_once and self.store.get(client) is not None)
 
     def _local_work(self, module: FederatedModule, client: int, round_: int, private: State,
                     work: float = 1.0) -> tuple[LocalResult, float, dict[str, Any]]:

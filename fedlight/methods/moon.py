@@ -6,11 +6,11 @@ import copy
 
 import torch
 import torch.nn.functional as F
-from lightly.models.modules import SimCLRProjectionHead
 from lightly.models.utils import deactivate_requires_grad
 from torch import nn
 
-from fedlight.methods.base import Batch, FederatedModule, OptimizerSpec
+from fedlight.methods.base import Batch, OptimizerSpec
+from fedlight.methods.supervised import Supervised
 
 
 def model_contrastive_loss(z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.Tensor, tau: float) -> torch.Tensor:
@@ -44,13 +44,15 @@ class _Representation(nn.Module):
         return self.head(self.backbone(x))
 
 
-class MOON(FederatedModule):
+class MOON(Supervised):
     """Supervised CE on the projection + mu * model-contrastive loss.
 
     The representation z is the projection head's output and the classifier sits on z
-    (MOON's code). ``previous`` (the client's model after its last local training) is the
-    client's private state; a client without one (its first round) trains with mu = 0,
-    i.e. plain FedAvg. ``frozen_global`` is rebuilt from the global model every round.
+    (MOON's code): the network is ``Supervised`` with ``projection_dim = output_dim``, so
+    with mu = 0 MOON is FedAvg on that supervised network, step for step. ``previous`` (the
+    client's model after its last local training) is the client's private state; a client
+    without one (its first round) trains with mu = 0, i.e. plain FedAvg. ``frozen_global``
+    is rebuilt from the global model every round.
 
     Args:
         backbone: encoder (B, C, H, W) -> (B, D); MOON uses ``moon_cnn`` (D = 84).
@@ -61,25 +63,15 @@ class MOON(FederatedModule):
         output_dim: projection dimension (256); the head is D - D - output_dim.
     """
 
-    shared_modules = ("backbone", "projection_head", "classifier")
     private_modules = ("previous",)
     transient_modules = ("frozen_global",)
-    num_views = 1
-    uses_labels = True
-    has_classifier = True
 
     def __init__(self, backbone: nn.Module, num_classes: int, optim: OptimizerSpec | None = None,
                  mu: float = 5.0, tau: float = 0.5, output_dim: int = 256) -> None:
-        super().__init__(backbone, optim)
-        d = backbone.feature_dim
-        self.projection_head = SimCLRProjectionHead(d, d, output_dim, num_layers=2, batch_norm=False)
-        self.classifier = nn.Linear(output_dim, num_classes)
+        super().__init__(backbone, num_classes, optim, projection_dim=output_dim)
         self.previous = _Representation(backbone, self.projection_head)
         self.frozen_global = _Representation(backbone, self.projection_head)
         self.mu, self.tau = mu, tau
-
-    def classify(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.projection_head(self.backbone(x)))
 
     def reset_private_state(self) -> None:
         self.previous.valid.fill_(False)
@@ -92,7 +84,7 @@ class MOON(FederatedModule):
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         views, y = batch
         x = views[0]
-        z = self.projection_head(self.backbone(x))
+        z = self.project(x)
         loss = F.cross_entropy(self.classifier(z), y)
         if self.mu > 0 and bool(self.previous.valid):
             with torch.no_grad():
