@@ -18,7 +18,7 @@ from fedlight.methods.base import OptimizerSpec
 from fedlight.seeding import derive_seed
 from fedlight.server.esd import KeyQueue, distillation_loss, target_distribution
 from fedlight.server.flesd import FLESD
-from fedlight.server.similarity import decode, encode, ensemble_term
+from fedlight.server.similarity import decode, encode, ensemble_term, payload_kind
 
 
 def test_ensemble_hand_computed_3x3() -> None:
@@ -31,7 +31,7 @@ def test_ensemble_hand_computed_3x3() -> None:
     assert math.isclose(float(a1[1, 2]), math.exp((0.2 - 1) / 0.5), rel_tol=1e-6)
     assert torch.allclose(torch.diagonal(a1), torch.ones(3))
     agg = FLESD(tau_t=tau)
-    acc = agg.accumulate(agg.accumulate(None, {"values": s1}, 1.0), {"values": s2}, 1.0)
+    acc = agg.accumulate(agg.accumulate(None, {"similarity": s1}, 1.0), {"similarity": s2}, 1.0)
     mean = acc["ensemble"] / acc["__count__"]
     expected = torch.tensor([[1.0, (math.exp(-1) + math.exp(-2)) / 2, (math.exp(-2) + math.exp(-1)) / 2]])
     assert torch.allclose(mean[0:1], expected, atol=1e-6)
@@ -85,6 +85,27 @@ def test_payload_bytes_per_dtype(payload: str, dtype: str, topk: float, expected
         assert torch.isinf(sim).sum() == 10 * 8 and torch.allclose(sim.amax(1), exact.amax(1))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8"])
+def test_square_embeddings_are_decoded_as_embeddings(dtype: str) -> None:
+    """N x d embeddings with d == N (projection 128, 128 public images) are still embeddings."""
+    z = torch.nn.functional.normalize(torch.randn(8, 8, generator=torch.Generator().manual_seed(0)), dim=1)
+    msg = encode(z, "embeddings", dtype)
+    assert payload_kind(msg) == "embeddings" and sum(payload_bytes(msg).values()) == sum(
+        payload_bytes(encode(z, "similarity", dtype)).values())  # the kind key costs no bytes
+    assert torch.allclose(decode(msg, 8), z @ z.T, atol=0.03)
+    agg = FLESD(payload="embeddings", dtype=dtype)
+    acc = agg.accumulate(None, agg.client_message(z), 1.0)
+    assert torch.allclose(acc["ensemble"], ensemble_term(z @ z.T, agg.tau_t), atol=0.3)
+    assert torch.allclose(torch.diagonal(acc["ensemble"]), torch.ones(8), atol=0.05)  # S[i, i] = 1 is the row max
+
+
+def test_a_message_without_its_kind_is_refused() -> None:
+    with pytest.raises(ValueError, match="kind"):
+        decode({"values": torch.eye(3)}, 3)
+    with pytest.raises(ValueError, match="shape"):
+        decode({"similarity": torch.ones(3, 2)}, 3)
+
+
 def test_topk_with_embeddings_is_a_user_error() -> None:
     with pytest.raises(UserError, match="server.topk_percent"):
         FLESD(payload="embeddings", topk_percent=10)
@@ -105,7 +126,7 @@ def test_real_flesd_run_sends_no_weights(tmp_path: Path, tiny_recipe: Path, monk
 
     monkeypatch.setattr(FLESD, "accumulate", spy)
     res = fit(load_recipe(tiny_recipe, [*FLESD_ARGS, f"run.dir={tmp_path / 'f'}"]))
-    assert received and all(keys == {"values"} for keys in received)  # float16 similarity, nothing else
+    assert received and all(keys == {"similarity"} for keys in received)  # float16 similarity, nothing else
     assert all(row["clients"] == [1, 2] for row in res["history"])  # the public client never trains
     assert res["history"][0]["bytes_up"] < res["history"][0]["bytes_down"]
 

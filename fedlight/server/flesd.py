@@ -14,7 +14,7 @@ import torch
 
 from fedlight.errors import UserError
 from fedlight.server.base import Aggregator, State
-from fedlight.server.similarity import decode, encode, ensemble_term
+from fedlight.server.similarity import decode, encode, ensemble_term, payload_kind
 
 COUNT_KEY = "__count__"
 ENSEMBLE_KEY = "ensemble"
@@ -62,7 +62,7 @@ class FLESD(Aggregator):
         return encode(embeddings, self.payload, self.dtype, self.topk_percent)
 
     def accumulate(self, acc: State | None, payload: State, weight: float) -> State:
-        n = len(payload["index"]) if "index" in payload else len(payload["values"])
+        n = len(payload[payload_kind(payload)])  # one row per public image, whatever the kind
         term = ensemble_term(decode(payload, n), self.tau_t)
         if acc is None:
             acc = {ENSEMBLE_KEY: torch.zeros_like(term), COUNT_KEY: torch.zeros((), device=term.device)}
