@@ -111,6 +111,9 @@ def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
     if getattr(registry.METHODS[recipe.method["name"]], "uses_protected", False) and data.train_a is None:
         raise UserError(f"method.name={recipe.method['name']} needs a dataset with a protected attribute; "
                         f"data.name={recipe.data.name} has none (use data.name=diabetes)")
+    if server.uses_public_set:  # e.g. FLESD's queue against its public set: needs the partition, not the run
+        f = recipe.fabric
+        server.check_public_set(len(parts[recipe.partition.public_client]), f.devices * f.num_nodes)
     run_dir = Path(recipe.run_dir)
     fabric = make_fabric(recipe)
     if fabric.global_rank == 0:

@@ -198,6 +198,8 @@ class Federation:
 
     def _train_round(self, round_: int, progress: Any) -> list[dict[str, Any]]:
         r = self.recipe
+        if self.distiller is not None:  # FLESD: the round's ESD (if any client answers) counts its steps
+            self.distiller.round, self.distiller.steps = round_, 0
         lr = self._round_lr(round_)
         self.workers.each(lambda m: setattr(m.optim, "lr", lr))
         if any(self.workers.each(lambda m: m.on_round_start(round_, self.history))):  # e.g. LG leaving FedAvg
@@ -231,8 +233,6 @@ class Federation:
         if acc is None:  # this rank trained nobody: a neutral element keeps the collective aligned
             acc = self.aggregator.zeros(self._client_payload(self.module))
         acc = self._sum_across_ranks(acc)
-        if self.distiller is not None:
-            self.distiller.round = round_
         self.global_state = self._snapshot(self.aggregator.finalize(self.global_state, acc))
         self.module.load_partial(self.global_state)
         return reports
@@ -529,6 +529,8 @@ class Federation:
                    **{f"comm/{k}": row[k] for k in ("bytes_up", "bytes_down", "bytes_d2d")},
                    **{f"eval/{k}": v for k, v in row.items()
                       if k.startswith(METRICS + LOCAL_METRICS) and v is not None}}
+        if "esd_steps" in row:  # FLESD: optimizer steps of the round's server-side distillation
+            scalars["server/esd_steps"] = row["esd_steps"]
         if "label_var" in row:
             scalars.update({"exchange/label_var": row["label_var"], "exchange/delay_seconds": row["delay_seconds"]})
         if "buffer_classes" in row:
@@ -608,6 +610,7 @@ class Federation:
                    "seconds": time.perf_counter() - t0, "eval_seconds": eval_seconds,
                    "train_seconds": sum(rep.get("seconds", 0.0) for rep in reports) / (self.world * len(self.workers)),
                    "clients": [rep["client"] for rep in reports],
+                   **({"esd_steps": self.distiller.steps} if self.distiller is not None else {}),
                    **self._buffer_summary([rep for rep in reports if "buffer" in rep]),
                    **self._exchange_summary([rep for rep in reports if "label_counts" in rep], rows)}
             self.history.append(row)
