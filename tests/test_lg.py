@@ -15,7 +15,7 @@ from fedlight.config import load_recipe
 from fedlight.data.idx import read_idx
 from fedlight.data.partition import matching_test_split, shards
 from fedlight.data.sources import load_dataset
-from fedlight.engine.fit import fit
+from fedlight.engine.fit import check_recipe, fit
 from fedlight.engine.ledger import CommLedger
 from fedlight.engine.orchestrator import sample_clients
 from fedlight.errors import UserError
@@ -237,3 +237,20 @@ def test_fedavg_phase_ends_at_the_round_count_or_the_goal_accuracy() -> None:
     late = registry.build_method({"name": "lg", "objective": "supervised", "warmup_rounds": 5}, "lenet5", 1, 28,
                                  10, OptimizerSpec())
     assert not late.on_round_start(4, [{"test_acc": 0.99}]) and late.on_round_start(5, [])  # no goal: round count
+
+
+def test_exponential_lr_decay_restarts_with_the_lg_phase_and_survives_resume(tmp_path: Path, lg_recipe: Path) -> None:
+    """Table 6's "learning rate decay": lr x (1 - d)^t, t counted from the start of the current phase
+    (the paper's LG run starts from a FedAvg checkpoint at the initial rate)."""
+    decay = ["local.lr_schedule=exponential", "local.lr_decay=0.1", "method.warmup_rounds=2"]
+    fit(load_recipe(lg_recipe, [*decay, "rounds=3", f"run.dir={tmp_path / 'a'}"]))
+    res = fit(load_recipe(lg_recipe, [*decay, "rounds=4", f"run.dir={tmp_path / 'a'}"]), resume=True)
+    expected = [0.05, 0.05 * 0.9, 0.05, 0.05 * 0.9]  # FedAvg rounds 1-2, LG rounds 3-4
+    assert [row["lr"] for row in res["history"]] == pytest.approx(expected)
+
+
+def test_lr_decay_without_the_exponential_schedule_is_a_user_error(lg_recipe: Path) -> None:
+    with pytest.raises(UserError, match="local.lr_decay=0.1 applies to local.lr_schedule=exponential"):
+        check_recipe(load_recipe(lg_recipe, ["local.lr_decay=0.1"]))
+    with pytest.raises(UserError, match="local.lr_decay"):
+        load_recipe(lg_recipe, ["local.lr_schedule=exponential", "local.lr_decay=1.0"])

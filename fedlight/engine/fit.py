@@ -98,6 +98,10 @@ def check_recipe(recipe: Recipe) -> Aggregator:
     returns the run's aggregator."""
     server = registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client)
     validate_exchange(recipe, server.aggregate_every)
+    l = recipe.local
+    if l.lr_decay and l.lr_schedule != "exponential":
+        raise UserError(f"local.lr_decay={l.lr_decay} applies to local.lr_schedule=exponential only (got "
+                        f"{l.lr_schedule}); set local.lr_schedule=exponential or drop local.lr_decay")
     if recipe.fabric.workers > 1 and (server.uses_public_set or server.aggregate_every is not None):
         raise UserError(f"fabric.workers={recipe.fabric.workers} trains clients side by side, which "
                         f"server.name={recipe.server['name']} cannot (its clients share one model's "

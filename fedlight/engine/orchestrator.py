@@ -139,6 +139,7 @@ class Federation:
         self.history: list[dict[str, Any]] = []
         self.baseline: dict[str, float] | None = None
         self.rounds_done = 0
+        self.phase_start: int | None = None  # the round the method changed what it shares (LG), if it has
         self.wall_before = 0.0
         self.partial: dict[str, Any] | None = None  # a round a preemption stopped between clients
         self.started = time.perf_counter()
@@ -190,20 +191,36 @@ class Federation:
 
     # ---------------------------------------------------------------- one round
     def _round_lr(self, round_: int) -> float:
-        """``local.lr`` under ``local.lr_schedule`` (cosine decays over the rounds, as FedU/FedEMA)."""
-        l = self.recipe.local
+        """``local.lr`` in (0-based) ``round_`` under ``local.lr_schedule``.
+
+        The schedule counts t rounds from the start of the method's current phase, ``phase_start``
+        (0, or the round LG-FedAvg left its FedAvg phase: the paper's LG runs start from a FedAvg
+        checkpoint at the initial learning rate, and its Table 6 lists the decay of each run):
+
+        * ``constant``: ``lr``;
+        * ``cosine``: ``lr / 2 * (1 + cos(pi t / T))`` over the phase's T rounds (FedU / FedEMA);
+        * ``exponential``: ``lr * (1 - lr_decay)^t``: LG-FedAvg's Table 6 "learning rate decay
+          0.005" (CIFAR-10) read as its authors' code applies ``lr_decay``, a factor per round
+          (``lr *= 0.995`` after every round).
+        """
+        l, start = self.recipe.local, self.phase_start or 0
+        t = round_ - start
         if l.lr_schedule == "cosine":
-            return l.lr * 0.5 * (1 + math.cos(math.pi * round_ / self.recipe.rounds))
+            return l.lr * 0.5 * (1 + math.cos(math.pi * t / max(self.recipe.rounds - start, 1)))
+        if l.lr_schedule == "exponential":
+            return l.lr * (1 - l.lr_decay) ** t
         return l.lr
 
     def _train_round(self, round_: int, progress: Any) -> list[dict[str, Any]]:
         r = self.recipe
         if self.distiller is not None:  # FLESD: the round's ESD (if any client answers) counts its steps
             self.distiller.round, self.distiller.steps = round_, 0
-        lr = self._round_lr(round_)
-        self.workers.each(lambda m: setattr(m.optim, "lr", lr))
         if any(self.workers.each(lambda m: m.on_round_start(round_, self.history))):  # e.g. LG leaving FedAvg
             self._split_changed()
+            if self.phase_start is None:  # not when a resumed run re-enters the phase it had entered
+                self.phase_start = round_
+        lr = self._round_lr(round_)
+        self.workers.each(lambda m: setattr(m.optim, "lr", lr))
         sampled = [self.trainable[i] for i in sample_clients(r.seed, round_, len(self.trainable), r.clients.fraction)]
         hands = self._hands(sampled)
         if self.exchange is not None:
@@ -430,6 +447,7 @@ class Federation:
         clients = {c: s for shard in shards for c, s in shard.items()}
         save_checkpoint(self.run_dir / CHECKPOINT, {
             "rounds_completed": self.rounds_done,
+            "phase_start": self.phase_start,
             "global": {k: v.cpu() for k, v in self.global_state.items()},
             "server": self.aggregator.state_dict(),
             "clients": clients,
@@ -450,6 +468,7 @@ class Federation:
     def _restore(self) -> None:
         ckpt = load_checkpoint(self.run_dir / CHECKPOINT)
         self.rounds_done = int(ckpt["rounds_completed"])
+        self.phase_start = ckpt.get("phase_start")
         self.global_state = {k: self.fabric.to_device(v) for k, v in ckpt["global"].items()}
         self.module.load_partial(self.global_state)
         self.aggregator.load_state_dict(ckpt["server"])
@@ -523,7 +542,7 @@ class Federation:
         if self.logger is None:
             return
         scalars = {"time/round_seconds": row["seconds"], "time/train_seconds": row["train_seconds"],
-                   "time/eval_seconds": row["eval_seconds"],
+                   "time/eval_seconds": row["eval_seconds"], "train/lr": row["lr"],
                    **({"train/loss": row["train_loss"]} if row["train_loss"] is not None else {}),
                    **{f"faults/{k}": row[k] for k in FAULT_COLUMNS},
                    **{f"comm/{k}": row[k] for k in ("bytes_up", "bytes_down", "bytes_d2d")},
@@ -605,7 +624,7 @@ class Federation:
             eval_seconds = time.perf_counter() - t_eval
             answered = [rep["loss"] for rep in reports if rep["status"] == "ok"]
             row = {"round": self.rounds_done,
-                   "train_loss": float(np.mean(answered)) if answered else None,
+                   "train_loss": float(np.mean(answered)) if answered else None, "lr": self._round_lr(round_),
                    **metrics, **self._fault_counts(reports), **self.ledger.totals(round_),
                    "seconds": time.perf_counter() - t0, "eval_seconds": eval_seconds,
                    "train_seconds": sum(rep.get("seconds", 0.0) for rep in reports) / (self.world * len(self.workers)),
