@@ -90,6 +90,14 @@ def test_only_global_layers_reach_the_server_and_params_are_counted(tmp_path: Pa
     assert res["comm"]["params_up"] == res["comm"]["params_down"] == expected
     assert res["comm"]["bytes_up"] == 4 * expected
     assert [h["params_up"] for h in res["history"]] == [2 * (lenet + classifier), 2 * classifier, 2 * classifier]
+    # the new test's ensemble: every client's local model (the LeNet) sent once, in its own column, charged at
+    # the first evaluation with local models (round 1 is FedAvg's: every client's model is the global one)
+    assert [h["params_new_test"] for h in res["history"]] == [0, 4 * lenet, 0]
+    assert res["comm"]["params_new_test"] == 4 * lenet and res["comm"]["bytes_new_test"] == 4 * 4 * lenet
+    comm = (tmp_path / "run/comm.csv").read_text().splitlines()
+    uploads = [line.split(",") for line in comm if ",new_test," in line]
+    assert sorted((r, c, d) for r, c, d, *_ in uploads) == [("1", str(c), "new_test") for c in range(4)]
+    assert sum(int(b) for *_, b in uploads) == 4 * 4 * lenet
     final = res["final"]
     for key in ("local_test_acc", "local_test_acc_std", "new_test_acc", "new_test_acc_vote", "avg_model_acc"):
         assert 0 <= final[key] <= 1, key
@@ -104,6 +112,9 @@ def test_local_layers_survive_rounds_and_resume(tmp_path: Path, lg_recipe: Path)
     resumed = fit(load_recipe(lg_recipe, ["rounds=3", f"run.dir={tmp_path / 'b'}"]), resume=True)
     after, reference = _ckpt(tmp_path / "b")["clients"], _ckpt(tmp_path / "a")["clients"]
     assert sorted(before) == sorted(after) == [0, 1, 2, 3]  # every client got its local layers at the switch
+    # the new test's upload is charged once, not again at the evaluations of a resumed, grown run
+    charged = lambda run: sorted((r, c) for r, c, d, *_ in _ckpt(run)["ledger"] if d == "new_test")  # noqa: E731
+    assert charged(tmp_path / "b") == charged(tmp_path / "a") == [(1, c) for c in range(4)]
     local_keys = {k for k in after[0]}
     assert local_keys and not local_keys & CLASSIFIER and "objective.backbone.conv1.weight" in local_keys
     sampled = set(sample_clients(1, 2, 4, 0.5))  # round index 2 = the third round
@@ -131,6 +142,9 @@ def test_ssl_local_layers_under_a_supervised_global_head(tmp_path: Path, lg_reci
     assert payloads and all(p == {"head.weight", "head.bias"} for p in payloads)
     clients = _ckpt(tmp_path / "ssl")["clients"]
     assert all(k.startswith(("objective.backbone.", "objective.projection_head.")) for k in clients[0])
+    # the new test needs the local encoder, not the SimCLR projection head that predictions never read
+    encoder = sum(v.numel() for k, v in clients[0].items() if k.startswith("objective.backbone."))
+    assert res["comm"]["params_new_test"] == 4 * encoder
     final = res["final"]
     # each client's own encoder + the shared head, on its own classes (2 of 10): learnt over the rounds
     # (0.46 after round 1, 0.80 after round 3 when written)
@@ -185,8 +199,8 @@ def test_parameter_counts_of_the_paper_models_and_the_ledger() -> None:
     ledger = CommLedger()
     ledger.record(0, 0, "up", {"w": torch.zeros(10), "n": torch.zeros(3, dtype=torch.long)})
     ledger.record(1, 0, "down", {"w": torch.zeros(4, dtype=torch.float16)})
-    assert ledger.totals() == {"bytes_up": 64, "bytes_down": 8, "bytes_d2d": 0,
-                               "params_up": 13, "params_down": 4, "params_d2d": 0}
+    assert ledger.totals() == {"bytes_up": 64, "bytes_down": 8, "bytes_d2d": 0, "bytes_new_test": 0,
+                               "params_up": 13, "params_down": 4, "params_d2d": 0, "params_new_test": 0}
     assert ledger.totals(1)["params_up"] == 0
 
 

@@ -419,17 +419,29 @@ class Federation:
             return self.evaluator.model_metrics()
         return self.evaluator.clients_metrics(client_models, self.global_state)
 
-    def _local_test(self) -> dict[str, float | None]:
-        """LG-FedAvg's local / new test over every client's model (a collective; metrics on rank 0)."""
+    def _local_test(self, round_: int) -> tuple[dict[str, float | None], list[list]]:
+        """LG-FedAvg's local / new test over every client's model (a collective; metrics on rank 0).
+
+        Also returns the ledger rows of the new test's upload of every client's local model
+        (direction ``new_test``; section 3.1, footnote: sent "only once after training"), on every
+        rank: charged once per run, in the round of the first evaluation, whose byte count every
+        later one shares (the models' sizes never change), so a run grown by ``--resume`` is not
+        charged twice and its ledger matches a straight run's.
+        """
         if self.local_tester is None:
-            return {}
+            return {}, []
         shards = self._gather(self.store.state_dict())
-        if self.rank != 0:
-            return {}
         states = {c: s for shard in shards for c, s in shard.items()}
-        models = [{**self.global_state, **{k: self.fabric.to_device(v) for k, v in states.get(c, {}).items()
-                                           if not k.startswith(BUFFER)}} for c in self.trainable]
-        return self.local_tester.metrics(models)  # leaves the worker holding the averaged model
+        private = {c: {k: v for k, v in states.get(c, {}).items() if not k.startswith(BUFFER)} for c in self.trainable}
+        uploads = CommLedger()
+        if not any(row[2] == "new_test" for row in self.ledger.rows):
+            for c in self.trainable:
+                uploads.record(round_, c, "new_test", self.local_tester.upload(private[c]))
+        if self.rank != 0:
+            return {}, uploads.rows
+        models = [{**self.global_state, **{k: self.fabric.to_device(v) for k, v in private[c].items()}}
+                  for c in self.trainable]
+        return self.local_tester.metrics(models), uploads.rows  # leaves the worker holding the averaged model
 
     def _client_models(self) -> list[State] | None:
         """Every trained client's model, gathered on all ranks (local-only training), else None."""
@@ -546,6 +558,7 @@ class Federation:
                    **({"train/loss": row["train_loss"]} if row["train_loss"] is not None else {}),
                    **{f"faults/{k}": row[k] for k in FAULT_COLUMNS},
                    **{f"comm/{k}": row[k] for k in ("bytes_up", "bytes_down", "bytes_d2d")},
+                   **({"comm/bytes_new_test": row["bytes_new_test"]} if self.local_tester is not None else {}),
                    **{f"eval/{k}": v for k, v in row.items()
                       if k.startswith(METRICS + LOCAL_METRICS) and v is not None}}
         if "esd_steps" in row:  # FLESD: optimizer steps of the round's server-side distillation
@@ -617,7 +630,9 @@ class Federation:
             t_eval = time.perf_counter()
             if self.rounds_done % r.eval.every == 0 or self.rounds_done == r.rounds:
                 client_models = self._client_models()  # a collective: every rank takes part
-                local = self._local_test()  # a collective too; before evaluate(), which then scores the average
+                local, uploads = self._local_test(round_)  # a collective too; before evaluate(), which scores the average
+                self.ledger.rows.extend(uploads)
+                rows = rows + uploads
                 if self.rank == 0:
                     metrics = {**self.evaluate(client_models), **local}
                     last_eval = metrics
