@@ -194,8 +194,8 @@ def test_parameter_counts_of_the_paper_models_and_the_ledger() -> None:
         {"name": "supervised"}, backbone, channels, size, 10, OptimizerSpec())
     # LeNet-5 on CIFAR: conv 3->6 (5x5), conv 6->16, fc 400->120, 120->100, 100->10
     assert _numel(build("lenet5", 3, 32).state_dict()) == 456 + 2416 + 48120 + 12100 + 1010
-    # the MNIST MLP: 784->512->256->64->10
-    assert _numel(build("mlp", 1, 28).state_dict()) == 401920 + 131328 + 16448 + 650
+    # the MNIST MLP (Table 5): 784->512->256->256->128->10
+    assert _numel(build("mlp", 1, 28).state_dict()) == 401920 + 131328 + 65792 + 32896 + 1290
     ledger = CommLedger()
     ledger.record(0, 0, "up", {"w": torch.zeros(10), "n": torch.zeros(3, dtype=torch.long)})
     ledger.record(1, 0, "down", {"w": torch.zeros(4, dtype=torch.float16)})
@@ -268,3 +268,36 @@ def test_lr_decay_without_the_exponential_schedule_is_a_user_error(lg_recipe: Pa
         check_recipe(load_recipe(lg_recipe, ["local.lr_decay=0.1"]))
     with pytest.raises(UserError, match="local.lr_decay"):
         load_recipe(lg_recipe, ["local.lr_schedule=exponential", "local.lr_decay=1.0"])
+
+
+def test_local_only_is_local_from_round_zero(tmp_path: Path, lg_recipe: Path, payloads: list[set[str]]) -> None:
+    res = fit(load_recipe(lg_recipe, ["method.global_layers=[]", "method.warmup_rounds=0", "eval.every=3",
+                                      f"run.dir={tmp_path / 'local'}"]))
+    assert payloads and all(p == set() for p in payloads)  # not one FedAvg round: nothing is shared
+    assert res["comm"]["params_up"] == res["comm"]["params_down"] == 0
+    module = registry.build_method({"name": "lg", "objective": "supervised"}, "lenet5", 3, 16, 10, OptimizerSpec())
+    assert res["comm"]["params_new_test"] == 4 * _numel(module.state_dict())  # the whole model is local
+    clients = _ckpt(tmp_path / "local")["clients"]
+    trained = set().union(*(sample_clients(1, r, 4, 0.5) for r in range(3)))
+    key = "objective.classifier.weight"
+    for a in trained:  # every trained client went its own way from the common initial model
+        assert all(not torch.equal(clients[a][key], clients[b][key]) for b in range(4) if b != a)
+
+
+def test_lg_recipes_follow_the_paper() -> None:
+    recipe = lambda name: load_recipe(REPO / "recipes" / name)  # noqa: E731
+    # MNIST (sec. 7.1.1, Table 5): the last two layers are the global model, input 256 -> [128] -> 10
+    mnist = recipe("lg_mnist.yaml")
+    module = registry.build_method(mnist.method, mnist.model.backbone, 1, 28, 10, OptimizerSpec())
+    module.on_round_start(mnist.method["warmup_rounds"], [])
+    shared = module.shared_state()
+    assert {k: tuple(v.shape) for k, v in shared.items() if k.endswith("weight")} == {
+        "objective.backbone.fc4.weight": (128, 256), "objective.classifier.weight": (10, 128)}
+    # CIFAR-10 (sec. 3.1, 7.1.2): the two convolutions; Table 6's decay 0.005 a round
+    cifar = recipe("lg_cifar10.yaml")
+    assert cifar.method["global_layers"] == ["backbone.conv1", "backbone.conv2"]
+    assert (cifar.local.lr, cifar.local.lr_schedule, cifar.local.lr_decay) == (0.1, "exponential", 0.005)
+    # local only: local from round 0, with the LG run's rounds, sampling and local epochs
+    lg, local = recipe("lg_fmnist.yaml"), recipe("lg_local_fmnist.yaml")
+    assert local.method["global_layers"] == [] and local.method["warmup_rounds"] == 0
+    assert (local.rounds, local.clients, local.local) == (lg.rounds, lg.clients, lg.local)
