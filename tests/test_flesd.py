@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import pytest
 import torch
+from lightning.fabric import Fabric
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from fedlight import registry
+from fedlight.cli import main
 from fedlight.config import load_recipe
 from fedlight.engine.distill import EnsembleDistiller
-from fedlight.engine.fit import fit
+from fedlight.engine.fit import build_module, fit, prepare_data
+from fedlight.engine.orchestrator import build_views
 from fedlight.engine.ledger import payload_bytes
 from fedlight.errors import UserError
 from fedlight.methods.base import OptimizerSpec
 from fedlight.seeding import derive_seed
-from fedlight.server.esd import KeyQueue, distillation_loss, target_distribution
+from fedlight.server.esd import KeyQueue, distillation_loss, esd_steps_per_epoch, target_distribution
 from fedlight.server.flesd import FLESD
-from fedlight.server.similarity import decode, encode, ensemble_term
+from fedlight.server.similarity import decode, encode, ensemble_term, payload_kind
 
 
 def test_ensemble_hand_computed_3x3() -> None:
@@ -31,7 +36,7 @@ def test_ensemble_hand_computed_3x3() -> None:
     assert math.isclose(float(a1[1, 2]), math.exp((0.2 - 1) / 0.5), rel_tol=1e-6)
     assert torch.allclose(torch.diagonal(a1), torch.ones(3))
     agg = FLESD(tau_t=tau)
-    acc = agg.accumulate(agg.accumulate(None, {"values": s1}, 1.0), {"values": s2}, 1.0)
+    acc = agg.accumulate(agg.accumulate(None, {"similarity": s1}, 1.0), {"similarity": s2}, 1.0)
     mean = acc["ensemble"] / acc["__count__"]
     expected = torch.tensor([[1.0, (math.exp(-1) + math.exp(-2)) / 2, (math.exp(-2) + math.exp(-1)) / 2]])
     assert torch.allclose(mean[0:1], expected, atol=1e-6)
@@ -85,6 +90,27 @@ def test_payload_bytes_per_dtype(payload: str, dtype: str, topk: float, expected
         assert torch.isinf(sim).sum() == 10 * 8 and torch.allclose(sim.amax(1), exact.amax(1))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8"])
+def test_square_embeddings_are_decoded_as_embeddings(dtype: str) -> None:
+    """N x d embeddings with d == N (projection 128, 128 public images) are still embeddings."""
+    z = torch.nn.functional.normalize(torch.randn(8, 8, generator=torch.Generator().manual_seed(0)), dim=1)
+    msg = encode(z, "embeddings", dtype)
+    assert torch.allclose(decode(msg, 8), z @ z.T, atol=0.03)
+    assert payload_kind(msg) == "embeddings" and sum(payload_bytes(msg).values()) == sum(
+        payload_bytes(encode(z, "similarity", dtype)).values())  # the kind key costs no bytes
+    agg = FLESD(payload="embeddings", dtype=dtype)
+    acc = agg.accumulate(None, agg.client_message(z), 1.0)
+    assert torch.allclose(acc["ensemble"], ensemble_term(z @ z.T, agg.tau_t), atol=0.3)
+    assert torch.allclose(torch.diagonal(acc["ensemble"]), torch.ones(8), atol=0.05)  # S[i, i] = 1 is the row max
+
+
+def test_a_message_without_its_kind_is_refused() -> None:
+    with pytest.raises(ValueError, match="kind"):
+        decode({"values": torch.eye(3)}, 3)
+    with pytest.raises(ValueError, match="shape"):
+        decode({"similarity": torch.ones(3, 2)}, 3)
+
+
 def test_topk_with_embeddings_is_a_user_error() -> None:
     with pytest.raises(UserError, match="server.topk_percent"):
         FLESD(payload="embeddings", topk_percent=10)
@@ -95,7 +121,8 @@ FLESD_ARGS = ["partition.public_client=0", "clients.num=3",
               "server={name: flesd, epochs: 2, queue_size: 64, batch_size: 32, dtype: float16}"]
 
 
-def test_real_flesd_run_sends_no_weights(tmp_path: Path, tiny_recipe: Path, monkeypatch) -> None:
+def test_real_flesd_run_sends_no_weights_and_logs_its_esd_steps(tmp_path: Path, tiny_recipe: Path,
+                                                                monkeypatch) -> None:
     received: list[set[str]] = []
     original = FLESD.accumulate
 
@@ -104,10 +131,65 @@ def test_real_flesd_run_sends_no_weights(tmp_path: Path, tiny_recipe: Path, monk
         return original(self, acc, payload, weight)
 
     monkeypatch.setattr(FLESD, "accumulate", spy)
-    res = fit(load_recipe(tiny_recipe, [*FLESD_ARGS, f"run.dir={tmp_path / 'f'}"]))
-    assert received and all(keys == {"values"} for keys in received)  # float16 similarity, nothing else
+    recipe = load_recipe(tiny_recipe, [*FLESD_ARGS, f"run.dir={tmp_path / 'f'}"])
+    res = fit(recipe)
+    assert received and all(keys == {"similarity"} for keys in received)  # float16 similarity, nothing else
     assert all(row["clients"] == [1, 2] for row in res["history"])  # the public client never trains
     assert res["history"][0]["bytes_up"] < res["history"][0]["bytes_down"]
+    # every round's ESD steps: 2 epochs of (batches - queue_size // batch_size) on the public set
+    n = len(prepare_data(recipe)[1][0])
+    steps = 2 * esd_steps_per_epoch(n, 32, 64)
+    assert steps >= 2 * 8 and [row["esd_steps"] for row in res["history"]] == [steps, steps]
+    saved = json.loads((tmp_path / "f/results.json").read_text())
+    assert [row["esd_steps"] for row in saved["history"]] == [steps, steps]
+    events = EventAccumulator(str(tmp_path / "f/tensorboard"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("server/esd_steps")] == [(1, steps), (2, steps)]
+
+
+def test_esd_steps_per_epoch() -> None:
+    # 286 images in batches of 16: 17 full + 14; the first 64 // 16 = 4 only fill the queue
+    assert esd_steps_per_epoch(286, 16, 64) == 14
+    assert esd_steps_per_epoch(300, 128, 512) == 0  # the old CPU twin: 3 batches, 4 to fill the queue
+    assert esd_steps_per_epoch(33, 16, 16) == 1  # 16 + 16 + a trailing batch of one, skipped
+    assert esd_steps_per_epoch(35, 16, 0, world=2) == 2  # 3 rows over 2 ranks leave one a single row
+    assert esd_steps_per_epoch(36, 16, 0, world=2) == 3
+    assert esd_steps_per_epoch(100, 3, 0, world=2) == 0  # no batch gives each rank two rows
+
+
+def test_a_queue_that_leaves_no_esd_step_is_a_one_line_user_error(tiny_recipe: Path, tmp_path: Path,
+                                                                  capsys) -> None:
+    run = tmp_path / "none"
+    args = ["fit", "--recipe", str(tiny_recipe), *FLESD_ARGS[:3], f"run.dir={run}",
+            "server={name: flesd, queue_size: 512, batch_size: 128}"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "server.queue_size=512" in err and "0 ESD steps an epoch" in err and "below 384" in err, err  # 323 public images: 3 batches
+    assert not run.exists()  # refused before anything is written
+
+
+def test_a_trailing_public_batch_of_one_is_skipped(tiny_recipe: Path) -> None:
+    """N mod batch == 1: the last batch would put one image through BatchNorm in training mode."""
+    recipe = load_recipe(tiny_recipe, FLESD_ARGS)
+    data, _ = prepare_data(recipe)
+    fabric = Fabric(accelerator="cpu", devices=1)
+    module = fabric.to_device(build_module(recipe, data))
+    distiller = EnsembleDistiller(fabric, module, data.train_x[:33], build_views(recipe, data), recipe.seed)
+    ensemble = ensemble_term(torch.eye(33), 0.1)
+    state = distiller(ensemble, tau_s=0.1, momentum=0.99, queue_size=16, epochs=2, batch_size=16, lr=1e-3,
+                      weight_decay=0.0)
+    assert distiller.steps == 2 * esd_steps_per_epoch(33, 16, 16) == 2
+    assert all(torch.isfinite(v).all() for v in state.values() if v.is_floating_point())
+
+
+@pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir(), reason="needs Fashion-MNIST")
+@pytest.mark.parametrize("overrides", [[], ["data.subset=1800"]])
+def test_the_cpu_twin_takes_many_esd_steps_an_epoch(overrides: list[str]) -> None:
+    recipe = load_recipe(Path(__file__).resolve().parents[1] / "recipes/flesd_fmnist.yaml", overrides)
+    server = registry.build_server(recipe.server, recipe.clients.num)
+    n = len(prepare_data(recipe)[1][recipe.partition.public_client])
+    assert server.check_public_set(n) >= 14, n  # the recipe's comment: 17-36 (3,000 images), 14-23 (1,800)
 
 
 def test_flesd_needs_a_public_client(tiny_recipe: Path) -> None:

@@ -15,7 +15,7 @@ from fedlight.config import load_recipe
 from fedlight.data.idx import read_idx
 from fedlight.data.partition import matching_test_split, shards
 from fedlight.data.sources import load_dataset
-from fedlight.engine.fit import fit
+from fedlight.engine.fit import check_recipe, fit
 from fedlight.engine.ledger import CommLedger
 from fedlight.engine.orchestrator import sample_clients
 from fedlight.errors import UserError
@@ -90,6 +90,14 @@ def test_only_global_layers_reach_the_server_and_params_are_counted(tmp_path: Pa
     assert res["comm"]["params_up"] == res["comm"]["params_down"] == expected
     assert res["comm"]["bytes_up"] == 4 * expected
     assert [h["params_up"] for h in res["history"]] == [2 * (lenet + classifier), 2 * classifier, 2 * classifier]
+    # the new test's ensemble: every client's local model (the LeNet) sent once, in its own column, charged at
+    # the first evaluation with local models (round 1 is FedAvg's: every client's model is the global one)
+    assert [h["params_new_test"] for h in res["history"]] == [0, 4 * lenet, 0]
+    assert res["comm"]["params_new_test"] == 4 * lenet and res["comm"]["bytes_new_test"] == 4 * 4 * lenet
+    comm = (tmp_path / "run/comm.csv").read_text().splitlines()
+    uploads = [line.split(",") for line in comm if ",new_test," in line]
+    assert sorted((r, c, d) for r, c, d, *_ in uploads) == [("1", str(c), "new_test") for c in range(4)]
+    assert sum(int(b) for *_, b in uploads) == 4 * 4 * lenet
     final = res["final"]
     for key in ("local_test_acc", "local_test_acc_std", "new_test_acc", "new_test_acc_vote", "avg_model_acc"):
         assert 0 <= final[key] <= 1, key
@@ -104,6 +112,9 @@ def test_local_layers_survive_rounds_and_resume(tmp_path: Path, lg_recipe: Path)
     resumed = fit(load_recipe(lg_recipe, ["rounds=3", f"run.dir={tmp_path / 'b'}"]), resume=True)
     after, reference = _ckpt(tmp_path / "b")["clients"], _ckpt(tmp_path / "a")["clients"]
     assert sorted(before) == sorted(after) == [0, 1, 2, 3]  # every client got its local layers at the switch
+    # the new test's upload is charged once, not again at the evaluations of a resumed, grown run
+    charged = lambda run: sorted((r, c) for r, c, d, *_ in _ckpt(run)["ledger"] if d == "new_test")  # noqa: E731
+    assert charged(tmp_path / "b") == charged(tmp_path / "a") == [(1, c) for c in range(4)]
     local_keys = {k for k in after[0]}
     assert local_keys and not local_keys & CLASSIFIER and "objective.backbone.conv1.weight" in local_keys
     sampled = set(sample_clients(1, 2, 4, 0.5))  # round index 2 = the third round
@@ -131,6 +142,9 @@ def test_ssl_local_layers_under_a_supervised_global_head(tmp_path: Path, lg_reci
     assert payloads and all(p == {"head.weight", "head.bias"} for p in payloads)
     clients = _ckpt(tmp_path / "ssl")["clients"]
     assert all(k.startswith(("objective.backbone.", "objective.projection_head.")) for k in clients[0])
+    # the new test needs the local encoder, not the SimCLR projection head that predictions never read
+    encoder = sum(v.numel() for k, v in clients[0].items() if k.startswith("objective.backbone."))
+    assert res["comm"]["params_new_test"] == 4 * encoder
     final = res["final"]
     # each client's own encoder + the shared head, on its own classes (2 of 10): learnt over the rounds
     # (0.46 after round 1, 0.80 after round 3 when written)
@@ -180,13 +194,13 @@ def test_parameter_counts_of_the_paper_models_and_the_ledger() -> None:
         {"name": "supervised"}, backbone, channels, size, 10, OptimizerSpec())
     # LeNet-5 on CIFAR: conv 3->6 (5x5), conv 6->16, fc 400->120, 120->100, 100->10
     assert _numel(build("lenet5", 3, 32).state_dict()) == 456 + 2416 + 48120 + 12100 + 1010
-    # the MNIST MLP: 784->512->256->64->10
-    assert _numel(build("mlp", 1, 28).state_dict()) == 401920 + 131328 + 16448 + 650
+    # the MNIST MLP (Table 5): 784->512->256->256->128->10
+    assert _numel(build("mlp", 1, 28).state_dict()) == 401920 + 131328 + 65792 + 32896 + 1290
     ledger = CommLedger()
     ledger.record(0, 0, "up", {"w": torch.zeros(10), "n": torch.zeros(3, dtype=torch.long)})
     ledger.record(1, 0, "down", {"w": torch.zeros(4, dtype=torch.float16)})
-    assert ledger.totals() == {"bytes_up": 64, "bytes_down": 8, "bytes_d2d": 0,
-                               "params_up": 13, "params_down": 4, "params_d2d": 0}
+    assert ledger.totals() == {"bytes_up": 64, "bytes_down": 8, "bytes_d2d": 0, "bytes_new_test": 0,
+                               "params_up": 13, "params_down": 4, "params_d2d": 0, "params_new_test": 0}
     assert ledger.totals(1)["params_up"] == 0
 
 
@@ -237,3 +251,53 @@ def test_fedavg_phase_ends_at_the_round_count_or_the_goal_accuracy() -> None:
     late = registry.build_method({"name": "lg", "objective": "supervised", "warmup_rounds": 5}, "lenet5", 1, 28,
                                  10, OptimizerSpec())
     assert not late.on_round_start(4, [{"test_acc": 0.99}]) and late.on_round_start(5, [])  # no goal: round count
+
+
+def test_exponential_lr_decay_restarts_with_the_lg_phase_and_survives_resume(tmp_path: Path, lg_recipe: Path) -> None:
+    """Table 6's "learning rate decay": lr x (1 - d)^t, t counted from the start of the current phase
+    (the paper's LG run starts from a FedAvg checkpoint at the initial rate)."""
+    decay = ["local.lr_schedule=exponential", "local.lr_decay=0.1", "method.warmup_rounds=2"]
+    fit(load_recipe(lg_recipe, [*decay, "rounds=3", f"run.dir={tmp_path / 'a'}"]))
+    res = fit(load_recipe(lg_recipe, [*decay, "rounds=4", f"run.dir={tmp_path / 'a'}"]), resume=True)
+    expected = [0.05, 0.05 * 0.9, 0.05, 0.05 * 0.9]  # FedAvg rounds 1-2, LG rounds 3-4
+    assert [row["lr"] for row in res["history"]] == pytest.approx(expected)
+
+
+def test_lr_decay_without_the_exponential_schedule_is_a_user_error(lg_recipe: Path) -> None:
+    with pytest.raises(UserError, match="local.lr_decay=0.1 applies to local.lr_schedule=exponential"):
+        check_recipe(load_recipe(lg_recipe, ["local.lr_decay=0.1"]))
+    with pytest.raises(UserError, match="local.lr_decay"):
+        load_recipe(lg_recipe, ["local.lr_schedule=exponential", "local.lr_decay=1.0"])
+
+
+def test_local_only_is_local_from_round_zero(tmp_path: Path, lg_recipe: Path, payloads: list[set[str]]) -> None:
+    res = fit(load_recipe(lg_recipe, ["method.global_layers=[]", "method.warmup_rounds=0", "eval.every=3",
+                                      f"run.dir={tmp_path / 'local'}"]))
+    assert payloads and all(p == set() for p in payloads)  # not one FedAvg round: nothing is shared
+    assert res["comm"]["params_up"] == res["comm"]["params_down"] == 0
+    module = registry.build_method({"name": "lg", "objective": "supervised"}, "lenet5", 3, 16, 10, OptimizerSpec())
+    assert res["comm"]["params_new_test"] == 4 * _numel(module.state_dict())  # the whole model is local
+    clients = _ckpt(tmp_path / "local")["clients"]
+    trained = set().union(*(sample_clients(1, r, 4, 0.5) for r in range(3)))
+    key = "objective.classifier.weight"
+    for a in trained:  # every trained client went its own way from the common initial model
+        assert all(not torch.equal(clients[a][key], clients[b][key]) for b in range(4) if b != a)
+
+
+def test_lg_recipes_follow_the_paper() -> None:
+    recipe = lambda name: load_recipe(REPO / "recipes" / name)  # noqa: E731
+    # MNIST (sec. 7.1.1, Table 5): the last two layers are the global model, input 256 -> [128] -> 10
+    mnist = recipe("lg_mnist.yaml")
+    module = registry.build_method(mnist.method, mnist.model.backbone, 1, 28, 10, OptimizerSpec())
+    module.on_round_start(mnist.method["warmup_rounds"], [])
+    shared = module.shared_state()
+    assert {k: tuple(v.shape) for k, v in shared.items() if k.endswith("weight")} == {
+        "objective.backbone.fc4.weight": (128, 256), "objective.classifier.weight": (10, 128)}
+    # CIFAR-10 (sec. 3.1, 7.1.2): the two convolutions; Table 6's decay 0.005 a round
+    cifar = recipe("lg_cifar10.yaml")
+    assert cifar.method["global_layers"] == ["backbone.conv1", "backbone.conv2"]
+    assert (cifar.local.lr, cifar.local.lr_schedule, cifar.local.lr_decay) == (0.1, "exponential", 0.005)
+    # local only: local from round 0, with the LG run's rounds, sampling and local epochs
+    lg, local = recipe("lg_fmnist.yaml"), recipe("lg_local_fmnist.yaml")
+    assert local.method["global_layers"] == [] and local.method["warmup_rounds"] == 0
+    assert (local.rounds, local.clients, local.local) == (lg.rounds, lg.clients, lg.local)

@@ -118,6 +118,9 @@ def test_fair_run_reports_table4_metrics_and_keeps_the_adversary_local(tmp_path:
     clients = torch.load(tmp_path / "fair/checkpoints/last.pt", weights_only=True)["clients"]
     assert sorted(clients) == [0, 1, 2, 3] and "adversary.0.weight" in clients[0]
     assert not torch.equal(clients[0]["adversary.0.weight"], clients[1]["adversary.0.weight"])
+    # the new test's one-time upload: each client's local encoder, never its adversary
+    encoder = sum(v.numel() for k, v in clients[0].items() if k.startswith("objective.backbone."))
+    assert encoder and res["comm"]["params_new_test"] == 4 * encoder
     final = res["final"]
     for key in ("class_acc", "class_auc", "adv_auc", "postfit_adv_auc", "local_test_acc", "new_test_acc"):
         assert 0 <= final[key] <= 1, key

@@ -82,3 +82,12 @@ def test_report_without_runs_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
     assert "no results.json under" in err and err.count("\n") == 1
     assert main(["report", str(tmp_path / "missing")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_the_new_test_upload_counts_as_communication(tmp_path: Path) -> None:
+    _write_run(tmp_path / "lg", 0.1, 0, 0.5, 0.4, 250_000)
+    path = tmp_path / "lg/results.json"
+    results = json.loads(path.read_text())
+    results["comm"].update(bytes_new_test=100_000, params_new_test=25_000)
+    path.write_text(json.dumps(results))
+    assert find_runs([tmp_path / "lg"])[0].total_bytes == 4 * 250_000 + 100_000

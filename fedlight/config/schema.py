@@ -70,7 +70,10 @@ class LocalConfig:
     batch_size: int = check(_positive, 128)
     lr: float = check(_positive, 1e-3)
     optimizer: Literal["adam", "sgd", "adamw"] = "adam"
-    lr_schedule: Literal["constant", "cosine"] = "constant"
+    # over the rounds of the method's current phase (engine/orchestrator.py, Federation._round_lr):
+    # cosine (FedU / FedEMA) or exponential, lr x (1 - lr_decay)^t (LG-FedAvg, Table 6)
+    lr_schedule: Literal["constant", "cosine", "exponential"] = "constant"
+    lr_decay: float = check(lambda v: None if 0 <= v < 1 else "must be in [0, 1)", 0.0)
     momentum: float = check(_probability, 0.9)
     weight_decay: float = check(_non_negative, 1e-6)
 

@@ -3,9 +3,12 @@
 The student is the global model (its ``embed``: unit-length projections); the key encoder
 is its momentum copy, updated before the keys of each batch are computed; keys and their
 public indices go through a FIFO queue, re-started every epoch, whose first
-``queue_size / batch_size`` iterations only fill it. With several ranks the work is
-data-parallel: every rank computes the (cheap, gradient-free) keys of the whole batch, so
-the queues agree without communication, the student's rows are split over ranks, and
+``queue_size // batch_size`` iterations only fill it (``esd_steps_per_epoch`` counts the steps
+an epoch takes; ``FLESD.check_public_set`` refuses a setting that takes none before the run
+starts). A batch too small for BatchNorm (a trailing batch of one image, or with several ranks
+fewer than two rows a rank) is skipped, as local training skips it. With several ranks the
+work is data-parallel: every rank computes the (cheap, gradient-free) keys of the whole batch,
+so the queues agree without communication, the student's rows are split over ranks, and
 gradients are summed with one all-reduce per step.
 """
 
@@ -20,7 +23,7 @@ from lightning.fabric import Fabric
 from fedlight.data.views import ViewMaker
 from fedlight.methods.base import FederatedModule
 from fedlight.seeding import torch_generator
-from fedlight.server.esd import KeyQueue, distillation_loss, target_distribution
+from fedlight.server.esd import KeyQueue, distillation_loss, target_distribution, usable_batch
 
 State = dict[str, torch.Tensor]
 
@@ -34,12 +37,16 @@ class EnsembleDistiller:
         public_images: (N, C, H, W) uint8 public images on the device.
         views: the augmentation used in local training (FLESD reuses it for ESD).
         seed: run seed; ``round`` must be set before each call.
+
+    Attributes:
+        steps: optimizer steps the last call took (the round's ``esd_steps``).
     """
 
     def __init__(self, fabric: Fabric, module: FederatedModule, public_images: torch.Tensor,
                  views: ViewMaker, seed: int) -> None:
         self.fabric, self.module, self.public, self.views, self.seed = fabric, module, public_images, views, seed
         self.round = 0
+        self.steps = 0
 
     def _sum_gradients(self, params: list[torch.nn.Parameter]) -> None:
         if self.fabric.world_size == 1:
@@ -64,13 +71,16 @@ class EnsembleDistiller:
         module.train()
         keys_encoder.train()
         n = len(self.public)
-        queue_len = min(queue_size, n)
-        skip = min(queue_len // batch_size, max(0, -(-n // batch_size) - 1))
+        queue_len = min(queue_size, n)  # an epoch pushes each public image once: a longer queue never fills
+        skip = queue_size // batch_size  # FLESD: the first Q / B iterations of an epoch only fill the queue
+        self.steps = 0
         for _ in range(epochs):
             order = torch.randperm(n, generator=g).to(self.public.device)
             queue = None
             for it, start in enumerate(range(0, n, batch_size)):
                 idx = order[start:start + batch_size]
+                if not usable_batch(len(idx), world):  # only the trailing batch can be this small
+                    continue
                 x_query, x_key = self.views.views(self.public[idx], 2, g)
                 update_momentum(module, keys_encoder, momentum)
                 with torch.no_grad(), fabric.autocast():
@@ -90,6 +100,7 @@ class EnsembleDistiller:
                 fabric.backward(loss)
                 self._sum_gradients(params)
                 optimizer.step()
+                self.steps += 1
         state = {k: v.detach().clone() for k, v in module.shared_state().items()}
         if world > 1:  # parameters agree already; BatchNorm statistics saw different rows
             for k, v in state.items():

@@ -98,6 +98,10 @@ def check_recipe(recipe: Recipe) -> Aggregator:
     returns the run's aggregator."""
     server = registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client)
     validate_exchange(recipe, server.aggregate_every)
+    l = recipe.local
+    if l.lr_decay and l.lr_schedule != "exponential":
+        raise UserError(f"local.lr_decay={l.lr_decay} applies to local.lr_schedule=exponential only (got "
+                        f"{l.lr_schedule}); set local.lr_schedule=exponential or drop local.lr_decay")
     if recipe.fabric.workers > 1 and (server.uses_public_set or server.aggregate_every is not None):
         raise UserError(f"fabric.workers={recipe.fabric.workers} trains clients side by side, which "
                         f"server.name={recipe.server['name']} cannot (its clients share one model's "
@@ -111,6 +115,9 @@ def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
     if getattr(registry.METHODS[recipe.method["name"]], "uses_protected", False) and data.train_a is None:
         raise UserError(f"method.name={recipe.method['name']} needs a dataset with a protected attribute; "
                         f"data.name={recipe.data.name} has none (use data.name=diabetes)")
+    if server.uses_public_set:  # e.g. FLESD's queue against its public set: needs the partition, not the run
+        f = recipe.fabric
+        server.check_public_set(len(parts[recipe.partition.public_client]), f.devices * f.num_nodes)
     run_dir = Path(recipe.run_dir)
     fabric = make_fabric(recipe)
     if fabric.global_rank == 0:

@@ -1,4 +1,9 @@
-"""The communication ledger: real bytes sent per client and round, by direction and dtype."""
+"""The communication ledger: real bytes sent per client and round, by direction and dtype.
+
+Directions: ``up`` and ``down`` (client <-> server each round), ``d2d`` (CF-CL's device-to-device
+exchange) and ``new_test`` (LG-FedAvg's one-time upload of every client's local model for the
+new test's ensemble, section 3.1 footnote), each its own ``bytes_*`` / ``params_*`` column.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ from collections import defaultdict
 
 import torch
 
-DIRECTIONS = ("up", "down", "d2d")
+DIRECTIONS = ("up", "down", "d2d", "new_test")
 
 
 def payload_bytes(payload: dict[str, torch.Tensor]) -> dict[str, int]:
@@ -29,14 +34,15 @@ class CommLedger:
         self.rows: list[list] = [list(r) for r in rows or []]
 
     def record(self, round_: int, client: int, direction: str, payload: dict[str, torch.Tensor]) -> None:
-        """Count ``payload`` as sent by/to ``client`` in ``round_`` (``direction`` in up, down, d2d)."""
+        """Count ``payload`` as sent by/to ``client`` in ``round_`` (``direction`` in ``DIRECTIONS``)."""
         assert direction in DIRECTIONS, direction
         for dtype, n in sorted(payload_bytes(payload).items()):
             self.rows.append([round_, client, direction, dtype, n])
 
     def totals(self, round_: int | None = None) -> dict[str, int]:
-        """``{"bytes_up", "bytes_down", "bytes_d2d"}`` and the same as tensor elements
-        (``params_*``, LG-FedAvg's "# params communicated") for one round, or the whole run if None."""
+        """``bytes_<direction>`` for every direction (``bytes_up``, ..., ``bytes_new_test``) and the same
+        as tensor elements (``params_*``; LG-FedAvg's "# params communicated" is ``params_up +
+        params_down + params_new_test``) for one round, or the whole run if None."""
         out = {f"{unit}_{d}": 0 for unit in ("bytes", "params") for d in DIRECTIONS}
         for r, _, d, dtype, n in self.rows:
             if round_ is None or r == round_:

@@ -4,6 +4,10 @@
   (test samples of its own classes, ``matching_test_split``): mean and spread over clients;
 * new test: the ensemble of all clients' models on the full test set (``fedlight.eval.ensemble``);
 * the averaged model: the sample-weighted mean of the clients' models on the full test set;
+* what the new test costs: every client's local model sent to the server once (section 3.1,
+  footnote: "all local models have to be sent to the global server only once after
+  training"), i.e. the client's own tensors that a forward pass of ``classify`` reads
+  (``upload``; not, e.g., lg_fair's adversary or SimCLR's projection head);
 * on data with a protected attribute (fair LG-FedAvg, Table 4): the clients' classifier
   accuracy and ROC AUC on the full test set, their own adversaries' ROC AUC for the attribute,
   and a post-fit adversary: a logistic regression fitted on each client's representations of
@@ -42,6 +46,28 @@ class LocalTester:
         self.evaluator, self.weights = evaluator, weights
         self.train_parts = [torch.as_tensor(p, dtype=torch.long) for p in train_parts]
         self.test_parts = [torch.as_tensor(p, dtype=torch.long) for p in test_parts]
+        self._inference_keys: set[str] | None = None
+
+    def inference_keys(self) -> set[str]:
+        """State keys of the modules a forward pass of the worker model's ``classify`` runs through."""
+        if self._inference_keys is None:
+            ev = self.evaluator
+            ran: set[str] = set()
+            hooks = [m.register_forward_hook(lambda *_, name=name: ran.add(name))
+                     for name, m in ev.module.named_modules() if name]
+            try:
+                ev.apply(ev.module.classify, ev.data.test_x[:2])
+            finally:
+                for hook in hooks:
+                    hook.remove()
+            self._inference_keys = {k for k in ev.module.state_dict() if k.rpartition(".")[0] in ran}
+        return self._inference_keys
+
+    def upload(self, private: State) -> State:
+        """What the new test needs a client to send once (section 3.1, footnote): the tensors of its
+        ``private`` state that its model's prediction reads (the server holds the global ones)."""
+        keys = self.inference_keys()
+        return {k: v for k, v in private.items() if k in keys}
 
     def metrics(self, models: list[State]) -> dict[str, float | None]:
         """The metrics of ``models`` (one full state per client).

@@ -139,6 +139,7 @@ class Federation:
         self.history: list[dict[str, Any]] = []
         self.baseline: dict[str, float] | None = None
         self.rounds_done = 0
+        self.phase_start: int | None = None  # the round the method changed what it shares (LG), if it has
         self.wall_before = 0.0
         self.partial: dict[str, Any] | None = None  # a round a preemption stopped between clients
         self.started = time.perf_counter()
@@ -190,18 +191,36 @@ class Federation:
 
     # ---------------------------------------------------------------- one round
     def _round_lr(self, round_: int) -> float:
-        """``local.lr`` under ``local.lr_schedule`` (cosine decays over the rounds, as FedU/FedEMA)."""
-        l = self.recipe.local
+        """``local.lr`` in (0-based) ``round_`` under ``local.lr_schedule``.
+
+        The schedule counts t rounds from the start of the method's current phase, ``phase_start``
+        (0, or the round LG-FedAvg left its FedAvg phase: the paper's LG runs start from a FedAvg
+        checkpoint at the initial learning rate, and its Table 6 lists the decay of each run):
+
+        * ``constant``: ``lr``;
+        * ``cosine``: ``lr / 2 * (1 + cos(pi t / T))`` over the phase's T rounds (FedU / FedEMA);
+        * ``exponential``: ``lr * (1 - lr_decay)^t``: LG-FedAvg's Table 6 "learning rate decay
+          0.005" (CIFAR-10) read as its authors' code applies ``lr_decay``, a factor per round
+          (``lr *= 0.995`` after every round).
+        """
+        l, start = self.recipe.local, self.phase_start or 0
+        t = round_ - start
         if l.lr_schedule == "cosine":
-            return l.lr * 0.5 * (1 + math.cos(math.pi * round_ / self.recipe.rounds))
+            return l.lr * 0.5 * (1 + math.cos(math.pi * t / max(self.recipe.rounds - start, 1)))
+        if l.lr_schedule == "exponential":
+            return l.lr * (1 - l.lr_decay) ** t
         return l.lr
 
     def _train_round(self, round_: int, progress: Any) -> list[dict[str, Any]]:
         r = self.recipe
-        lr = self._round_lr(round_)
-        self.workers.each(lambda m: setattr(m.optim, "lr", lr))
+        if self.distiller is not None:  # FLESD: the round's ESD (if any client answers) counts its steps
+            self.distiller.round, self.distiller.steps = round_, 0
         if any(self.workers.each(lambda m: m.on_round_start(round_, self.history))):  # e.g. LG leaving FedAvg
             self._split_changed()
+            if self.phase_start is None:  # not when a resumed run re-enters the phase it had entered
+                self.phase_start = round_
+        lr = self._round_lr(round_)
+        self.workers.each(lambda m: setattr(m.optim, "lr", lr))
         sampled = [self.trainable[i] for i in sample_clients(r.seed, round_, len(self.trainable), r.clients.fraction)]
         hands = self._hands(sampled)
         if self.exchange is not None:
@@ -233,8 +252,6 @@ class Federation:
         if acc is None:  # this rank trained nobody: a neutral element keeps the collective aligned
             acc = self.aggregator.zeros(self._client_payload(self.module))
         acc = self._sum_across_ranks(acc)
-        if self.distiller is not None:
-            self.distiller.round = round_
         self.global_state = self._snapshot(self.aggregator.finalize(self.global_state, acc))
         self.module.load_partial(self.global_state)
         return reports
@@ -409,17 +426,29 @@ class Federation:
             return self.evaluator.model_metrics()
         return self.evaluator.clients_metrics(client_models, self.global_state)
 
-    def _local_test(self) -> dict[str, float | None]:
-        """LG-FedAvg's local / new test over every client's model (a collective; metrics on rank 0)."""
+    def _local_test(self, round_: int) -> tuple[dict[str, float | None], list[list]]:
+        """LG-FedAvg's local / new test over every client's model (a collective; metrics on rank 0).
+
+        Also returns the ledger rows of the new test's upload of every client's local model
+        (direction ``new_test``; section 3.1, footnote: sent "only once after training"), on every
+        rank: charged once per run, in the round of the first evaluation, whose byte count every
+        later one shares (the models' sizes never change), so a run grown by ``--resume`` is not
+        charged twice and its ledger matches a straight run's.
+        """
         if self.local_tester is None:
-            return {}
+            return {}, []
         shards = self._gather(self.store.state_dict())
-        if self.rank != 0:
-            return {}
         states = {c: s for shard in shards for c, s in shard.items()}
-        models = [{**self.global_state, **{k: self.fabric.to_device(v) for k, v in states.get(c, {}).items()
-                                           if not k.startswith(BUFFER)}} for c in self.trainable]
-        return self.local_tester.metrics(models)  # leaves the worker holding the averaged model
+        private = {c: {k: v for k, v in states.get(c, {}).items() if not k.startswith(BUFFER)} for c in self.trainable}
+        uploads = CommLedger()
+        if not any(row[2] == "new_test" for row in self.ledger.rows):
+            for c in self.trainable:
+                uploads.record(round_, c, "new_test", self.local_tester.upload(private[c]))
+        if self.rank != 0:
+            return {}, uploads.rows
+        models = [{**self.global_state, **{k: self.fabric.to_device(v) for k, v in private[c].items()}}
+                  for c in self.trainable]
+        return self.local_tester.metrics(models), uploads.rows  # leaves the worker holding the averaged model
 
     def _client_models(self) -> list[State] | None:
         """Every trained client's model, gathered on all ranks (local-only training), else None."""
@@ -437,6 +466,7 @@ class Federation:
         clients = {c: s for shard in shards for c, s in shard.items()}
         save_checkpoint(self.run_dir / CHECKPOINT, {
             "rounds_completed": self.rounds_done,
+            "phase_start": self.phase_start,
             "global": {k: v.cpu() for k, v in self.global_state.items()},
             "server": self.aggregator.state_dict(),
             "clients": clients,
@@ -457,6 +487,7 @@ class Federation:
     def _restore(self) -> None:
         ckpt = load_checkpoint(self.run_dir / CHECKPOINT)
         self.rounds_done = int(ckpt["rounds_completed"])
+        self.phase_start = ckpt.get("phase_start")
         self.global_state = {k: self.fabric.to_device(v) for k, v in ckpt["global"].items()}
         self.module.load_partial(self.global_state)
         self.aggregator.load_state_dict(ckpt["server"])
@@ -530,12 +561,15 @@ class Federation:
         if self.logger is None:
             return
         scalars = {"time/round_seconds": row["seconds"], "time/train_seconds": row["train_seconds"],
-                   "time/eval_seconds": row["eval_seconds"],
+                   "time/eval_seconds": row["eval_seconds"], "train/lr": row["lr"],
                    **({"train/loss": row["train_loss"]} if row["train_loss"] is not None else {}),
                    **{f"faults/{k}": row[k] for k in FAULT_COLUMNS},
                    **{f"comm/{k}": row[k] for k in ("bytes_up", "bytes_down", "bytes_d2d")},
+                   **({"comm/bytes_new_test": row["bytes_new_test"]} if self.local_tester is not None else {}),
                    **{f"eval/{k}": v for k, v in row.items()
                       if k.startswith(METRICS + LOCAL_METRICS) and v is not None}}
+        if "esd_steps" in row:  # FLESD: optimizer steps of the round's server-side distillation
+            scalars["server/esd_steps"] = row["esd_steps"]
         if "label_var" in row:
             scalars.update({"exchange/label_var": row["label_var"], "exchange/delay_seconds": row["delay_seconds"]})
         if "buffer_classes" in row:
@@ -603,18 +637,21 @@ class Federation:
             t_eval = time.perf_counter()
             if self.rounds_done % r.eval.every == 0 or self.rounds_done == r.rounds:
                 client_models = self._client_models()  # a collective: every rank takes part
-                local = self._local_test()  # a collective too; before evaluate(), which then scores the average
+                local, uploads = self._local_test(round_)  # a collective too; before evaluate(), which scores the average
+                self.ledger.rows.extend(uploads)
+                rows = rows + uploads
                 if self.rank == 0:
                     metrics = {**self.evaluate(client_models), **local}
                     last_eval = metrics
             eval_seconds = time.perf_counter() - t_eval
             answered = [rep["loss"] for rep in reports if rep["status"] == "ok"]
             row = {"round": self.rounds_done,
-                   "train_loss": float(np.mean(answered)) if answered else None,
+                   "train_loss": float(np.mean(answered)) if answered else None, "lr": self._round_lr(round_),
                    **metrics, **self._fault_counts(reports), **self.ledger.totals(round_),
                    "seconds": time.perf_counter() - t0, "eval_seconds": eval_seconds,
                    "train_seconds": sum(rep.get("seconds", 0.0) for rep in reports) / (self.world * len(self.workers)),
                    "clients": [rep["client"] for rep in reports],
+                   **({"esd_steps": self.distiller.steps} if self.distiller is not None else {}),
                    **self._buffer_summary([rep for rep in reports if "buffer" in rep]),
                    **self._exchange_summary([rep for rep in reports if "label_counts" in rep], rows)}
             self.history.append(row)

@@ -7,10 +7,11 @@ or until the global model's ``test_acc`` reaches ``warmup_goal_acc``), after whi
 client's local layers start from the FedAvg model (Algorithm 1; the authors load a
 FedAvg checkpoint into every local model).
 
-Both readings of "which layers are global" are expressible: the paper draws local
-representation layers below a global head (``global_layers: [classifier]`` or the upper
-layers), the authors' code keeps the convolutions global
-(``global_layers: [backbone.conv1, backbone.conv2]``).
+Any split is expressible. The paper's experiments (sec. 3.1, 7.1) use two: on MNIST the last
+two layers are the global model (``global_layers: [backbone.fc4, classifier]``, Table 5), on
+CIFAR-10 the two convolutions (``global_layers: [backbone.conv1, backbone.conv2]``), as the
+authors' code does; Figure 1 draws local representation layers below a global head
+(``global_layers: [classifier]``).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ def curve(runs: list[Run], metric: str) -> tuple[np.ndarray, np.ndarray, np.ndar
     per_run = []
     for r in runs:
         history = r.results["history"]
-        cumulative = np.cumsum([row["bytes_up"] + row["bytes_down"] + row["bytes_d2d"] for row in history])
+        cumulative = np.cumsum([sum(v for k, v in row.items() if k.startswith("bytes_")) for row in history])
         per_run.append({row["round"]: (float(b), row[metric]) for row, b in zip(history, cumulative)
                         if row.get(metric) is not None})
     rounds = sorted(set.intersection(*(set(p) for p in per_run)))

@@ -51,9 +51,10 @@ class Run:
 
     @property
     def total_bytes(self) -> int:
-        """Bytes communicated over the run (up + down + device to device)."""
+        """Bytes communicated over the run: every ledger direction (up, down, device to device,
+        LG-FedAvg's new-test upload)."""
         comm = self.results.get("comm") or {}  # also holds params_* element counts: not bytes
-        return int(sum(comm.get(f"bytes_{way}", 0) for way in ("up", "down", "d2d")))
+        return int(sum(v for k, v in comm.items() if k.startswith("bytes_")))
 
 
 def _load(path: Path) -> Run:

@@ -2,7 +2,8 @@
 
 Each group's row gives, per final accuracy, the mean and the sample standard deviation
 (n - 1) over its seeds, in percent, and the bytes communicated per run (up + down + device
-to device, mean over seeds), in MB (10^6 bytes). Below: one row per run, and the plots.
+to device + LG-FedAvg's new-test upload, mean over seeds), in MB (10^6 bytes). Below: one row
+per run, and the plots.
 """
 
 from __future__ import annotations

@@ -44,6 +44,12 @@ class Aggregator:
         """For ``uses_public_set`` servers: the message for a client's (N, d) public embeddings."""
         raise NotImplementedError
 
+    def check_public_set(self, n: int, world: int = 1) -> int | None:
+        """For ``uses_public_set`` servers, before the run starts: raise a UserError if a public set
+        of ``n`` images (split over ``world`` ranks) cannot serve the server-side training; returns
+        that training's optimizer steps an epoch (None: no server-side training)."""
+        return None
+
     def zeros(self, payload: State) -> State:
         """An accumulator that adds nothing, shaped as if ``payload`` had been folded in."""
         return {k: torch.zeros_like(v) for k, v in self.accumulate(None, payload, 1.0).items()}

@@ -14,7 +14,8 @@ import torch
 
 from fedlight.errors import UserError
 from fedlight.server.base import Aggregator, State
-from fedlight.server.similarity import decode, encode, ensemble_term
+from fedlight.server.esd import esd_steps_per_epoch
+from fedlight.server.similarity import decode, encode, ensemble_term, payload_kind
 
 COUNT_KEY = "__count__"
 ENSEMBLE_KEY = "ensemble"
@@ -53,6 +54,26 @@ class FLESD(Aggregator):
         self.lr, self.weight_decay = lr, weight_decay
         self.distiller: Callable[..., State] | None = None
 
+    def check_public_set(self, n: int, world: int = 1) -> int:
+        """ESD steps an epoch over ``n`` public images split over ``world`` ranks (``esd_steps_per_epoch``).
+
+        Raises:
+            UserError: the queue and batch leave no step: the first ``queue_size // batch_size``
+                batches of an epoch only fill the queue (FLESD Algorithm 1), so the queue must
+                be shorter than the public set's usable batches.
+        """
+        steps = esd_steps_per_epoch(n, self.batch_size, self.queue_size, world)
+        if steps >= 1:
+            return steps
+        batches = esd_steps_per_epoch(n, self.batch_size, 0, world)
+        ranks = f" over {world} ranks" if world > 1 else ""
+        fix = (f"set server.queue_size below {batches * self.batch_size}" if batches
+               else f"set server.batch_size to at least {2 * world}")
+        raise UserError(f"server.queue_size={self.queue_size} with server.batch_size={self.batch_size} leaves "
+                        f"{steps} ESD steps an epoch on the public set of {n} images{ranks}: the first "
+                        f"queue_size // batch_size = {self.queue_size // self.batch_size} of its {batches} "
+                        f"batches only fill the queue; {fix}, or make the public set larger")
+
     def bind_distiller(self, distiller: Callable[..., State]) -> None:
         """The engine's ESD trainer: ``distiller(ensemble, **esd_hyperparameters) -> new global state``."""
         self.distiller = distiller
@@ -62,7 +83,7 @@ class FLESD(Aggregator):
         return encode(embeddings, self.payload, self.dtype, self.topk_percent)
 
     def accumulate(self, acc: State | None, payload: State, weight: float) -> State:
-        n = len(payload["index"]) if "index" in payload else len(payload["values"])
+        n = len(payload[payload_kind(payload)])  # one row per public image, whatever the kind
         term = ensemble_term(decode(payload, n), self.tau_t)
         if acc is None:
             acc = {ENSEMBLE_KEY: torch.zeros_like(term), COUNT_KEY: torch.zeros((), device=term.device)}
