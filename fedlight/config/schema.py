@@ -91,6 +91,8 @@ class BufferConfig:
     size: int = check(_positive, 128)
     policy: Literal["fifo", "reservoir", "kcenter", "importance"] = "importance"
     lazy_interval: int = check(_positive, 1)
+    # the importance policy's online output (fedlight.methods.base.ScoreHead): SOFed eq. 3's prediction
+    score: Literal["prediction", "projection"] = "prediction"
 
 
 @dataclass

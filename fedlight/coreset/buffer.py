@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 
 Scorer = Callable[[torch.Tensor], torch.Tensor]
-"""ids (M,) -> scores (M,), e.g. SOFed's 1 - cos(online(x), target(flip(x)))."""
+"""ids (M,) -> scores (M,), e.g. SOFed's eq. 3, 1 - cos(online prediction of x, target projection of flip(x))."""
 Featurizer = Callable[[torch.Tensor], torch.Tensor]
 """ids (M,) -> features (M, D), for k-center."""
 
