@@ -49,7 +49,7 @@ STREAM = ["stream.velocity=192", "stream.stc=20", "buffer.size=32", "local.lr=0.
           "method={name: byol, hidden_dim: 32, output_dim: 16}"]
 
 
-@pytest.mark.parametrize("policy", ["importance", "fifo", "reservoir", "kcenter"])
+@pytest.mark.parametrize("policy", ["importance", "fifo", "reservoir", "random", "kcenter"])
 def test_short_real_streaming_run(tmp_path, tiny_recipe, policy: str) -> None:
     args = [*STREAM, f"buffer.policy={policy}", "buffer.lazy_interval=2", "eval.extra_label_fractions=[0.1]"]
     straight = fit(load_recipe(tiny_recipe, [*args, "rounds=3", f"run.dir={tmp_path / 'a'}"]))

@@ -14,7 +14,7 @@ import torch
 from lightning.fabric import Fabric
 
 from fedlight.config.schema import BufferConfig
-from fedlight.coreset.buffer import ReplayBuffer, UpdateStats, fifo, importance, kcenter, reservoir
+from fedlight.coreset.buffer import ReplayBuffer, UpdateStats, fifo, importance, kcenter, random_replacement, reservoir
 from fedlight.data.views import ViewMaker
 from fedlight.engine.local_loop import LocalResult, training_step
 from fedlight.methods.base import FederatedModule
@@ -22,7 +22,7 @@ from fedlight.methods.base import FederatedModule
 
 def update_buffer(buffer: ReplayBuffer, new_ids: torch.Tensor, cfg: BufferConfig, module: FederatedModule,
                   images: torch.Tensor, views: ViewMaker, generator: torch.Generator) -> UpdateStats:
-    """Apply ``cfg.policy`` (fifo | reservoir | kcenter | importance) to the buffer for one
+    """Apply ``cfg.policy`` (fifo | reservoir | random | kcenter | importance) to the buffer for one
     arrival; importance scores with ``cfg.score`` and ``cfg.lazy_interval``."""
     module.eval()
 
@@ -34,6 +34,8 @@ def update_buffer(buffer: ReplayBuffer, new_ids: torch.Tensor, cfg: BufferConfig
         return fifo(buffer, new_ids)
     if cfg.policy == "reservoir":
         return reservoir(buffer, new_ids, generator)
+    if cfg.policy == "random":
+        return random_replacement(buffer, new_ids, generator)
     if cfg.policy == "kcenter":
         return kcenter(buffer, new_ids, lambda ids: run(module.features, ids))
     return importance(buffer, new_ids, lambda ids: run(lambda x: module.importance_score(x, cfg.score), ids),
