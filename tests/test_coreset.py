@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from fedlight.coreset.buffer import ReplayBuffer, fifo, importance, kcenter, reservoir
+from fedlight.coreset.buffer import ReplayBuffer, fifo, importance, kcenter, random_replacement, reservoir
 
 
 def _batches(n_batches: int, size: int):
@@ -77,3 +77,35 @@ def test_state_round_trip() -> None:
     fifo(buf, torch.tensor([3, 4, 5]))
     again = ReplayBuffer.from_state(2, buf.state_dict())
     assert again.ids.tolist() == [4, 5] and again.seen == 3
+
+
+def _random_run(seed: int, size: int = 8, n_batches: int = 6) -> tuple[list[list[int]], int, int]:
+    """Random Replacement over a stream of ``n_batches`` batches of ``size``: the buffer after each
+    batch, and the new samples that arrived and that were dropped at once."""
+    buf, g, held, new, dropped = ReplayBuffer(size), torch.Generator().manual_seed(seed), [], 0, 0
+    for batch in _batches(n_batches, size):
+        before = set(buf.ids.tolist())
+        stats = random_replacement(buf, batch, g)
+        assert len(buf.ids) == min(size, len(before) + len(batch))  # full as soon as it can be, never more
+        assert set(buf.ids.tolist()) <= before | set(batch.tolist())  # drawn from B u X only
+        assert len(set(buf.ids.tolist())) == len(buf.ids)
+        arrived = set(batch.tolist())
+        assert all((age == 0) == (i in arrived) for i, age in zip(buf.ids.tolist(), buf.ages.tolist()))
+        held.append(buf.ids.tolist())
+        new, dropped = new + stats.new, dropped + stats.dropped_new
+    return held, new, dropped
+
+
+def test_random_replacement_keeps_a_random_n_of_buffer_and_batch() -> None:
+    assert _random_run(0) == _random_run(0)  # determined by the generator's seed
+    assert _random_run(0)[0] != _random_run(1)[0]
+    small = ReplayBuffer(8)
+    random_replacement(small, torch.arange(5), torch.Generator().manual_seed(0))
+    assert small.ids.tolist() == [0, 1, 2, 3, 4]  # fits: kept whole
+    runs = [_random_run(seed) for seed in range(200)]
+    # |X| = N: each sample of B u X stays with probability 1/2, so half of every later batch is
+    # dropped at once (the first batch fills the empty buffer); a reservoir would drop 1 - N/seen
+    share = sum(d for _, _, d in runs) / sum(n - 8 for _, n, _ in runs)
+    assert abs(share - 0.5) < 0.02
+    last = torch.tensor([sum(i >= 40 for i in held[-1]) for held, _, _ in runs], dtype=torch.float)
+    assert abs(float(last.mean()) - 4.0) < 0.2  # half the final buffer is the last batch

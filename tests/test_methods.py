@@ -61,3 +61,38 @@ def test_resnet18_cifar_stem() -> None:
     net = ResNet18Cifar(3)
     assert net.net.conv1.kernel_size == (3, 3) and isinstance(net.net.maxpool, torch.nn.Identity)
     assert net(torch.randn(2, 3, 32, 32)).shape == (2, 512)
+
+
+def _hand_byol() -> BYOL:
+    """BYOL on 1 x 1 x 2 images whose networks are hand-set: f_o = f_t = flatten, g_o = g_t =
+    identity, and the predictor q rotates by 90 degrees, (a, b) -> (-b, a)."""
+    m = BYOL(SmallCNN(1, (2, 2, 2)), hidden_dim=8, output_dim=2)
+    m.backbone, m.backbone_momentum = torch.nn.Flatten(), torch.nn.Flatten()
+    m.projection_head, m.projection_head_momentum = torch.nn.Identity(), torch.nn.Identity()
+    m.prediction_head = torch.nn.Linear(2, 2, bias=False)
+    with torch.no_grad():
+        m.prediction_head.weight.copy_(torch.tensor([[0.0, -1.0], [1.0, 0.0]]))
+    return m.eval()
+
+
+def test_sofed_score_is_the_byol_loss_of_the_prediction_against_the_flipped_target() -> None:
+    """SOFed eq. 3 by hand: x = (a, b), flip(x) = (b, a); prediction (-b, a) vs target (b, a)."""
+    m = _hand_byol()
+    x = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]]).view(3, 1, 1, 2)
+    # cos((0, 1), (0, 1)) = 1, cos((-1, 1), (1, 1)) = 0, cos((-1, 0), (1, 0)) = -1
+    assert torch.allclose(m.importance_score(x), torch.tensor([0.0, 1.0, 2.0]), atol=1e-6)
+    per_sample_byol = torch.stack([2 + 2 * m.criterion(m.online(x[i:i + 1]), m.target(x[i:i + 1].flip(-1)))
+                                   for i in range(3)])  # eq. 1: 2 - 2 cos, as training_step computes it
+    assert torch.allclose(m.importance_score(x), per_sample_byol / 2, atol=1e-6)
+    assert torch.allclose(m.importance_score(x, "prediction"), m.importance_score(x))
+    # the option: the online projection (a, b) vs (b, a): cos 0, 1, 0
+    assert torch.allclose(m.importance_score(x, "projection"), torch.tensor([1.0, 0.0, 1.0]), atol=1e-6)
+
+
+def test_wrapped_byol_scores_as_byol() -> None:
+    from fedlight.methods.fedprox import FedProx
+
+    wrapped = FedProx(_hand_byol())
+    x = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]]).view(3, 1, 1, 2)
+    assert torch.allclose(wrapped.importance_score(x), torch.tensor([0.0, 1.0, 2.0]), atol=1e-6)
+    assert torch.allclose(wrapped.importance_score(x, "projection"), torch.tensor([1.0, 0.0, 1.0]), atol=1e-6)

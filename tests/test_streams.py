@@ -49,7 +49,7 @@ STREAM = ["stream.velocity=192", "stream.stc=20", "buffer.size=32", "local.lr=0.
           "method={name: byol, hidden_dim: 32, output_dim: 16}"]
 
 
-@pytest.mark.parametrize("policy", ["importance", "fifo", "reservoir", "kcenter"])
+@pytest.mark.parametrize("policy", ["importance", "fifo", "reservoir", "random", "kcenter"])
 def test_short_real_streaming_run(tmp_path, tiny_recipe, policy: str) -> None:
     args = [*STREAM, f"buffer.policy={policy}", "buffer.lazy_interval=2", "eval.extra_label_fractions=[0.1]"]
     straight = fit(load_recipe(tiny_recipe, [*args, "rounds=3", f"run.dir={tmp_path / 'a'}"]))
@@ -64,6 +64,17 @@ def test_short_real_streaming_run(tmp_path, tiny_recipe, policy: str) -> None:
     assert all(len(state["buffer.ids"]) == 32 and int(state["buffer.seen"]) == 3 * 192 for state in clients.values())
     if policy == "fifo":
         assert row["buffer_dropped_new"] < 1  # the newest samples always enter
+
+
+def test_buffer_score_reaches_the_importance_policy(tmp_path, tiny_recipe) -> None:
+    """buffer.score picks the online output eq. 3 compares: the two keep different buffers."""
+    kept = {}
+    for score in ("prediction", "projection"):
+        fit(load_recipe(tiny_recipe, [*STREAM, f"buffer.score={score}", "rounds=1", "eval.every=1",
+                                      f"run.dir={tmp_path / score}"]))
+        clients = torch.load(tmp_path / score / "checkpoints/last.pt", weights_only=True)["clients"]
+        kept[score] = [state["buffer.ids"].tolist() for _, state in sorted(clients.items())]
+    assert kept["prediction"] != kept["projection"]
 
 
 def test_sofed_headline_recipe_names_root_and_download_when_cifar10_is_missing(tmp_path, capsys) -> None:

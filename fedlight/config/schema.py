@@ -89,11 +89,17 @@ class StreamConfig:
 
 @dataclass
 class BufferConfig:
-    """The on-device replay buffer of streaming clients."""
+    """The on-device replay buffer of streaming clients (SOFed); ``policy``: see fedlight.coreset.buffer.
+
+    ``reservoir`` keeps a uniform sample of the whole stream so far; ``random`` is the paper's
+    Random Replacement, a uniform N of buffer + arriving batch at each batch.
+    """
 
     size: int = check(_positive, 128)
-    policy: Literal["fifo", "reservoir", "kcenter", "importance"] = "importance"
+    policy: Literal["fifo", "reservoir", "random", "kcenter", "importance"] = "importance"
     lazy_interval: int = check(_positive, 1)
+    # the importance policy's online output (fedlight.methods.base.ScoreHead): SOFed eq. 3's prediction
+    score: Literal["prediction", "projection"] = "prediction"
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 
 Scorer = Callable[[torch.Tensor], torch.Tensor]
-"""ids (M,) -> scores (M,), e.g. SOFed's 1 - cos(online(x), target(flip(x)))."""
+"""ids (M,) -> scores (M,), e.g. SOFed's eq. 3, 1 - cos(online prediction of x, target projection of flip(x))."""
 Featurizer = Callable[[torch.Tensor], torch.Tensor]
 """ids (M,) -> features (M, D), for k-center."""
 
@@ -77,8 +77,8 @@ def fifo(buf: ReplayBuffer, new_ids: torch.Tensor) -> UpdateStats:
 
 
 def reservoir(buf: ReplayBuffer, new_ids: torch.Tensor, generator: torch.Generator) -> UpdateStats:
-    """Random replacement (Vitter's reservoir sampling): every sample seen so far is kept with
-    equal probability N / seen.
+    """Vitter's reservoir sampling over the whole stream: every sample seen so far is kept with
+    equal probability N / seen (not SOFed's Random Replacement: see ``random_replacement``).
 
     The t-th sample ever seen takes slot t - 1 while t <= N, else slot j ~ U{0, ..., t - 1} if
     j < N. Those draws do not depend on the buffer, so a whole batch is placed at once; when
@@ -95,6 +95,28 @@ def reservoir(buf: ReplayBuffer, new_ids: torch.Tensor, generator: torch.Generat
     placed = latest >= 0
     ids[placed], ages[placed] = new_ids[latest[placed]], 0
     return _keep(buf, ids, torch.zeros(fill), ages, int(placed.sum()), n)
+
+
+def random_replacement(buf: ReplayBuffer, new_ids: torch.Tensor, generator: torch.Generator) -> UpdateStats:
+    """SOFed's Random Replacement baseline (Gong et al. 2023, sec. IV "Baselines"): at every
+    arriving batch X, keep a uniformly random N of B u X (all of it while it fits).
+
+    Unlike ``reservoir`` (uniform over every sample seen so far), with |X| = N every sample of
+    B u X stays with probability 1/2 at each batch, so the buffer leans to recent samples and
+    half of each arriving batch is dropped at once on average (the paper's Fig. 6: "around 50%").
+
+    Args:
+        buf: the buffer B (updated in place).
+        new_ids: (M,) stream ids of the arriving batch X.
+        generator: the only source of randomness (the engine's (seed, round, client) generator).
+    """
+    pool = torch.cat([buf.ids, new_ids])
+    ages = torch.cat([buf.ages + 1, torch.zeros(len(new_ids), dtype=torch.long)])
+    keep = torch.arange(len(pool))
+    if len(pool) > buf.size:
+        keep = torch.randperm(len(pool), generator=generator)[:buf.size].sort().values
+    kept_new = int((keep >= len(buf.ids)).sum())
+    return _keep(buf, pool[keep], torch.zeros(len(keep)), ages[keep], kept_new, len(new_ids))
 
 
 def kcenter(buf: ReplayBuffer, new_ids: torch.Tensor, featurize: Featurizer) -> UpdateStats:

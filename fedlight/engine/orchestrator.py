@@ -401,7 +401,7 @@ class Federation:
             arrivals = arrivals[:faults.steps_done(len(arrivals), work)]
             samples = samples[:sum(len(a) for a in arrivals)]
         result, stats = train_client_stream(self.fabric, module, self.images, self.labels, arrivals, buffer,
-                                            r.buffer.policy, r.buffer.lazy_interval, self.views, generator)
+                                            r.buffer, self.views, generator)
         return result, float(len(samples)), {
             "buffer": vars(stats),
             "buffer_classes": np.bincount(labels[buffer.ids.numpy()], minlength=self.data.num_classes).tolist(),

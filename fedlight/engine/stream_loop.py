@@ -13,33 +13,37 @@ import time
 import torch
 from lightning.fabric import Fabric
 
-from fedlight.coreset.buffer import ReplayBuffer, UpdateStats, fifo, importance, kcenter, reservoir
+from fedlight.config.schema import BufferConfig
+from fedlight.coreset.buffer import ReplayBuffer, UpdateStats, fifo, importance, kcenter, random_replacement, reservoir
 from fedlight.data.views import ViewMaker
 from fedlight.engine.local_loop import LocalResult, training_step
 from fedlight.methods.base import FederatedModule
 
 
-def update_buffer(buffer: ReplayBuffer, new_ids: torch.Tensor, policy: str, lazy_interval: int,
-                  module: FederatedModule, images: torch.Tensor, views: ViewMaker,
-                  generator: torch.Generator) -> UpdateStats:
-    """Apply ``policy`` (fifo | reservoir | kcenter | importance) to the buffer for one arrival."""
+def update_buffer(buffer: ReplayBuffer, new_ids: torch.Tensor, cfg: BufferConfig, module: FederatedModule,
+                  images: torch.Tensor, views: ViewMaker, generator: torch.Generator) -> UpdateStats:
+    """Apply ``cfg.policy`` (fifo | reservoir | random | kcenter | importance) to the buffer for one
+    arrival; importance scores with ``cfg.score`` and ``cfg.lazy_interval``."""
     module.eval()
 
     @torch.no_grad()
     def run(fn, ids: torch.Tensor) -> torch.Tensor:
         return fn(views.normalize(images[ids.to(images.device)])).float().cpu()
 
-    if policy == "fifo":
+    if cfg.policy == "fifo":
         return fifo(buffer, new_ids)
-    if policy == "reservoir":
+    if cfg.policy == "reservoir":
         return reservoir(buffer, new_ids, generator)
-    if policy == "kcenter":
+    if cfg.policy == "random":
+        return random_replacement(buffer, new_ids, generator)
+    if cfg.policy == "kcenter":
         return kcenter(buffer, new_ids, lambda ids: run(module.features, ids))
-    return importance(buffer, new_ids, lambda ids: run(module.importance_score, ids), lazy_interval)
+    return importance(buffer, new_ids, lambda ids: run(lambda x: module.importance_score(x, cfg.score), ids),
+                      cfg.lazy_interval)
 
 
 def train_client_stream(fabric: Fabric, module: FederatedModule, images: torch.Tensor, labels: torch.Tensor,
-                        arrivals: list[torch.Tensor], buffer: ReplayBuffer, policy: str, lazy_interval: int,
+                        arrivals: list[torch.Tensor], buffer: ReplayBuffer, cfg: BufferConfig,
                         views: ViewMaker, generator: torch.Generator) -> tuple[LocalResult, UpdateStats]:
     """One round of a streaming client.
 
@@ -47,7 +51,7 @@ def train_client_stream(fabric: Fabric, module: FederatedModule, images: torch.T
         images, labels: the federation's uint8 images (N, C, H, W) and labels on the device.
         arrivals: the round's batches of stream ids (CPU int64), in arrival order.
         buffer: the client's replay buffer (updated in place).
-        policy, lazy_interval: ``buffer.policy`` and ``buffer.lazy_interval``.
+        cfg: the recipe's ``buffer`` section (policy, lazy interval, score).
         generator: seeded by (seed, round, client).
     Returns:
         the local result and the summed buffer statistics of the round.
@@ -59,7 +63,7 @@ def train_client_stream(fabric: Fabric, module: FederatedModule, images: torch.T
     steps = 0
     for new_ids in arrivals:
         start = time.perf_counter()  # host time of selection (scores come back to the CPU, so it is synchronous)
-        stats = update_buffer(buffer, new_ids, policy, lazy_interval, module, images, views, generator)
+        stats = update_buffer(buffer, new_ids, cfg, module, images, views, generator)
         stats.batches, stats.seconds = 1, time.perf_counter() - start
         totals = UpdateStats(*(a + b for a, b in zip(vars(totals).values(), vars(stats).values())))
         if len(buffer.ids) < 2:

@@ -48,6 +48,10 @@ class OptimizerSpec:
 Batch = tuple[list[torch.Tensor], torch.Tensor]
 """What ``training_step`` receives: ``num_views`` augmented views (B, C, H, W) and labels (B,)."""
 
+ScoreHead = Literal["prediction", "projection"]
+"""Which online output SOFed's importance score compares with the target (``buffer.score``):
+the online prediction g_o(f_o(x)) of eq. 3 (the BYOL loss of the pair), or the online projection."""
+
 
 class FederatedModule(L.LightningModule):
     """Base class of local objectives.
@@ -78,10 +82,16 @@ class FederatedModule(L.LightningModule):
         return torch.nn.functional.normalize(self.features(x), dim=1)
 
     @torch.no_grad()
-    def importance_score(self, x: torch.Tensor) -> torch.Tensor:
-        """SOFed eq. 3: 1 - cos(embedding of x, embedding of its horizontal flip), shape (B,).
+    def importance_score(self, x: torch.Tensor, head: ScoreHead = "prediction") -> torch.Tensor:
+        """SOFed eq. 3 (Gong et al. 2023) for a method whose online and target networks are one
+        network without a predictor (SimCLR, sec. III "Compatibility"): 1 - cos(embedding of x,
+        embedding of its horizontal flip). ``head`` is ignored: there is no prediction to choose.
 
-        Methods with a target network (BYOL) compare online and target projections instead.
+        Args:
+            x: (B, C, H, W) normalised images.
+            head: ``buffer.score``; methods with a predictor and a target (BYOL) use it.
+        Returns:
+            (B,) scores in [0, 2].
         """
         return 1 - (self.embed(x) * self.embed(x.flip(-1))).sum(dim=1)
 

@@ -11,7 +11,7 @@ from lightly.models.modules import BYOLPredictionHead, BYOLProjectionHead
 from lightly.models.utils import deactivate_requires_grad, update_momentum
 from torch import nn
 
-from fedlight.methods.base import Batch, FederatedModule, OptimizerSpec
+from fedlight.methods.base import Batch, FederatedModule, OptimizerSpec, ScoreHead
 
 
 class BYOL(FederatedModule):
@@ -63,9 +63,23 @@ class BYOL(FederatedModule):
         return F.normalize(self.projection_head(self.backbone(x)), dim=1)
 
     @torch.no_grad()
-    def importance_score(self, x: torch.Tensor) -> torch.Tensor:
-        """SOFed eq. 3: S(x) = 1 - cos(online projection of x, target projection of flip(x)), (B,)."""
-        return 1 - F.cosine_similarity(self.projection_head(self.backbone(x)), self.target(x.flip(-1)), dim=1)
+    def importance_score(self, x: torch.Tensor, head: ScoreHead = "prediction") -> torch.Tensor:
+        """SOFed eq. 3 (Gong et al. 2023): S(x) = 1 - cos(y, y_w'), y_w' the target projection of
+        the horizontal flip of x.
+
+        With ``head="prediction"`` (the paper) y = g_o(f_o(x)) is the online prediction, so S(x)
+        is the BYOL loss of the pair (x, flip(x)), half of eq. 1's 2 - 2 cos; ``"projection"``
+        compares the online projection f_o(x) instead (fedlight's score before it followed the
+        paper; the two rank samples differently).
+
+        Args:
+            x: (B, C, H, W) normalised images.
+            head: ``buffer.score``: ``prediction`` or ``projection``.
+        Returns:
+            (B,) scores in [0, 2].
+        """
+        online = self.online(x) if head == "prediction" else self.projection_head(self.backbone(x))
+        return 1 - F.cosine_similarity(online, self.target(x.flip(-1)), dim=1)
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         (x0, x1), _ = batch

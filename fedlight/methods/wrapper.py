@@ -6,7 +6,7 @@ import lightning as L
 import torch
 from torch import nn
 
-from fedlight.methods.base import Batch, FederatedModule
+from fedlight.methods.base import Batch, FederatedModule, ScoreHead
 
 
 class ObjectiveWrapper(FederatedModule):
@@ -43,6 +43,9 @@ class ObjectiveWrapper(FederatedModule):
 
     def classify(self, x: torch.Tensor) -> torch.Tensor:
         return self.objective.classify(x)
+
+    def importance_score(self, x: torch.Tensor, head: ScoreHead = "prediction") -> torch.Tensor:
+        return self.objective.importance_score(x, head)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return self.objective.configure_optimizers()
