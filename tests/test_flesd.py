@@ -165,7 +165,8 @@ def test_a_queue_that_leaves_no_esd_step_is_a_one_line_user_error(tiny_recipe: P
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
-    assert "server.queue_size=512" in err and "0 ESD steps an epoch" in err and "below 384" in err, err  # 323 public images: 3 batches
+    # 323 public images: 3 batches, 4 to fill the queue
+    assert "server.queue_size=512" in err and "0 ESD steps an epoch" in err and "below 384" in err, err
     assert not run.exists()  # refused before anything is written
 
 

@@ -637,7 +637,8 @@ class Federation:
             t_eval = time.perf_counter()
             if self.rounds_done % r.eval.every == 0 or self.rounds_done == r.rounds:
                 client_models = self._client_models()  # a collective: every rank takes part
-                local, uploads = self._local_test(round_)  # a collective too; before evaluate(), which scores the average
+                # a collective too; before evaluate(), which then scores the average
+                local, uploads = self._local_test(round_)
                 self.ledger.rows.extend(uploads)
                 rows = rows + uploads
                 if self.rank == 0:
