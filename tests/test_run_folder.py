@@ -1,6 +1,6 @@
 """The run folder is never lost: every refusal comes before anything is deleted or written, one run
-holds a folder at a time, a run it replaces goes only once the new one has saved, and a run killed
-before its first checkpoint can be resumed (issue 19, section 1)."""
+holds a folder at a time, a run it replaces goes only once the new one has saved, a run killed
+before its first checkpoint can be resumed, and a moved folder resumes (issue 19, section 1)."""
 
 from __future__ import annotations
 
@@ -209,6 +209,17 @@ def test_resume_after_a_stop_in_round_1_starts_from_round_0(tmp_path: Path, tiny
     assert "round 1:" in err and not (run / "checkpoints").exists()
     assert main([*args, "--resume"]) == 0  # faults may change on --resume
     assert json.loads((run / "results.json").read_text())["rounds_completed"] == 1
+
+
+def test_a_moved_run_folder_resumes(used, tmp_path: Path) -> None:
+    args, run = used
+    moved = tmp_path / "elsewhere" / "run"
+    moved.parent.mkdir()
+    run.rename(moved)
+    assert main([*args, "--resume", f"run.dir={moved}"]) == 0
+    results = json.loads((moved / "results.json").read_text())
+    assert results["rounds_completed"] == 2 and results["recipe"]["run"]["dir"] == str(moved)
+    assert load_recipe(moved / "recipe.yaml").run.dir == str(moved)
 
 
 def test_resume_into_an_empty_folder_is_refused_and_leaves_nothing(tmp_path: Path, tiny_recipe: Path,

@@ -36,8 +36,9 @@ LOCK = ".fedlight.lock"
 REPLACED = ".fedlight-replaced"
 MOVING = REPLACED + ".partial"
 BOOKKEEPING = frozenset({LOCK, REPLACED, MOVING})  # entries that belong to the folder, not to a run
-# recipe keys a resumed run may change: rounds may grow, faults model the cluster, not the experiment
-NOT_THE_EXPERIMENT = ("rounds", "faults")
+# recipe keys a resumed run may change: rounds may grow, faults model the cluster and run says
+# where the run lives (a moved folder resumes), none of them is the experiment
+NOT_THE_EXPERIMENT = ("rounds", "faults", "run")
 
 
 class _Lock:
