@@ -1,0 +1,58 @@
+"""Input that used to pass quietly (issue 19, section 3): a key given twice in YAML is one line, exit 2,
+nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fedlight.cli import main
+
+# a recipe the duplicate check lets through fails fast on these (with another message) instead of training
+MISSING_DATA = ["data.name=fashion_mnist", "data.root=/nonexistent/fedlight"]
+
+
+def _one_line(capsys, code: int) -> str:
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("fedlight: error: ") and "Traceback" not in err, err
+    return err
+
+
+def _with_duplicate(tmp_path: Path, tiny_recipe: Path, where: str) -> tuple[Path, str, str, str]:
+    """(recipe, the file that repeats a key, the key, its two lines): ``local`` given twice in the
+    recipe itself (its first block's lr would be lost), or ``local.lr`` twice in a fragment."""
+    text = tiny_recipe.read_text()
+    recipe = tmp_path / "twice.yaml"
+    if where == "recipe":
+        recipe.write_text(text + "local: {epochs: 2}\n")
+        first = next(i for i, line in enumerate(text.splitlines(), 1) if line.startswith("local:"))
+        return recipe, "twice.yaml", "'local'", f"lines {first} and {len(text.splitlines()) + 1}"
+    fragment = tmp_path / "fragment.yaml"
+    fragment.write_text("local:\n  lr: 0.1\n  epochs: 1\n  lr: 0.01\n")
+    recipe.write_text(text.replace("defaults:\n", f"defaults:\n  - {fragment}\n", 1))
+    return recipe, "fragment.yaml", "'local.lr'", "lines 2 and 4"
+
+
+@pytest.mark.parametrize("where", ["recipe", "fragment"])
+def test_a_key_given_twice_in_a_recipe_file_is_refused(tmp_path: Path, tiny_recipe: Path, capsys, where: str) -> None:
+    recipe, file, key, lines = _with_duplicate(tmp_path, tiny_recipe, where)
+    run = tmp_path / "run"
+    err = _one_line(capsys, main(["fit", "--recipe", str(recipe), *MISSING_DATA, f"run.dir={run}"]))
+    assert file in err and key in err and lines in err, err
+    assert not run.exists()
+
+
+def test_a_key_given_twice_in_an_override_is_refused(tmp_path: Path, tiny_recipe: Path, capsys) -> None:
+    run = tmp_path / "run"
+    twice = "method={name: byol, name: simclr}"
+    err = _one_line(capsys, main(["fit", "--recipe", str(tiny_recipe), twice, *MISSING_DATA, f"run.dir={run}"]))
+    assert "'name'" in err and twice in err and not run.exists()
+
+
+def test_the_first_of_two_keys_is_not_dropped_when_yaml_merges_on_purpose(tmp_path: Path) -> None:
+    from fedlight.config.loader import load_yaml
+
+    assert load_yaml("base: &b {lr: 1, epochs: 2}\nlocal:\n  <<: *b\n  lr: 0.5\n", "x")["local"] == {"lr": 0.5,
+                                                                                                 "epochs": 2}
