@@ -1,12 +1,16 @@
-"""Input that used to pass quietly (issue 19, section 3): a key given twice in YAML is one line, exit 2,
-nothing written."""
+"""Input that used to pass quietly or noisily (issue 19, section 3): a key given twice in YAML, argparse's
+usage blocks. Each is one line, exit 2, nothing written."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import REPO
 from fedlight.cli import main
 
 # a recipe the duplicate check lets through fails fast on these (with another message) instead of training
@@ -56,3 +60,34 @@ def test_the_first_of_two_keys_is_not_dropped_when_yaml_merges_on_purpose(tmp_pa
 
     assert load_yaml("base: &b {lr: 1, epochs: 2}\nlocal:\n  <<: *b\n  lr: 0.5\n", "x")["local"] == {"lr": 0.5,
                                                                                                  "epochs": 2}
+
+
+@pytest.mark.parametrize("args", [
+    ["fit", "--recipe", "r.yaml", "--resume", "--overwrite"],
+    ["fit", "--recipe", "r.yaml", "--overwirte"],
+    ["fit"],
+    ["sweep", "--recipe", "r.yaml", "--out", "o", "--seeds", "abc"],
+    ["sweep", "--recipe", "r.yaml", "--out", "o", "--max-running", "x"],
+    ["sweep", "--recipe", "r.yaml", "--out", "o", "rounds=3"],
+    ["report", "--out"],
+    ["report", "runs", "--bogus"],
+    ["nosuch"],
+    [],
+], ids=["resume-and-overwrite", "misspelt-flag", "no-recipe", "seeds-abc", "max-running-x", "sweep-override",
+        "report-no-value", "report-unknown-flag", "unknown-command", "no-command"])
+def test_a_command_line_mistake_is_one_line_not_a_usage_block(args: list[str], capsys) -> None:
+    err = _one_line(capsys, main(args))
+    assert "usage:" not in err and "--help" in err
+
+
+def test_a_misspelt_flag_gets_a_suggestion(capsys) -> None:
+    err = _one_line(capsys, main(["fit", "--recipe", "r.yaml", "--overwirte"]))
+    assert "--overwirte" in err and "did you mean --overwrite?" in err
+
+
+def test_the_console_command_prints_one_line_too(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "fedlight", "sweep", "--recipe", "r.yaml", "--out", "o", "--seeds",
+                           "abc"], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--seeds" in proc.stderr, proc.stderr
+    assert not list(tmp_path.iterdir())
