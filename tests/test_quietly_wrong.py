@@ -1,17 +1,21 @@
 """Input that used to pass quietly or noisily (issue 19, section 3): a key given twice in YAML, argparse's
-usage blocks. Each is one line, exit 2, nothing written."""
+usage blocks, library warnings in front of a handled error. Each is one line, exit 2, nothing written."""
 
 from __future__ import annotations
 
 import os
+import pickle
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO
 from fedlight.cli import main
+from fedlight.engine.checkpoint import load_checkpoint
+from fedlight.errors import UserError
 
 # a recipe the duplicate check lets through fails fast on these (with another message) instead of training
 MISSING_DATA = ["data.name=fashion_mnist", "data.root=/nonexistent/fedlight"]
@@ -91,3 +95,23 @@ def test_the_console_command_prints_one_line_too(tmp_path: Path) -> None:
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--seeds" in proc.stderr, proc.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_a_refused_pickle_checkpoint_brings_no_torch_warning(tmp_path: Path, recwarn) -> None:
+    """A plain pickle (protocol 4) makes torch's weights-only loader warn, then refuse it."""
+    path = tmp_path / "last.pt"
+    path.write_bytes(pickle.dumps({"rounds_completed": 1}, protocol=4))
+    with pytest.raises(UserError, match="last.pt"):
+        load_checkpoint(path)
+    assert [str(w.message) for w in recwarn] == []
+
+
+def test_warnings_of_a_call_that_works_are_still_shown(recwarn) -> None:
+    from fedlight.errors import warnings_if_it_works
+
+    with warnings_if_it_works():
+        warnings.warn("kept", UserWarning)
+    with pytest.raises(ValueError), warnings_if_it_works():
+        warnings.warn("dropped", UserWarning)
+        raise ValueError
+    assert [str(w.message) for w in recwarn] == ["kept"]

@@ -19,7 +19,7 @@ from fedlight.engine import preemption
 from fedlight.engine.exchange_rounds import validate_exchange
 from fedlight.engine.orchestrator import Federation
 from fedlight.engine.rundir import RECIPE, RunFolder, claim_run_dir, write_yaml
-from fedlight.errors import UserError
+from fedlight.errors import UserError, warnings_if_it_works
 from fedlight.methods.base import FederatedModule, OptimizerSpec
 from fedlight.seeding import derive_seed, numpy_rng
 from fedlight.server.base import Aggregator
@@ -55,8 +55,8 @@ def make_fabric(recipe: Recipe) -> Fabric:
     f = recipe.fabric
     processes = f.devices * f.num_nodes
     try:
-        with warnings.catch_warnings():  # Lightning's hint to launch through srun is noise before a one-line error
-            warnings.filterwarnings("ignore", message=".*`srun` command is available")
+        with warnings_if_it_works(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*`srun` command is available")  # noise in any case
             return Fabric(accelerator=f.accelerator, devices=f.devices, num_nodes=f.num_nodes,
                           precision=f.precision, strategy="ddp" if processes > 1 else "auto")
     except (RuntimeError, ValueError) as exc:  # Lightning's MisconfigurationException is a ValueError
