@@ -26,8 +26,10 @@ class _Parser(argparse.ArgumentParser):
     def unrecognized(self, extra: list[str]) -> NoReturn:
         """Refuse arguments this (sub)command does not take, suggesting the flag a misspelt one meant."""
         flags = [f for action in self._actions for f in action.option_strings]
-        near = [m for e in extra if e.startswith("-") for m in difflib.get_close_matches(e.split("=")[0], flags, 1, 0.8)]
-        self.error(f"unrecognized arguments: {' '.join(extra)}" + (f" (did you mean {', '.join(near)}?)" if near else ""))
+        near = [m for e in extra if e.startswith("-")
+                for m in difflib.get_close_matches(e.split("=")[0], flags, n=1, cutoff=0.8)]
+        hint = f" (did you mean {', '.join(near)}?)" if near else ""
+        self.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
 
 
 def _parser() -> argparse.ArgumentParser:

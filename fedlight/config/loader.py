@@ -21,7 +21,8 @@ from fedlight.errors import UserError
 MERGE_TAG = "tag:yaml.org,2002:merge"  # `<<: *anchor` merges keys on purpose
 
 
-def _repeated_key(node: yaml.Node | None, prefix: str = "", seen: set[int] | None = None) -> tuple[str, int, int] | None:
+def _repeated_key(node: yaml.Node | None, prefix: str = "",
+                  seen: set[int] | None = None) -> tuple[str, int, int] | None:
     """The first mapping key that ``node`` (a composed YAML document) gives twice, as
     (dotted key, first line, second line), or None."""
     seen = set() if seen is None else seen

@@ -582,7 +582,7 @@ class Federation:
 
     # ---------------------------------------------------------------- the run
     def run(self) -> dict[str, Any]:
-        """Train the remaining rounds (all of them unless ``restore`` ran); returns (and on rank 0 writes) the results."""
+        """Train the rounds left (all unless ``restore`` ran); returns (and on rank 0 writes) the results."""
         r = self.recipe
         start = self.started = time.perf_counter()
         if not self.restored and self.rank == 0:
