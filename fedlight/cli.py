@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from fedlight.engine import launch
 from fedlight.errors import PREEMPTED_EXIT, USER_ERROR_EXIT, UserError
@@ -15,8 +16,24 @@ if TYPE_CHECKING:
     from fedlight.config.schema import Recipe
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage mistakes (a clash, a misspelt flag, a value of the wrong type) are one
+    line, like every other user error, instead of a usage block: a ``UserError``, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UserError(f"{message}; see '{self.prog} --help'")
+
+    def unrecognized(self, extra: list[str]) -> NoReturn:
+        """Refuse arguments this (sub)command does not take, suggesting the flag a misspelt one meant."""
+        flags = [f for action in self._actions for f in action.option_strings]
+        near = [m for e in extra if e.startswith("-")
+                for m in difflib.get_close_matches(e.split("=")[0], flags, n=1, cutoff=0.8)]
+        hint = f" (did you mean {', '.join(near)}?)" if near else ""
+        self.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fedlight", description=__doc__)
+    parser = _Parser(prog="fedlight", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     fit = sub.add_parser("fit", help="run a federated simulation from a recipe")
     fit.add_argument("--recipe", required=True, help="recipe YAML file (see recipes/)")
@@ -37,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="compare finished runs: report.md and PNG plots")
     report.add_argument("paths", nargs="+", help="run folders, or folders to search for results.json (a sweep)")
     report.add_argument("--out", default=None, help="where report.md goes (default: the one folder given, else ./report)")
+    for command in (fit, sweep, report):
+        command.set_defaults(command_parser=command)  # refuses what it does not take, in its own name
     return parser
 
 
@@ -87,20 +106,23 @@ def _fit_ranks(recipe: Recipe, args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse(argv: list[str]) -> argparse.Namespace:
     parser = _parser()
-    argv = sys.argv[1:] if argv is None else list(argv)
     args, extra = parser.parse_known_args(argv)
     args.argv = argv  # the local ranks a multi-process run starts get the same command
     # overrides may also follow the flags (`fit --recipe r.yaml --resume rounds=5`)
     unknown = [e for e in extra if e.startswith("-") or "=" not in e]
-    if unknown:
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    if extra and args.command != "fit":
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if unknown or (extra and args.command != "fit"):
+        args.command_parser.unrecognized(unknown or extra)
     if args.command == "fit":
         args.overrides += extra
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        args = _parse(argv)
         return {"fit": _fit, "sweep": _sweep, "report": _report}[args.command](args)
     except UserError as exc:
         if not launch.is_child():  # rank 0 says it once

@@ -1,4 +1,8 @@
-"""The one exception type for mistakes a user can fix, and the exit codes the CLI gives."""
+"""The one exception type for mistakes a user can fix, the exit codes the CLI gives, and quiet failures."""
+
+import warnings
+from contextlib import contextmanager
+from typing import Iterator
 
 USER_ERROR_EXIT = 2
 PREEMPTED_EXIT = 3  # checkpointed after SIGUSR1 / SIGTERM (and requeued inside SLURM)
@@ -14,3 +18,17 @@ class UserError(Exception):
 
 class RunStopped(UserError):
     """A run that cannot go on (too many diverged clients); its last good checkpoint is intact."""
+
+
+@contextmanager
+def warnings_if_it_works() -> Iterator[None]:
+    """Show the warnings raised inside the block only if it completes.
+
+    For a library call whose failure the caller turns into a one-line ``UserError`` (a refused
+    checkpoint, an unreadable dataset, an impossible device): the library's warnings about the
+    same bad input would add lines before that one, and say nothing more.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        yield
+    for w in caught:
+        warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)

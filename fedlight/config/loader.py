@@ -18,11 +18,65 @@ from fedlight.config.schema import Recipe
 from fedlight.errors import UserError
 
 
+MERGE_TAG = "tag:yaml.org,2002:merge"  # `<<: *anchor` merges keys on purpose
+
+
+def _repeated_key(node: yaml.Node | None, prefix: str = "",
+                  seen: set[int] | None = None) -> tuple[str, int, int] | None:
+    """The first mapping key that ``node`` (a composed YAML document) gives twice, as
+    (dotted key, first line, second line), or None."""
+    seen = set() if seen is None else seen
+    if node is None or id(node) in seen:  # aliases may point back at a node already walked
+        return None
+    seen.add(id(node))
+    children: list[tuple[str, yaml.Node]] = []
+    if isinstance(node, yaml.MappingNode):
+        lines: dict[str, int] = {}
+        for key, value in node.value:
+            name = str(key.value) if isinstance(key, yaml.ScalarNode) else "?"
+            if isinstance(key, yaml.ScalarNode) and key.tag != MERGE_TAG:
+                if name in lines:
+                    return prefix + name, lines[name], key.start_mark.line + 1
+                lines[name] = key.start_mark.line + 1
+            children.append((f"{prefix}{name}.", value))
+    elif isinstance(node, yaml.SequenceNode):
+        children = [(f"{prefix}{i}.", item) for i, item in enumerate(node.value)]
+    for child_prefix, child in children:
+        found = _repeated_key(child, child_prefix, seen)
+        if found:
+            return found
+    return None
+
+
+def load_yaml(text: str, where: str) -> Any:
+    """``yaml.safe_load``, refusing a key given twice in one mapping (PyYAML would keep the last
+    one and drop the first without a word).
+
+    Raises:
+        UserError: naming ``where``, the key and, when ``text`` has several lines, both lines.
+        yaml.YAMLError: ``text`` is not YAML.
+    """
+    repeated = _repeated_key(yaml.compose(text, Loader=yaml.SafeLoader))
+    if repeated:
+        key, first, second = repeated
+        lines = f" (lines {first} and {second})" if "\n" in text.strip() else ""
+        raise UserError(f"{where} gives key '{key}' twice{lines}; keep one of them")
+    return yaml.safe_load(text)
+
+
+def yaml_value(text: str, where: str) -> Any:
+    """A value given on the command line, read as YAML (text that is not YAML stays text; '' is None)."""
+    try:
+        return load_yaml(text, where) if text else None
+    except yaml.YAMLError:
+        return text
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(f"recipe file '{path}' not found; check the path")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(path.read_text(), f"recipe file '{path}'")
         data = {} if data is None else data  # an empty file is all defaults; 0 or [] is a mistake
     except yaml.YAMLError as exc:
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
@@ -70,11 +124,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key, sep, raw = text.partition("=")
     if not sep or not key or any(not part for part in key.split(".")):
         raise UserError(f"override '{text}' must look like key=value (for example rounds=5)")
-    try:
-        value = yaml.safe_load(raw) if raw else None
-    except yaml.YAMLError:
-        value = raw
-    return key.split("."), value
+    return key.split("."), yaml_value(raw, f"override '{text}'")
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

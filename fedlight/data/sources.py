@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from fedlight.data.idx import read_idx
-from fedlight.errors import UserError
+from fedlight.errors import UserError, warnings_if_it_works
 from fedlight.seeding import torch_generator
 
 
@@ -109,7 +109,8 @@ def _torchvision(name: str, root: Path, download: bool) -> ImageData:
         return torch.from_numpy(np.ascontiguousarray(ds.data)), torch.as_tensor(ds.labels, dtype=torch.long)
 
     try:
-        (train_x, train_y), (test_x, test_y) = split(True), split(False)
+        with warnings_if_it_works():
+            (train_x, train_y), (test_x, test_y) = split(True), split(False)
     except RuntimeError as exc:
         if "not found" in str(exc) or "corrupted" in str(exc):
             raise UserError(

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from fedlight.errors import UserError
+from fedlight.errors import UserError, warnings_if_it_works
 
 PREV = ".prev"
 DIGESTS = ".sha256"
@@ -134,7 +134,8 @@ def _read_verified(path: Path, digests: set[str] | None) -> tuple[dict[str, Any]
     if digests is not None and hashlib.sha256(data).hexdigest() not in digests:
         return None, f"fails its sha256 check ({len(data)} bytes: truncated or corrupt)"
     try:
-        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True), ""
+        with warnings_if_it_works():  # e.g. torch's note on the pickle protocol of a file it then refuses
+            return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True), ""
     except Exception as exc:  # truncation and corruption surface as many exception types
         return None, f"is corrupt or truncated ({type(exc).__name__})"
 

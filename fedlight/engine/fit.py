@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from lightning.fabric import Fabric
 
 from fedlight import registry
@@ -19,8 +18,8 @@ from fedlight.data.sources import ImageData, load_dataset, take_subset
 from fedlight.engine import preemption
 from fedlight.engine.exchange_rounds import validate_exchange
 from fedlight.engine.orchestrator import Federation
-from fedlight.engine.rundir import prepare_run_dir, write_yaml
-from fedlight.errors import UserError
+from fedlight.engine.rundir import RECIPE, RunFolder, claim_run_dir, write_yaml
+from fedlight.errors import UserError, warnings_if_it_works
 from fedlight.methods.base import FederatedModule, OptimizerSpec
 from fedlight.seeding import derive_seed, numpy_rng
 from fedlight.server.base import Aggregator
@@ -51,25 +50,13 @@ def build_module(recipe: Recipe, data: ImageData) -> FederatedModule:
     return module.to(memory_format=torch.channels_last) if recipe.fabric.channels_last else module
 
 
-def _check_resumable(run_dir: Path, recipe: Recipe) -> None:
-    saved_path = run_dir / "recipe.yaml"
-    if not saved_path.is_file():
-        return
-    saved = yaml.safe_load(saved_path.read_text())
-    # rounds may grow; faults model the cluster, not the experiment
-    changed = sorted(k for k in saved if saved[k] != asdict(recipe).get(k) and k not in ("rounds", "faults"))
-    if changed:
-        raise UserError(f"--resume with a recipe that differs from '{saved_path}' in {', '.join(changed)}; "
-                        "resume with the same recipe and overrides (rounds may grow), or use --overwrite")
-
-
 def make_fabric(recipe: Recipe) -> Fabric:
     """Fabric for ``fabric.*``; an impossible device request is a user error."""
     f = recipe.fabric
     processes = f.devices * f.num_nodes
     try:
-        with warnings.catch_warnings():  # Lightning's hint to launch through srun is noise before a one-line error
-            warnings.filterwarnings("ignore", message=".*`srun` command is available")
+        with warnings_if_it_works(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*`srun` command is available")  # noise in any case
             return Fabric(accelerator=f.accelerator, devices=f.devices, num_nodes=f.num_nodes,
                           precision=f.precision, strategy="ddp" if processes > 1 else "auto")
     except (RuntimeError, ValueError) as exc:  # Lightning's MisconfigurationException is a ValueError
@@ -81,9 +68,12 @@ def make_fabric(recipe: Recipe) -> Fabric:
 def fit(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
     """Run (or resume) the simulation described by ``recipe``; returns the results mapping.
 
-    Every user error (recipe, data, partition, run folder) is raised before anything is
-    written or any process is launched. SIGUSR1 or SIGTERM stop the run after the current
-    round's checkpoint and requeue its SLURM job: ``preemption.Preempted`` is raised.
+    Every user error (recipe, data, partition, method options, run folder) is raised before
+    the run folder is touched or any process is launched; those only a checkpoint can tell
+    (damaged, ``rounds`` below its rounds) before anything is written. A run folder in use by
+    another run is refused; a run it replaces is deleted only once this one has saved
+    (``rundir``). SIGUSR1 or SIGTERM stop the run after the current round's checkpoint and
+    requeue its SLURM job: ``preemption.Preempted`` is raised.
     """
     with preemption.signals_handled():
         try:
@@ -118,14 +108,23 @@ def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
     if server.uses_public_set:  # e.g. FLESD's queue against its public set: needs the partition, not the run
         f = recipe.fabric
         server.check_public_set(len(parts[recipe.partition.public_client]), f.devices * f.num_nodes)
-    run_dir = Path(recipe.run_dir)
+    module = build_module(recipe, data)  # the method's own checks (LG's global_layers) come before the run folder
     fabric = make_fabric(recipe)
-    if fabric.global_rank == 0:
-        if resume:
-            _check_resumable(run_dir, recipe)
-        prepare_run_dir(run_dir, resume, overwrite, recipe.run.min_free_mb)
-        write_yaml(run_dir / "recipe.yaml", asdict(recipe))
+    folder = None
+    if fabric.global_rank == 0:  # rank 0 owns the run folder; the other ranks never lock it
+        folder = claim_run_dir(Path(recipe.run_dir), asdict(recipe), resume, overwrite, recipe.run.min_free_mb)
+    try:
+        return _run(fabric, recipe, data, parts, module, server, folder)
+    finally:
+        if folder is not None:
+            folder.release()
+
+
+def _run(fabric: Fabric, recipe: Recipe, data: ImageData, parts: list, module: FederatedModule, server: Aggregator,
+         folder: RunFolder | None) -> dict[str, Any]:
+    """Launch, restore (when rank 0 found a checkpoint to resume), write the recipe, train."""
     fabric.launch()
+    restore = bool(fabric.broadcast(folder is not None and folder.resume, src=0))  # rank 0 looked at the folder
     # Lightning sets PYTORCH_NVML_BASED_CUDA_CHECK=1 on import, so that asking whether CUDA exists
     # cannot poison a later fork. fedlight forks nothing (its ranks start before torch is
     # imported) and the device is chosen by now, while with the variable set each
@@ -135,9 +134,14 @@ def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
     os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
     if recipe.fabric.threads:
         torch.set_num_threads(recipe.fabric.threads)
-    module = build_module(recipe, data)
-    federation = Federation(fabric, recipe, data, parts, module, server, run_dir)
+    run_dir = Path(recipe.run_dir)
+    federation = Federation(fabric, recipe, data, parts, module, server, run_dir,
+                            on_checkpoint=folder.saved if folder else None)
     try:
-        return federation.run(resume)
+        if restore:
+            federation.restore()  # a damaged checkpoint or too few rounds: refused before anything is written
+        if folder is not None:
+            write_yaml(run_dir / RECIPE, asdict(recipe))
+        return federation.run()
     finally:
         federation.workers.close()

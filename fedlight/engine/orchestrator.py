@@ -23,7 +23,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -52,7 +52,7 @@ from fedlight.engine.rundir import CHECKPOINT, write_json
 from fedlight.engine.store import ClientStateStore
 from fedlight.engine.tensorboard import flatten, partition_figure
 from fedlight.engine.workers import Workers, sum_states
-from fedlight.errors import RunStopped
+from fedlight.errors import RunStopped, UserError
 from fedlight.exchange.delay import period_delay
 from fedlight.exchange.graph import graph_figure
 from fedlight.methods.base import FederatedModule
@@ -109,10 +109,12 @@ class Federation:
         module: the worker model (one per process).
         aggregator: the server's aggregation strategy.
         run_dir: the run folder (written by rank 0 only).
+        on_checkpoint: called on rank 0 after each checkpoint is saved.
     """
 
     def __init__(self, fabric: Fabric, recipe: Recipe, data: ImageData, parts: list[np.ndarray],
-                 module: FederatedModule, aggregator: Aggregator, run_dir: Path) -> None:
+                 module: FederatedModule, aggregator: Aggregator, run_dir: Path,
+                 on_checkpoint: Callable[[], None] | None = None) -> None:
         self.fabric, self.recipe, self.data = fabric, recipe, data
         self.rank, self.world = fabric.global_rank, fabric.world_size
         self.module = fabric.to_device(module)  # worker 0: evaluation, checkpoints and the server use it
@@ -121,6 +123,8 @@ class Federation:
         assert not undeclared, f"{type(module).__name__} state not declared shared/private/transient: {undeclared[:3]}"
         self.aggregator = aggregator
         self.run_dir = run_dir
+        self.on_checkpoint = on_checkpoint
+        self.restored = False
         if aggregator.pools_clients:
             parts = [np.sort(np.concatenate(parts))]
         self.parts = [torch.as_tensor(p, dtype=torch.long) for p in parts]
@@ -477,6 +481,8 @@ class Federation:
             "wall_seconds": wall,
             "partial": partial,  # the unfinished round's accumulator and client reports (or None)
         })
+        if self.on_checkpoint is not None:
+            self.on_checkpoint()
 
     def _preempted(self, clients_done: int = 0) -> preemption.Preempted:
         """The exception that stops a preempted run (after its checkpoint); flushes TensorBoard first."""
@@ -484,9 +490,18 @@ class Federation:
             self.logger.finalize("preempted")
         return preemption.Preempted(self.rounds_done, self.rank, clients_done)
 
-    def _restore(self) -> None:
+    def restore(self) -> None:
+        """Continue from the run folder's checkpoint (every rank); ``run`` then trains the rounds left.
+
+        Raises:
+            UserError: no intact checkpoint, or ``rounds`` below the rounds it has completed.
+        """
         ckpt = load_checkpoint(self.run_dir / CHECKPOINT)
         self.rounds_done = int(ckpt["rounds_completed"])
+        if self.rounds_done > self.recipe.rounds:
+            raise UserError(f"run folder '{self.run_dir}' has completed {self.rounds_done} rounds, more than "
+                            f"rounds={self.recipe.rounds}; resume with rounds={self.rounds_done} or more, "
+                            "or use --overwrite to start again")
         self.phase_start = ckpt.get("phase_start")
         self.global_state = {k: self.fabric.to_device(v) for k, v in ckpt["global"].items()}
         self.module.load_partial(self.global_state)
@@ -501,6 +516,7 @@ class Federation:
             saved = ckpt["partial"]["acc"]  # None when every client before the stop had dropped out
             acc = None if saved is None else {k: self.fabric.to_device(v) for k, v in saved.items()}
             self.partial = {**ckpt["partial"], "acc": acc}
+        self.restored = True
 
     def _results(self, wall: float, final: dict[str, float] | None) -> dict[str, Any]:
         return {
@@ -606,13 +622,11 @@ class Federation:
         self.logger.finalize("success")
 
     # ---------------------------------------------------------------- the run
-    def run(self, resume: bool) -> dict[str, Any]:
-        """Train the remaining rounds; returns (and on rank 0 writes) the results."""
+    def run(self) -> dict[str, Any]:
+        """Train the rounds left (all unless ``restore`` ran); returns (and on rank 0 writes) the results."""
         r = self.recipe
         start = self.started = time.perf_counter()
-        if resume:
-            self._restore()
-        elif self.rank == 0:
+        if not self.restored and self.rank == 0:
             self.baseline = self.evaluate()
         self._open_logger()
         wall = self.wall_before

@@ -1,9 +1,27 @@
-"""The run folder: resolved recipe, TensorBoard events, results.json, ledger, checkpoints."""
+"""The run folder: one run at a time, nothing replaced before the new run has saved, and its files.
+
+Rank 0 of a run holds an exclusive ``flock`` on ``.fedlight.lock`` in the folder for the life of
+the run; the kernel releases it when the process ends, however it ends. A second ``fedlight fit``
+into a held folder is refused in one line naming the PID that holds it.
+
+Replacing a run (``--overwrite``, or ``--resume`` of a run that saved no round) moves the old
+one into ``.fedlight-replaced/`` inside the folder, and deletes it once the new run has saved its
+first checkpoint. A run that ends before that puts the old one back: at once if it raised, or,
+after a kill, at the next ``fedlight fit`` into the folder. Moves go through
+``.fedlight-replaced.partial/`` (entry by entry, then one rename), so a kill halfway through
+either move is finished by the next claim.
+
+Every check that can refuse the folder runs before any of this: a refusal leaves it as it was.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import shutil
+import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,32 +31,267 @@ from fedlight.engine.checkpoint import atomic_write_bytes
 from fedlight.errors import UserError
 
 CHECKPOINT = "checkpoints/last.pt"
+RECIPE = "recipe.yaml"
+LOCK = ".fedlight.lock"
+REPLACED = ".fedlight-replaced"
+MOVING = REPLACED + ".partial"
+BOOKKEEPING = frozenset({LOCK, REPLACED, MOVING})  # entries that belong to the folder, not to a run
+# recipe keys a resumed run may change: rounds may grow, faults model the cluster and run says
+# where the run lives (a moved folder resumes), none of them is the experiment
+NOT_THE_EXPERIMENT = ("rounds", "faults", "run")
 
 
-def prepare_run_dir(path: Path, resume: bool, overwrite: bool, min_free_mb: int = 0) -> None:
-    """Make ``path`` ready: refuse to clobber a used folder, check it is writable and its disk has room."""
-    if resume and overwrite:
-        raise UserError("--resume and --overwrite contradict each other; pass only one")
-    used = path.is_dir() and any(path.iterdir())
+class _Lock:
+    """An exclusive ``flock`` on a file that names its holder (PID and host)."""
+
+    def __init__(self, path: Path, fd: int | None) -> None:
+        self.path, self.fd = path, fd
+
+    @classmethod
+    def acquire(cls, path: Path, folder: Path) -> _Lock:
+        """Lock ``path`` without waiting, and write this process's PID and host into it.
+
+        Raises:
+            UserError: another process holds it (its PID named), or ``folder`` refuses the file.
+        """
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise _not_writable(folder, exc) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 200, 0).decode(errors="replace").split()
+                os.close(fd)
+                raise UserError(f"run folder '{folder}' is in use by another fedlight run "
+                                f"({_describe_holder(holder)}); wait for it to end or stop it, "
+                                "or set run.dir elsewhere") from None
+            except OSError as exc:  # a file system without locks (some NFS / Lustre mounts)
+                print(f"fedlight: warning: run folder '{folder}' cannot be locked ({exc.strerror}); "
+                      "nothing stops a second run from using it at the same time", file=sys.stderr)
+                return cls(path, fd)
+            if _same_file(fd, path):
+                break
+            os.close(fd)  # its holder removed it while we opened it: lock the one there now
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+        return cls(path, fd)
+
+    def release(self) -> None:
+        """Remove the file, then unlock it: a process that locks the removed file finds it gone and
+        locks the one at its path instead (``acquire``)."""
+        if self.fd is None:
+            return
+        try:
+            if _same_file(self.fd, self.path):
+                self.path.unlink()
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = None
+
+
+def _describe_holder(holder: list[str]) -> str:
+    if not holder:
+        return "its PID is not written yet"
+    return f"PID {holder[0]}" + (f" on {holder[1]}" if len(holder) > 1 and holder[1] != socket.gethostname() else "")
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        a, b = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _not_writable(path: Path, exc: OSError) -> UserError:
+    return UserError(f"run folder '{path}' is not writable ({exc.strerror}); set run.dir to a writable folder")
+
+
+def _has_checkpoint(path: Path) -> bool:
+    """Whether the run folder ``path`` holds a checkpoint to resume (``load_checkpoint`` falls back to ``.prev``)."""
+    return (path / CHECKPOINT).is_file() or (path / (CHECKPOINT + ".prev")).is_file()
+
+
+def _run_entries(path: Path) -> list[Path]:
+    return [p for p in path.iterdir() if p.name not in BOOKKEEPING] if path.is_dir() else []
+
+
+def _move_entries(source: Path, target: Path) -> None:
+    for entry in _run_entries(source):
+        os.rename(entry, target / entry.name)
+
+
+def _delete(entry: Path) -> None:
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry)
+    else:
+        entry.unlink()
+
+
+def _move_aside(path: Path) -> None:
+    """The run in ``path`` goes to ``path/.fedlight-replaced``."""
+    moving = path / MOVING
+    moving.mkdir()
+    _move_entries(path, moving)
+    os.rename(moving, path / REPLACED)
+
+
+def _put_back(path: Path) -> None:
+    """What ``path`` holds now goes; the run in ``path/.fedlight-replaced`` comes back."""
+    for entry in _run_entries(path):
+        _delete(entry)
+    os.rename(path / REPLACED, path / MOVING)
+    _finish_move(path)
+
+
+def _finish_move(path: Path) -> None:
+    """A move either way stopped halfway: ``path`` holds only the old run's entries, so the rest join them."""
+    _move_entries(path / MOVING, path)
+    (path / MOVING).rmdir()
+
+
+def _recover(path: Path) -> None:
+    """Finish what a killed run left half done: a move, or a replacement it never saved."""
+    if (path / MOVING).is_dir():
+        _finish_move(path)
+    if (path / REPLACED).is_dir():
+        if _has_checkpoint(path):  # the new run had saved: it had replaced the old one
+            shutil.rmtree(path / REPLACED)
+        else:
+            _put_back(path)
+
+
+def _check_same_experiment(path: Path, recipe: dict[str, Any]) -> None:
+    saved_path = path / RECIPE
+    if not saved_path.is_file():
+        return
+    saved = yaml.safe_load(saved_path.read_text())
+    changed = sorted(k for k in saved if saved[k] != recipe.get(k) and k not in NOT_THE_EXPERIMENT)
+    if changed:
+        raise UserError(f"--resume with a recipe that differs from '{saved_path}' in {', '.join(changed)}; "
+                        "resume with the same recipe and overrides (rounds may grow), or use --overwrite")
+
+
+def _plan(path: Path, recipe: dict[str, Any], resume: bool, overwrite: bool) -> tuple[bool, bool]:
+    """(resume from its checkpoint, move the run there aside) for ``path`` as it is now.
+
+    Raises:
+        UserError: the folder does not fit the flags.
+    """
+    used = bool(_run_entries(path))
     if resume:
-        if not (path / CHECKPOINT).is_file() and not (path / (CHECKPOINT + ".prev")).is_file():
+        if not _has_checkpoint(path) and not (path / RECIPE).is_file():
             raise UserError(f"run folder '{path}' has no checkpoint to resume ({CHECKPOINT}); drop --resume")
-    elif used and not overwrite:
+        _check_same_experiment(path, recipe)
+        # a run killed before its first checkpoint saved only its recipe: it starts again from round 0
+        return _has_checkpoint(path), not _has_checkpoint(path)
+    if used and not overwrite:
         raise UserError(f"run folder '{path}' is not empty; pass --resume to continue it, "
                         "--overwrite to replace it, or set run.dir elsewhere")
-    elif used:
-        shutil.rmtree(path)
+    return False, used
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost folder of ``path`` that does not exist yet (None if ``path`` exists)."""
+    missing = None
+    for folder in [path, *path.parents]:
+        if folder.exists():
+            return missing
+        missing = folder
+    return missing
+
+
+def _remove_empty(path: Path, top: Path | None) -> None:
+    """Remove the empty folders from ``path`` up to ``top`` (what this run created); stop at one that is not empty."""
+    if top is None:
+        return
+    for folder in [path, *path.parents]:
+        try:
+            if folder.exists():
+                folder.rmdir()
+        except OSError:
+            return
+        if folder == top:
+            return
+
+
+class RunFolder:
+    """Rank 0's hold on a run folder, from ``claim_run_dir`` to ``release``.
+
+    Attributes:
+        path: the run folder.
+        resume: whether the run continues from the folder's checkpoint.
+    """
+
+    def __init__(self, path: Path, lock: _Lock, created: Path | None, resume: bool) -> None:
+        self.path, self.resume = path, resume
+        self._lock, self._created = lock, created
+
+    def saved(self) -> None:
+        """The run saved a checkpoint: a run it replaced is gone for good."""
+        if (self.path / REPLACED).is_dir():
+            shutil.rmtree(self.path / REPLACED)
+
+    def release(self) -> None:
+        """The run ended: a run it replaced without saving comes back; a folder it made and left empty goes."""
+        try:
+            _recover(self.path)
+        finally:
+            empty = self._created is not None and not _run_entries(self.path)
+            self._lock.release()
+            if empty:
+                _remove_empty(self.path, self._created)
+
+
+def claim_run_dir(path: Path, recipe: dict[str, Any], resume: bool, overwrite: bool,
+                  min_free_mb: int = 0) -> RunFolder:
+    """Lock ``path`` for this run and make it ready, or refuse it in one line with the folder as it was.
+
+    A used folder needs ``resume`` (the same experiment: ``recipe`` is compared with the saved
+    one) or ``overwrite``; the disk must have ``min_free_mb`` MiB free and the folder must take
+    writes. A run it replaces is moved aside, not deleted (see the module docstring).
+
+    Raises:
+        UserError: the flags contradict each other or do not fit the folder, it is held by another
+            run, it is not writable, or its disk is too full.
+    """
+    if resume and overwrite:
+        raise UserError("--resume and --overwrite contradict each other; pass only one")
     check_free_space(path, min_free_mb)
-    created = not path.exists()
+    created = _first_missing(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _remove_empty(path, created)
+        raise _not_writable(path, exc) from None
+    try:
+        lock = _Lock.acquire(path / LOCK, path)
+    except UserError:
+        _remove_empty(path, created)  # a folder another run has just locked is not empty: it stays
+        raise
+    folder = RunFolder(path, lock, created, resume=False)
+    try:
+        _recover(path)
+        folder.resume, replace = _plan(path, recipe, resume, overwrite)
+        _probe_writes(path)
+        if replace:
+            _move_aside(path)
+    except BaseException:
+        folder.release()
+        raise
+    return folder
+
+
+def _probe_writes(path: Path) -> None:
+    try:
         probe = path / ".write-test"
         probe.write_bytes(b"x" * 4096)
         probe.unlink()
     except OSError as exc:
-        if created:  # leave nothing behind
-            shutil.rmtree(path, ignore_errors=True)
-        raise UserError(f"run folder '{path}' is not writable ({exc.strerror}); set run.dir to a writable folder") from None
+        raise _not_writable(path, exc) from None
 
 
 def check_free_space(path: Path, min_free_mb: int) -> None:

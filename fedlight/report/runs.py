@@ -68,12 +68,16 @@ def _load(path: Path) -> Run:
 
 
 def find_runs(paths: list[str | Path]) -> list[Run]:
-    """Every run in ``paths`` (run folders, or folders searched for results.json), sorted by folder."""
+    """Every run in ``paths`` (run folders, or folders searched for results.json), sorted by folder.
+
+    Hidden folders are not searched: a run that replaces another keeps the old one in
+    ``.fedlight-replaced/`` until its first checkpoint (``fedlight.engine.rundir``)."""
     found: dict[Path, Run] = {}
     for p in map(Path, paths):
         if not p.exists():
             raise UserError(f"'{p}' does not exist; give run folders or a sweep folder")
-        files = [p / RESULTS] if (p / RESULTS).is_file() else sorted(p.rglob(RESULTS))
+        files = [p / RESULTS] if (p / RESULTS).is_file() else sorted(
+            f for f in p.rglob(RESULTS) if not any(part.startswith(".") for part in f.relative_to(p).parts))
         if not files:
             raise UserError(f"no {RESULTS} under '{p}'; give run folders or a sweep folder whose runs have started")
         for f in files:

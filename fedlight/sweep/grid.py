@@ -13,8 +13,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
+from fedlight.config.loader import yaml_value
 from fedlight.config.schema import Recipe
 from fedlight.errors import UserError
 
@@ -89,13 +88,8 @@ def parse_axis(text: str) -> Axis:
     raw = split_values(rest)
     if not rest or any(not r.strip() for r in raw):
         raise UserError(f"--grid {key} has an empty value list or an empty value in '{rest}'; give v1,v2,...")
-    values = []
-    for r in raw:
-        try:
-            values.append(yaml.safe_load(r))
-        except yaml.YAMLError:
-            values.append(r)
-    return Axis(key, tuple(r.strip() for r in raw), tuple(values))
+    values = tuple(yaml_value(r, f"--grid {key} value '{r}'") for r in raw)
+    return Axis(key, tuple(r.strip() for r in raw), values)
 
 
 def parse_grid(texts: list[str]) -> list[Axis]:

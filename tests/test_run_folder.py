@@ -1,0 +1,240 @@
+"""The run folder is never lost: every refusal comes before anything is deleted or written, one run
+holds a folder at a time, a run it replaces goes only once the new one has saved, a run killed
+before its first checkpoint can be resumed, and a moved folder resumes (issue 19, section 1)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, TINY
+from fedlight.cli import main
+from fedlight.config import load_recipe
+from fedlight.engine import launch, rundir
+from fedlight.engine.fit import fit
+from fedlight.engine.rundir import claim_run_dir, write_yaml
+
+FAST = ["eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0"]
+ALL_DIVERGE = ["faults.diverge=1", "faults.max_bad_clients=0"]  # every client of round 1 diverges: the run stops
+
+
+def snapshot(folder: Path) -> dict[str, bytes] | None:
+    """Every file under ``folder`` (relative path -> bytes), or None if there is no such folder."""
+    if not folder.exists():
+        return None
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def refused(args: list[str], capsys, named: str, alone: bool = True) -> str:
+    """``fedlight *args`` fails as a user error should: exit 2 and one error line naming ``named``, alone
+    on stderr unless the run had started (then progress bars and client events come before it)."""
+    capsys.readouterr()
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err, err
+    if alone:
+        assert err.count("\n") == 1 and err.startswith("fedlight: error: "), err
+    (line,) = [line for line in err.splitlines() if "error:" in line]
+    assert named in line, err
+    return line
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    """A finished 2-round run of the tiny recipe (copied by ``used``, never changed)."""
+    tmp = tmp_path_factory.mktemp("finished")
+    recipe = tmp / "tiny.yaml"
+    recipe.write_text(TINY.format(repo=REPO))
+    fit(load_recipe(recipe, [*FAST, f"run.dir={tmp / 'run'}"]))
+    return tmp / "run"
+
+
+@pytest.fixture
+def used(finished: Path, tmp_path: Path) -> tuple[list[str], Path]:
+    """(``fit`` arguments for the tiny recipe in a copy of the finished run, that run folder)."""
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(TINY.format(repo=REPO) + f"run: {{dir: {run}}}\n")
+    return ["fit", "--recipe", str(recipe), *FAST], run
+
+
+def _damage_checkpoints(run: Path) -> None:
+    for name in ("last.pt", "last.pt.prev"):
+        (run / "checkpoints" / name).write_bytes(b"\0" * 10)
+
+
+@pytest.mark.parametrize("extra,named,before", [
+    (["--overwrite", "method.name=lg", "method.global_layers=[nonexistent]"], "method.global_layers", None),
+    (["--overwrite", f"run.min_free_mb={2**40}"], "run.min_free_mb", None),
+    (["--resume", "rounds=1"], "rounds=2", None),  # below the 2 rounds completed
+    (["--resume", "rounds=3"], "last.pt", _damage_checkpoints),  # no intact checkpoint
+    (["--resume", "rounds=3", "partition.alpha=5"], "partition", None),  # another experiment
+], ids=["overwrite-bad-method-option", "overwrite-too-little-disk", "resume-fewer-rounds",
+        "resume-damaged-checkpoints", "resume-other-experiment"])
+def test_a_refused_command_leaves_the_run_folder_byte_identical(used, capsys, extra, named, before) -> None:
+    args, run = used
+    if before is not None:
+        before(run)
+    kept = snapshot(run)
+    refused([*args, *extra], capsys, named)
+    assert snapshot(run) == kept
+
+
+def test_a_second_run_into_a_held_folder_is_refused_naming_the_pid(used, capsys) -> None:
+    args, run = used
+    kept = snapshot(run)
+    held = claim_run_dir(run, {}, resume=False, overwrite=True)  # as a live run replacing it holds it
+    try:
+        during = snapshot(run)
+        for flag in ("--overwrite", "--resume"):
+            refused([*args, flag], capsys, f"PID {os.getpid()}")
+            assert snapshot(run) == during
+    finally:
+        held.release()
+    assert snapshot(run) == kept  # it saved nothing: the run it was replacing is back
+
+
+def test_a_live_run_keeps_its_folder_from_overwrite_and_a_second_resume(tmp_path: Path, tiny_recipe: Path,
+                                                                       capsys) -> None:
+    """The issue's case, with a real second process: a running ``fedlight fit``, then ``--overwrite``
+    and ``--resume`` into its folder."""
+    run = tmp_path / "live"
+    cmd = [sys.executable, "-m", "fedlight", "fit", "--recipe", str(tiny_recipe), "rounds=100", *FAST,
+           f"run.dir={run}"]
+    live = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 600  # imports alone take minutes on a loaded machine
+        while time.time() < deadline and live.poll() is None and not (run / "checkpoints/last.pt").exists():
+            time.sleep(0.1)
+        assert live.poll() is None and (run / "checkpoints/last.pt").exists()
+        for flag in ("--overwrite", "--resume"):
+            refused(["fit", "--recipe", str(tiny_recipe), "rounds=100", *FAST, f"run.dir={run}", flag], capsys,
+                    f"PID {live.pid}")
+        assert live.poll() is None  # still running, in its folder
+    finally:
+        live.send_signal(signal.SIGKILL)
+        live.wait()
+    rundir._Lock.acquire(run / rundir.LOCK, run).release()  # the kernel let go of the dead run's lock
+
+
+def test_a_held_folder_stops_every_rank_of_a_two_process_run(used) -> None:
+    """Rank 0 owns the folder: refused there, it ends the rank it started instead of leaving it waiting."""
+    args, run = used
+    held = claim_run_dir(run, {}, resume=False, overwrite=True)
+    try:
+        env = {k: v for k, v in os.environ.items() if k not in launch.EXTERNAL_LAUNCH}
+        proc = subprocess.run([sys.executable, "-m", "fedlight", *args, "--overwrite", "fabric.devices=2",
+                               "fabric.threads=1"], env={**env, "PYTHONPATH": str(REPO)}, capture_output=True,
+                              text=True, timeout=300)
+    finally:
+        held.release()
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    # rank 1 may have said "Initializing distributed" (Lightning) before it was ended: only errors are counted
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("fedlight: error:")]
+    assert len(errors) == 1 and f"PID {os.getpid()}" in errors[0], proc.stderr[-2000:]
+
+
+def test_overwrite_puts_the_old_run_back_when_the_new_one_stops_before_saving(used, capsys) -> None:
+    args, run = used
+    kept = snapshot(run)
+    refused([*args, "--overwrite", *ALL_DIVERGE], capsys, "faults.max_bad_clients=0", alone=False)
+    assert snapshot(run) == kept
+
+
+def test_overwrite_deletes_the_old_run_once_the_new_one_has_saved(used, monkeypatch) -> None:
+    args, run = used
+    aside = []
+    real_saved = rundir.RunFolder.saved
+
+    def saved(self: rundir.RunFolder) -> None:
+        aside.append((self.path / rundir.REPLACED).is_dir())
+        real_saved(self)
+
+    monkeypatch.setattr(rundir.RunFolder, "saved", saved)
+    assert main([*args, "--overwrite", "rounds=1"]) == 0
+    assert aside == [True]  # kept until the first checkpoint, then deleted
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "comm.csv", "faults.csv", "recipe.yaml",
+                                                    "results.json", "tensorboard"]
+    assert json.loads((run / "results.json").read_text())["rounds_completed"] == 1
+
+
+def _die_holding(folder: rundir.RunFolder) -> None:
+    """What a kill does to a run's hold on its folder: the kernel closes the lock, nothing else happens."""
+    os.close(folder._lock.fd)
+
+
+def test_a_kill_before_the_first_checkpoint_of_an_overwrite_gives_the_old_run_back(used, capsys) -> None:
+    args, run = used
+    kept = snapshot(run)
+    killed = claim_run_dir(run, {}, resume=False, overwrite=True)
+    (run / "recipe.yaml").write_text("the new run's recipe\n")
+    (run / "tensorboard").mkdir()
+    _die_holding(killed)
+    refused(args, capsys, "--resume")  # the next fit into the folder puts the old run back first
+    assert snapshot(run) == kept
+
+
+def test_resume_after_a_kill_before_the_first_checkpoint_starts_from_round_0(tmp_path: Path, tiny_recipe: Path,
+                                                                            capsys) -> None:
+    run = tmp_path / "killed"
+    args = ["fit", "--recipe", str(tiny_recipe), "rounds=1", *FAST, f"run.dir={run}"]
+    killed = claim_run_dir(run, {}, resume=False, overwrite=False)  # as fit leaves it before round 1 ends
+    write_yaml(run / "recipe.yaml", asdict(load_recipe(tiny_recipe, args[3:])))
+    (run / "tensorboard").mkdir()
+    (run / "tensorboard" / "events.out.tfevents.killed").write_bytes(b"half a round")
+    _die_holding(killed)
+    err = refused(args, capsys, "--resume")  # without it: the folder is used, and the message says what to do
+    assert "not empty" in err
+    assert main([*args, "--resume"]) == 0
+    assert json.loads((run / "results.json").read_text())["rounds_completed"] == 1
+    assert not (run / "tensorboard" / "events.out.tfevents.killed").exists()
+    assert not (run / rundir.REPLACED).exists() and not (run / rundir.LOCK).exists()
+
+
+def test_resume_after_a_stop_in_round_1_starts_from_round_0(tmp_path: Path, tiny_recipe: Path, capsys) -> None:
+    """faults.max_bad_clients stops round 1: no checkpoint, and the message's --resume works."""
+    run = tmp_path / "stopped"
+    args = ["fit", "--recipe", str(tiny_recipe), "rounds=1", *FAST, f"run.dir={run}"]
+    err = refused([*args, *ALL_DIVERGE], capsys, "--resume", alone=False)
+    assert "round 1:" in err and not (run / "checkpoints").exists()
+    assert main([*args, "--resume"]) == 0  # faults may change on --resume
+    assert json.loads((run / "results.json").read_text())["rounds_completed"] == 1
+
+
+def test_a_moved_run_folder_resumes(used, tmp_path: Path) -> None:
+    args, run = used
+    moved = tmp_path / "elsewhere" / "run"
+    moved.parent.mkdir()
+    run.rename(moved)
+    assert main([*args, "--resume", f"run.dir={moved}"]) == 0
+    results = json.loads((moved / "results.json").read_text())
+    assert results["rounds_completed"] == 2 and results["recipe"]["run"]["dir"] == str(moved)
+    assert load_recipe(moved / "recipe.yaml").run.dir == str(moved)
+
+
+def test_resume_into_an_empty_folder_is_refused_and_leaves_nothing(tmp_path: Path, tiny_recipe: Path,
+                                                                   capsys) -> None:
+    run = tmp_path / "never" / "run"
+    refused(["fit", "--recipe", str(tiny_recipe), f"run.dir={run}", "--resume"], capsys, "no checkpoint")
+    assert not (tmp_path / "never").exists()
+
+
+def test_report_skips_a_run_kept_aside(tmp_path: Path, finished: Path) -> None:
+    from fedlight.report.runs import find_runs
+
+    sweep = tmp_path / "sweep"
+    shutil.copytree(finished, sweep / "runs/0000")
+    shutil.copytree(finished, sweep / "runs/0001" / rundir.REPLACED)  # 0001 is being replaced
+    assert [r.path.name for r in find_runs([sweep])] == ["0000"]
