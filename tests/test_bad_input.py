@@ -256,3 +256,51 @@ def test_an_impossible_partition_end_to_end(tiny_recipe: Path, capsys) -> None:
     _assert_clean_failure(["fit", "--recipe", str(tiny_recipe), "partition.kind=dirichlet", "partition.min_size=0",
                            "partition.alpha=0.01", "clients.num=1000"], tiny_recipe.parent / "run", capsys,
                           named="clients.num")
+
+
+# ---------------------------------------------------------------- issue 19: degenerate option values
+
+def _declared_ranges(cls: type) -> dict[str, bool]:
+    """Each numeric constructor option of ``cls`` a recipe sets -> whether it declares its range."""
+    out = {}
+    for name, hint in registry.hints(cls).items():
+        if name not in registry._params(cls):
+            continue
+        base = typing.get_args(hint)[0] if typing.get_origin(hint) is typing.Annotated else hint
+        if {int, float} & {base, *typing.get_args(base)}:
+            out[name] = typing.get_origin(hint) is typing.Annotated
+    return out
+
+
+@pytest.mark.parametrize("cls", sorted({*registry.METHODS.values(), *registry.SERVERS.values()}, key=repr))
+def test_every_numeric_method_and_server_option_declares_its_range(cls: type) -> None:
+    """The constructor's hints are the one place a range lives: a new option cannot skip it."""
+    assert all(_declared_ranges(cls).values()), f"{cls.__name__}: {_declared_ranges(cls)}"
+
+
+DEGENERATE = [  # (overrides, the key the one line must name)
+    (["views.blur_p=[]"], "views.blur_p"),
+    (["views.solarize_p=[]"], "views.solarize_p"),
+    (["method.temperature=0"], "method.temperature"),
+    (["method.name=byol", "method.momentum=1.5"], "method.momentum"),
+    (["method.name=fedema", "method.tau=2"], "method.tau"),
+    (["method.name=moon", "model.backbone=moon_cnn", "method.tau=0"], "method.tau"),
+    (["method.name=lg", "method.global_layers=[]"], "method.global_layers"),
+    (["method.name=lg", "method.warmup_goal_acc=1.5"], "method.warmup_goal_acc"),
+    (["server.name=flesd", "partition.public_client=0", "server.momentum=1.01"], "server.momentum"),
+    (["server.name=flesd", "partition.public_client=0", "server.lr=0"], "server.lr"),
+    (["server.name=flesd", "partition.public_client=0", "server.tau_s=0"], "server.tau_s"),
+    (["server.aggregate_every=0"], "server.aggregate_every"),
+    (["local.batch_size=1"], "local.batch_size"),
+    (["server.name=local_only", "server.args=1"], "server.args"),  # a class without its own constructor
+    (["server.name=local_only", "server.kwargs={a: 1}"], "server.kwargs"),
+    (['run.dir="a\\0b"'], "run.dir"),
+    (['data.root="a\\0b"'], "data.root"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "key"), DEGENERATE, ids=[" ".join(o) for o, _ in DEGENERATE])
+def test_a_degenerate_value_is_one_line(tiny_recipe: Path, capsys, overrides: list[str], key: str) -> None:
+    """Values that passed the type check and then crashed in torch or lightly, or ran meaninglessly."""
+    _assert_clean_failure(["fit", "--recipe", str(tiny_recipe), *overrides], tiny_recipe.parent / "run", capsys,
+                          named=key)

@@ -15,12 +15,13 @@ layers), the authors' code keeps the convolutions global
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedlight.config.checks import non_empty, non_negative, probability
 from fedlight.errors import UserError
 from fedlight.methods.base import Batch, FederatedModule
 from fedlight.methods.wrapper import ObjectiveWrapper
@@ -72,8 +73,10 @@ class LocalGlobal(ObjectiveWrapper):
             reaches this value (the paper's "FedAvg until a goal accuracy").
     """
 
-    def __init__(self, objective: FederatedModule, num_classes: int, global_layers: list[str] | None = None,
-                 warmup_rounds: int = 0, warmup_goal_acc: float | None = None) -> None:
+    def __init__(self, objective: FederatedModule, num_classes: int,
+                 global_layers: Annotated[list[str] | None, non_empty] = None,
+                 warmup_rounds: Annotated[int, non_negative] = 0,
+                 warmup_goal_acc: Annotated[float | None, probability] = None) -> None:
         super().__init__(objective)
         self.head: nn.Linear | None = None
         if not objective.has_classifier:
@@ -81,8 +84,6 @@ class LocalGlobal(ObjectiveWrapper):
             self.has_classifier = self.uses_labels = True
         names = ["classifier"] if global_layers is None else list(global_layers)
         self.global_layers = tuple(self._resolve(n) for n in names)
-        if warmup_rounds < 0:
-            raise UserError(f"method.warmup_rounds={warmup_rounds} must be >= 0; fix it")
         self.warmup_rounds, self.warmup_goal_acc = warmup_rounds, warmup_goal_acc
         self.local_phase = False
         self.shared_modules = (*self.shared_modules, *(("head",) if self.head is not None else ()))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import copy
 
 import torch
@@ -10,6 +12,7 @@ from lightly.models.modules import SimCLRProjectionHead
 from lightly.models.utils import deactivate_requires_grad
 from torch import nn
 
+from fedlight.config.checks import non_negative, positive
 from fedlight.methods.base import Batch, FederatedModule, OptimizerSpec
 
 
@@ -69,7 +72,8 @@ class MOON(FederatedModule):
     has_classifier = True
 
     def __init__(self, backbone: nn.Module, num_classes: int, optim: OptimizerSpec | None = None,
-                 mu: float = 5.0, tau: float = 0.5, output_dim: int = 256) -> None:
+                 mu: Annotated[float, non_negative] = 5.0, tau: Annotated[float, positive] = 0.5,
+                 output_dim: Annotated[int, positive] = 256) -> None:
         super().__init__(backbone, optim)
         d = backbone.feature_dim
         self.projection_head = SimCLRProjectionHead(d, d, output_dim, num_layers=2, batch_norm=False)
