@@ -14,3 +14,12 @@ class UserError(Exception):
 
 class RunStopped(UserError):
     """A run that cannot go on (too many diverged clients); its last good checkpoint is intact."""
+
+
+# what str.splitlines() breaks a line at: a message holding one would print as several lines
+LINE_BREAKS = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
+
+
+def one_line(message: str) -> str:
+    """``message`` with the line breaks a user's text brought in (a key, a path) escaped as ``\\n``."""
+    return "".join(repr(ch)[1:-1] if ch in LINE_BREAKS else ch for ch in message)

@@ -304,3 +304,68 @@ def test_a_degenerate_value_is_one_line(tiny_recipe: Path, capsys, overrides: li
     """Values that passed the type check and then crashed in torch or lightly, or ran meaninglessly."""
     _assert_clean_failure(["fit", "--recipe", str(tiny_recipe), *overrides], tiny_recipe.parent / "run", capsys,
                           named=key)
+
+
+# ---------------------------------------------------------------- issue 19: files that are not UTF-8 YAML
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+RECIPE_TEXTS = {  # file contents -> what the one line must say
+    "binary": (bytes(range(256)) * 2, "not UTF-8 text"),
+    "latin-1": ("rounds: 1\nname: caf\u00e9\n".encode("latin-1"), "not UTF-8 text"),
+    "utf-16 without its mark": ("rounds: 1\n".encode("utf-16-le"), "not valid YAML"),
+    "a month 13": (b"rounds: 1\nseed: 2024-13-45\n", "not valid YAML"),
+    "a bad !!float": (b"rounds: !!float abc\n", "not valid YAML"),
+    "a bad !!timestamp": (b"rounds: !!timestamp x\n", "not valid YAML"),
+    "nesting deeper than Python's recursion limit": (b"rounds: " + b"[" * 5000 + b"]" * 5000, "not valid YAML"),
+    "a NUL fragment path": (b'defaults: ["a\\0b"]\n', "not a fragment path"),
+    "a number as fragment": (b"defaults: [3]\n", "not a fragment path"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RECIPE_TEXTS))
+def test_a_recipe_file_that_is_not_utf8_yaml(tmp_path: Path, capsys, name: str) -> None:
+    data, says = RECIPE_TEXTS[name]
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_bytes(data)
+    err = _assert_clean_failure(["fit", "--recipe", str(recipe)], tmp_path / "run", capsys, named="bad.yaml")
+    assert says in err, err
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-32", "utf-8-sig"])
+def test_a_recipe_with_a_byte_order_mark_is_read(tmp_path: Path, encoding: str) -> None:
+    """YAML allows UTF-16 and UTF-32 with a byte-order mark: what a Windows editor writes."""
+    from fedlight.config import load_recipe
+
+    recipe = tmp_path / "windows.yaml"
+    recipe.write_bytes("rounds: 3\nname: caf\u00e9\n".encode(encoding))
+    assert (load_recipe(recipe).rounds, load_recipe(recipe).name) == (3, "caf\u00e9")
+
+
+@pytest.mark.parametrize(("override", "named"), [
+    ("seed=2024-13-45", "seed"),  # PyYAML's ValueError: read as text, then refused as not an int
+    ("na\nme=1", "na\\nme"),  # a key with a line break: escaped, still one line
+    ("a\u2028b=1", "a\\u2028b"),
+    ('data.root="/no/such\\rfolder"', "/no/such\\rfolder"),  # a path in the message (YAML's escape)
+])
+def test_an_override_with_odd_text_is_one_line(tiny_recipe: Path, capsys, override: str, named: str) -> None:
+    _assert_clean_failure(["fit", "--recipe", str(tiny_recipe), override, "data.name=fashion_mnist"],
+                          tiny_recipe.parent / "run", capsys, named=named)
+
+
+@pytest.mark.parametrize("saved", [b"rounds: [1,\n", b"- a\n- b\n", bytes(range(256)), b"seed: 2024-13-45\n"])
+def test_a_damaged_recipe_yaml_in_the_run_folder(tiny_recipe: Path, capsys, saved: bytes) -> None:
+    """--resume compares the recipe with the run's recipe.yaml: invalid YAML, a list or binary
+    is one line naming that file, and the run folder is left as it was."""
+    run = tiny_recipe.parent / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "last.pt").write_bytes(b"not read before the recipe is compared")
+    (run / "recipe.yaml").write_bytes(saved)
+    before = _snapshot(run)
+    code = main(["fit", "--recipe", str(tiny_recipe), "--resume"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("fedlight: error: "), err
+    assert str(run / "recipe.yaml") in err and "--resume" in err and "--overwrite" not in err, err
+    assert _snapshot(run) == before

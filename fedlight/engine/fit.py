@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from lightning.fabric import Fabric
 
 from fedlight import registry
+from fedlight.config.files import read_yaml_mapping
 from fedlight.config.schema import Recipe
 from fedlight.data.partition import partition
 from fedlight.data.sources import ImageData, load_dataset, take_subset
@@ -51,11 +51,15 @@ def build_module(recipe: Recipe, data: ImageData) -> FederatedModule:
     return module.to(memory_format=torch.channels_last) if recipe.fabric.channels_last else module
 
 
+# a run's recipe.yaml is a copy of its resolved recipe, written again when the run resumes
+RECIPE_COPY_FIX = "it only records the run's recipe: delete it and rerun with --resume, which writes it again"
+
+
 def _check_resumable(run_dir: Path, recipe: Recipe) -> None:
     saved_path = run_dir / "recipe.yaml"
     if not saved_path.is_file():
         return
-    saved = yaml.safe_load(saved_path.read_text())
+    saved = read_yaml_mapping(saved_path, "the run's recipe", RECIPE_COPY_FIX)
     # rounds may grow; faults model the cluster, not the experiment
     changed = sorted(k for k in saved if saved[k] != asdict(recipe).get(k) and k not in ("rounds", "faults"))
     if changed:
