@@ -42,7 +42,7 @@ from fedlight.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedlight.engine import faults
 from fedlight.engine.distill import EnsembleDistiller
 from fedlight.engine.evaluator import METRICS, Evaluator
-from fedlight.engine import preemption
+from fedlight.engine import preemption, resumable
 from fedlight.engine.exchange_rounds import EXCHANGE, ExchangeRounds
 from fedlight.engine.ledger import CommLedger
 from fedlight.engine.local_test import LOCAL_METRICS, LocalTester
@@ -447,8 +447,12 @@ class Federation:
             self.logger.finalize("preempted")
         return preemption.Preempted(self.rounds_done, self.rank, clients_done)
 
+    def _unresumable(self, ckpt: dict[str, Any]) -> str | None:
+        """What makes a loaded checkpoint one this run cannot resume from (``resumable``), or None."""
+        return resumable.problem(ckpt, self.module.state_dict(), self.num_clients, (BUFFER, EXCHANGE))
+
     def _restore(self) -> None:
-        ckpt = load_checkpoint(self.run_dir / CHECKPOINT)
+        ckpt = load_checkpoint(self.run_dir / CHECKPOINT, check=self._unresumable)
         self.rounds_done = int(ckpt["rounds_completed"])
         self.global_state = {k: self.fabric.to_device(v) for k, v in ckpt["global"].items()}
         self.module.load_partial(self.global_state)
