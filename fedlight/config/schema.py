@@ -151,6 +151,9 @@ class FaultsConfig:
     straggler_work: float = check(fraction, 0.5)  # the share of its local steps a straggler completes
     diverge: float = check(probability, 0.0)  # a sampled client's update turns NaN (injected divergence)
     max_bad_clients: int | None = check(non_negative, None)  # diverged clients a round tolerates (None: any)
+    # a finite update can still have exploded (SGD at lr 1e30: loss 4.9, weights 2e29): a client whose
+    # upload's norm is over this many times the global model's has diverged too
+    max_update_ratio: float = check(positive, 1000.0)
 
 
 @dataclass

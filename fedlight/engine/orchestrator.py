@@ -141,6 +141,7 @@ class Federation:
         self.rounds_done = 0
         self.wall_before = 0.0
         self.partial: dict[str, Any] | None = None  # a round a preemption stopped between clients
+        self.norm_bound: faults.NormBound | None = None  # how far a client's update may go (set each round)
         self.started = time.perf_counter()
         self.global_state = self._snapshot(self.module.shared_state())
         self.evaluator = Evaluator(fabric, self.module, data, self.views, recipe.eval, recipe.seed)
@@ -203,6 +204,7 @@ class Federation:
         if any(self.workers.each(lambda m: m.on_round_start(round_, self.history))):  # e.g. LG leaving FedAvg
             self._split_changed()
         sampled = [self.trainable[i] for i in sample_clients(r.seed, round_, len(self.trainable), r.clients.fraction)]
+        self.norm_bound = faults.NormBound.of(self.global_state, r.faults.max_update_ratio)  # this round's
         hands = self._hands(sampled)
         if self.exchange is not None:
             self.exchange.begin_round(round_, self.global_state, hands[0])
@@ -283,7 +285,7 @@ class Federation:
         if extra.get("d2d_bytes"):  # CF-CL: images received over D2D links, 8 bits per pixel
             ledger.rows.append([round_, client, "d2d", "uint8", extra.pop("d2d_bytes")])
         report.update(loss=result.mean_loss, steps=result.steps, samples=int(weight), **extra)
-        problem = faults.divergence(result.mean_loss, payload)
+        problem = faults.divergence(result.mean_loss, payload, self.norm_bound)
         if problem:  # excluded; its private state is not saved
             report.update(status="diverged", detail=problem)
             return acc
@@ -440,6 +442,18 @@ class Federation:
             "wall_seconds": wall,
             "partial": partial,  # the unfinished round's accumulator and client reports (or None)
         })
+
+    def _evaluation_failed(self, exc: Exception) -> RunStopped:
+        """The one line that stops a run whose evaluation failed after its round was saved;
+        flushes TensorBoard first."""
+        if self.logger is not None:
+            self.logger.finalize("failed")
+        cause = (str(exc).strip().splitlines() or [""])[0][:200]
+        ckpt = self.run_dir / CHECKPOINT
+        before = f" and the one before in '{ckpt}.prev'" if self.rounds_done > 1 else ""
+        return RunStopped(f"round {self.rounds_done}: evaluating the model failed ({type(exc).__name__}: {cause}); "
+                          f"the round is saved in '{ckpt}'{before}: --resume goes on from it once the cause is "
+                          "fixed (e.g. a lower local.lr, or a lower faults.max_update_ratio for a model that exploded)")
 
     def _preempted(self, clients_done: int = 0) -> preemption.Preempted:
         """The exception that stops a preempted run (after its checkpoint); flushes TensorBoard first."""
@@ -598,12 +612,16 @@ class Federation:
             self.rounds_done = round_ + 1
             metrics: dict[str, float | None] = dict.fromkeys(METRICS)
             t_eval = time.perf_counter()
+            eval_failure: Exception | None = None
             if self.rounds_done % r.eval.every == 0 or self.rounds_done == r.rounds:
                 client_models = self._client_models()  # a collective: every rank takes part
-                local = self._local_test()  # a collective too; before evaluate(), which then scores the average
-                if self.rank == 0:
-                    metrics = {**self.evaluate(client_models), **local}
-                    last_eval = metrics
+                try:
+                    local = self._local_test()  # a collective too; before evaluate(), which then scores the average
+                    if self.rank == 0:
+                        metrics = {**self.evaluate(client_models), **local}
+                        last_eval = metrics
+                except Exception as exc:  # the round is trained and aggregated: it is saved first (below)
+                    eval_failure = exc
             eval_seconds = time.perf_counter() - t_eval
             answered = [rep["loss"] for rep in reports if rep["status"] == "ok"]
             row = {"round": self.rounds_done,
@@ -622,6 +640,9 @@ class Federation:
                 write_json(self.run_dir / "results.json", self._results(wall, None))
                 rounds.set_postfix(loss=f"{row['train_loss']:.3f}" if answered else "-",
                                    probe=f"{last_eval['linear_probe_acc']:.3f}" if last_eval else "-")
+            if eval_failure is not None:
+                rounds.close()
+                raise self._evaluation_failed(eval_failure) from eval_failure
             if self.rounds_done < r.rounds and preemption.requested(self.fabric):  # SIGUSR1/SIGTERM
                 raise self._preempted()  # this round's checkpoint above is where --resume starts
         rounds.close()
