@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -83,12 +84,17 @@ def read_json(path: Path, what: str, fix: str) -> Any:
 
 
 def output_folder_problem(path: Path) -> str | None:
-    """Why fedlight cannot make or use folder ``path`` to write into (a file is in the way), or None."""
-    if path.exists():
-        return None if path.is_dir() else f"'{path}' is a file, not a folder"
-    blocker = next((p for p in path.parents if p.exists()), None)
-    if blocker is not None and not blocker.is_dir():
-        return f"'{blocker}' is a file, so no folder can be made under it"
+    """Why fedlight cannot make or use folder ``path`` to write into (a file in the way, no write
+    permission), or None."""
+    if path.exists() and not path.is_dir():
+        return f"'{path}' is a file, not a folder"
+    anchor = next((p for p in (path, *path.parents) if p.exists()), None)
+    if anchor is None:
+        return None
+    if not anchor.is_dir():
+        return f"'{anchor}' is a file, so no folder can be made under it"
+    if not os.access(anchor, os.W_OK | os.X_OK):
+        return f"'{anchor}' is not writable"
     return None
 
 
