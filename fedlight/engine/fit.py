@@ -16,7 +16,7 @@ from fedlight.config.files import read_yaml_mapping
 from fedlight.config.schema import Recipe
 from fedlight.data.partition import partition
 from fedlight.data.sources import ImageData, load_dataset, take_subset
-from fedlight.engine import preemption
+from fedlight.engine import launch, preemption
 from fedlight.engine.exchange_rounds import validate_exchange
 from fedlight.engine.orchestrator import Federation
 from fedlight.engine.rundir import prepare_run_dir, write_yaml
@@ -70,6 +70,7 @@ def _check_resumable(run_dir: Path, recipe: Recipe) -> None:
 def make_fabric(recipe: Recipe) -> Fabric:
     """Fabric for ``fabric.*``; an impossible device request is a user error."""
     f = recipe.fabric
+    launch.require_launcher(f.devices, f.num_nodes)  # fit() called without the CLI
     processes = f.devices * f.num_nodes
     try:
         with warnings.catch_warnings():  # Lightning's hint to launch through srun is noise before a one-line error
