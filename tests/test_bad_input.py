@@ -286,6 +286,7 @@ DEGENERATE = [  # (overrides, the key the one line must name)
     (["method.name=fedema", "method.tau=2"], "method.tau"),
     (["method.name=moon", "model.backbone=moon_cnn", "method.tau=0"], "method.tau"),
     (["method.name=lg", "method.global_layers=[]"], "method.global_layers"),
+    (["method.name=lg", "method.global_layers=[no_such_layer]"], "method.global_layers"),  # the constructor's own
     (["method.name=lg", "method.warmup_goal_acc=1.5"], "method.warmup_goal_acc"),
     (["server.name=flesd", "partition.public_client=0", "server.momentum=1.01"], "server.momentum"),
     (["server.name=flesd", "partition.public_client=0", "server.lr=0"], "server.lr"),

@@ -116,6 +116,7 @@ def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
     if getattr(registry.METHODS[recipe.method["name"]], "uses_protected", False) and data.train_a is None:
         raise UserError(f"method.name={recipe.method['name']} needs a dataset with a protected attribute; "
                         f"data.name={recipe.data.name} has none (use data.name=diabetes)")
+    module = build_module(recipe, data)  # the method's own checks (LG's global_layers) come before the run folder
     run_dir = Path(recipe.run_dir)
     fabric = make_fabric(recipe)
     if fabric.global_rank == 0:
@@ -133,7 +134,6 @@ def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
     os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
     if recipe.fabric.threads:
         torch.set_num_threads(recipe.fabric.threads)
-    module = build_module(recipe, data)
     federation = Federation(fabric, recipe, data, parts, module, server, run_dir)
     try:
         return federation.run(resume)
