@@ -32,6 +32,7 @@ from fedlight.models.backbones import CFCLCNN, MLP, LeNet5, MoonCNN, ResNet18Cif
 from fedlight.server.base import Aggregator
 from fedlight.server.centralized import Centralized
 from fedlight.server.fedavg import FedAvg
+from fedlight.server.fedopt import FedAdagrad, FedAdam, FedYogi
 from fedlight.server.flesd import FLESD
 from fedlight.server.local_only import LocalOnly
 from fedlight.server.scaffold import Scaffold
@@ -44,6 +45,7 @@ METHODS: dict[str, type[FederatedModule]] = {
 }
 SERVERS: dict[str, type[Aggregator]] = {
     "fedavg": FedAvg, "scaffold": Scaffold, "local_only": LocalOnly, "centralized": Centralized, "flesd": FLESD,
+    "fedadam": FedAdam, "fedyogi": FedYogi, "fedadagrad": FedAdagrad,
 }
 BACKBONES: dict[str, Callable[[int, int], nn.Module]] = {
     "small_cnn": lambda channels, size: SmallCNN(channels),
