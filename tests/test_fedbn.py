@@ -77,3 +77,15 @@ def test_bn_never_leaves_the_client_in_a_run(tmp_path: Path, tiny_recipe: Path, 
         assert not torch.equal(clients[0][key], clients[1][key])
     assert int(clients[0]["objective.backbone.1.num_batches_tracked"]) > 0
     assert json.loads((tmp_path / "run/results.json").read_text())["rounds_completed"] == 2
+
+
+def test_supervised_fedbn_scores_each_client_with_its_own_bn(tmp_path: Path, tiny_recipe: Path) -> None:
+    """eval.local_test: each client's model (global layers + its own BN) on its own test split; the
+    global metrics then describe the averaged model (BN averaged for evaluation only)."""
+    res = fit(load_recipe(tiny_recipe, [*FAST, "method={name: fedbn, objective: supervised}", "eval.local_test=true",
+                                        f"run.dir={tmp_path / 'run'}"]))
+    last = res["history"][-1]
+    assert 0 <= last["local_test_acc"] <= 1 and last["local_test_acc_std"] is not None
+    assert 0 <= res["final"]["test_acc"] <= 1
+    # the new test's one-time upload of every local model (LG-FedAvg's accounting) is the only BN traffic
+    assert res["comm"]["bytes_new_test"] > 0 and last["bytes_up"] == last["bytes_down"]
