@@ -50,14 +50,14 @@ def test_two_rounds_hand_computed(name: str) -> None:
     x0 = {"w": torch.zeros(2), "bn.running_mean": torch.zeros(1), "bn.num_batches_tracked": torch.tensor(0)}
     v1, x1, v2, x2 = (torch.tensor(e, dtype=torch.float64) for e in EXPECTED[name])
     s1 = _round(server, x0, [1.0, -0.2])
-    assert torch.allclose(server.m["w"], torch.tensor([0.5, -0.1], dtype=torch.float64))
-    assert torch.allclose(server.v["w"], v1) and torch.allclose(s1["w"].double(), x1, atol=1e-7)
+    assert torch.allclose(server.m["w"].double(), torch.tensor([0.5, -0.1], dtype=torch.float64))
+    assert torch.allclose(server.v["w"].double(), v1) and torch.allclose(s1["w"].double(), x1, atol=1e-7)
     # BN statistics and integer buffers: averaged as FedAvg does, no moments kept for them
     assert torch.equal(s1["bn.running_mean"], torch.tensor([5.0])) and int(s1["bn.num_batches_tracked"]) == 7
-    assert set(server.m) == set(server.v) == {"w"} and s1["w"].dtype == torch.float32
+    assert set(server.m) == set(server.v) == {"w"} and s1["w"].dtype == server.v["w"].dtype == torch.float32
     s2 = _round(server, s1, [-1.0, 0.4])
-    assert torch.allclose(server.m["w"], torch.tensor([-0.25, 0.15], dtype=torch.float64))
-    assert torch.allclose(server.v["w"], v2) and torch.allclose(s2["w"].double(), x2, atol=1e-6)
+    assert torch.allclose(server.m["w"].double(), torch.tensor([-0.25, 0.15], dtype=torch.float64))
+    assert torch.allclose(server.v["w"].double(), v2) and torch.allclose(s2["w"].double(), x2, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

@@ -73,7 +73,16 @@ class FedOpt(Aggregator):
         return ops.weighted_sum(acc, payload, weight)
 
     def finalize(self, global_state: State, acc: State | None) -> State:
-        """x_{t+1} from x_t (``global_state``) and the summed client models; unchanged without answers."""
+        """x_{t+1} from x_t and the summed client models; unchanged (moments too) without answers.
+
+        Args:
+            global_state: x_t, name -> tensor of the layer's shape (e.g. (C_out, C_in, k, k)).
+            acc: ``weighted_sum`` of the answering clients' states (float64, the same shapes).
+        Returns:
+            x_{t+1}, shaped and typed as ``global_state``; ``self.m`` / ``self.v`` hold m_t / v_t for
+            the entries that take the adaptive step (same shapes, the model's dtype; the step itself
+            is computed in float64).
+        """
         if acc is None or float(acc[ops.WEIGHT_KEY]) == 0:
             return global_state
         out = ops.finish_average(acc, global_state)  # FedAvg's result: kept for the statistics and ints
@@ -83,13 +92,13 @@ class FedOpt(Aggregator):
                 continue
             delta = acc[k] / acc[ops.WEIGHT_KEY] - x.double()  # Delta_t, float64
             m = self.m.get(k)
-            m = torch.zeros_like(delta) if m is None else m.to(delta.device)
+            m = torch.zeros_like(delta) if m is None else m.to(delta.device, torch.float64)
             v = self.v.get(k)
-            v = torch.full_like(delta, self.tau ** 2) if v is None else v.to(delta.device)
+            v = torch.full_like(delta, self.tau ** 2) if v is None else v.to(delta.device, torch.float64)
             m = self.beta1 * m + (1 - self.beta1) * delta
             v = self.second_moment(v, delta * delta)
             out[k] = (x.double() + self.server_lr * m / (v.sqrt() + self.tau)).to(x.dtype)
-            m_new[k], v_new[k] = m, v
+            m_new[k], v_new[k] = m.to(x.dtype), v.to(x.dtype)  # kept (and checkpointed) in the model's dtype
         self.m, self.v = m_new, v_new  # keys no longer shared (LG leaving FedAvg) are dropped
         return out
 
