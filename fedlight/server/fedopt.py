@@ -80,8 +80,8 @@ class FedOpt(Aggregator):
             acc: ``weighted_sum`` of the answering clients' states (float64, the same shapes).
         Returns:
             x_{t+1}, shaped and typed as ``global_state``; ``self.m`` / ``self.v`` hold m_t / v_t for
-            the entries that take the adaptive step (same shapes, the model's dtype; the step itself
-            is computed in float64).
+            the entries that take the adaptive step (same shapes, the model's dtype but at least float32;
+            the step itself is computed in float64).
         """
         if acc is None or float(acc[ops.WEIGHT_KEY]) == 0:
             return global_state
@@ -98,7 +98,8 @@ class FedOpt(Aggregator):
             m = self.beta1 * m + (1 - self.beta1) * delta
             v = self.second_moment(v, delta * delta)
             out[k] = (x.double() + self.server_lr * m / (v.sqrt() + self.tau)).to(x.dtype)
-            m_new[k], v_new[k] = m.to(x.dtype), v.to(x.dtype)  # kept (and checkpointed) in the model's dtype
+            keep = torch.promote_types(x.dtype, torch.float32)  # tau^2 = 1e-6 is subnormal in float16
+            m_new[k], v_new[k] = m.to(keep), v.to(keep)  # kept (and checkpointed) at the model's precision
         self.m, self.v = m_new, v_new  # keys no longer shared (LG leaving FedAvg) are dropped
         return out
 
