@@ -19,6 +19,7 @@ from fedlight.errors import UserError
 from fedlight.methods.base import FederatedModule, OptimizerSpec
 from fedlight.methods.byol import BYOL
 from fedlight.methods.fair import FairLocalGlobal
+from fedlight.methods.fedbn import FedBN
 from fedlight.methods.fedema import FedEMA
 from fedlight.methods.fedprox import FedProx
 from fedlight.methods.fedu import FedU
@@ -33,18 +34,20 @@ from fedlight.models.backbones import CFCLCNN, MLP, LeNet5, MoonCNN, ResNet18Cif
 from fedlight.server.base import Aggregator
 from fedlight.server.centralized import Centralized
 from fedlight.server.fedavg import FedAvg
+from fedlight.server.fedopt import FedAdagrad, FedAdam, FedYogi
 from fedlight.server.flesd import FLESD
 from fedlight.server.local_only import LocalOnly
 from fedlight.server.scaffold import Scaffold
 
-# local objectives; ``fedprox`` and ``scaffold`` wrap the objective named by ``method.objective``
+# local objectives; ``fedprox``, ``scaffold``, ``lg`` and ``fedbn`` wrap the objective named by ``method.objective``
 METHODS: dict[str, type[FederatedModule]] = {
     "simclr": SimCLR, "byol": BYOL, "supervised": Supervised, "moon": MOON, "fedu": FedU, "fedema": FedEMA,
     "fedprox": FedProx, "scaffold": ScaffoldClient, "triplet": Triplet, "lg": LocalGlobal,
-    "lg_fair": FairLocalGlobal,
+    "lg_fair": FairLocalGlobal, "fedbn": FedBN,
 }
 SERVERS: dict[str, type[Aggregator]] = {
     "fedavg": FedAvg, "scaffold": Scaffold, "local_only": LocalOnly, "centralized": Centralized, "flesd": FLESD,
+    "fedadam": FedAdam, "fedyogi": FedYogi, "fedadagrad": FedAdagrad,
 }
 BACKBONES: dict[str, Callable[[int, int], nn.Module]] = {
     "small_cnn": lambda channels, size: SmallCNN(channels),

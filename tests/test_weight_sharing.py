@@ -13,7 +13,7 @@ from fedlight.engine.orchestrator import TIMING
 from fedlight.methods.fedema import FedEMA, ema_weight
 from fedlight.methods.fedprox import FedProx, proximal_term
 from fedlight.methods.fedu import FedU, divergence
-from fedlight.methods.moon import MOON, model_contrastive_loss
+from fedlight.methods.moon import MOON, model_contrastive_loss, representation_l2
 from fedlight.methods.scaffold import Scaffold as ScaffoldClient, control_update
 from fedlight.methods.supervised import Supervised
 from fedlight.models.backbones import MoonCNN, SmallCNN
@@ -112,6 +112,26 @@ def test_moon_term_is_zero_weighted_without_a_previous_model() -> None:
     m.on_train_start()
     ce = torch.nn.functional.cross_entropy(m.classify(batch[0][0]), batch[1])
     assert m.training_step(batch, 0) > ce
+
+
+def test_moon_l2_term_on_fixed_vectors() -> None:
+    z = torch.tensor([[1.0, 2.0], [0.0, 0.0]])
+    z_glob = torch.tensor([[0.0, 0.0], [3.0, 4.0]])  # squared distances 1 + 4 = 5 and 9 + 16 = 25
+    assert float(representation_l2(z, z_glob)) == 0.5 * (5 + 25) / 2  # (1/2) ||z - z_glob||^2, batch mean: 7.5
+
+
+def test_moon_l2_term_applies_from_the_first_round_with_weight_mu() -> None:
+    m = MOON(MoonCNN(1, 28), num_classes=10, mu=2.0, output_dim=16, term="l2")
+    batch = ([torch.randn(4, 1, 28, 28)], torch.tensor([0, 1, 2, 3]))
+    m.reset_private_state()  # no previous model: the l2 term needs none
+    m.train()
+    m.on_train_start()
+    ce = torch.nn.functional.cross_entropy(m.classify(batch[0][0]), batch[1])
+    assert torch.isclose(m.training_step(batch, 0), ce)  # z = z_glob at the start of local training
+    with torch.no_grad():
+        m.frozen_global.head.layers[-1].bias.add_(0.1)  # z_glob = z + 0.1 in each of 16 dimensions
+    # mu * (1/2) * 16 * 0.1^2 = 2 * 0.08
+    assert torch.isclose(m.training_step(batch, 0), ce + 0.16, atol=1e-5)
 
 
 def test_moon_cnn_shapes() -> None:

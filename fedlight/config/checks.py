@@ -34,6 +34,11 @@ def probability(v: Any) -> str | None:
     return None if 0 <= v <= 1 else "must be in [0, 1]"
 
 
+def decay(v: Any) -> str | None:
+    """A moment's decay factor that must forget (an adaptive server optimizer's betas): [0, 1)."""
+    return None if 0 <= v < 1 else "must be in [0, 1)"
+
+
 def percent(v: Any) -> str | None:
     """A share in percent that must not be empty: (0, 100]."""
     return None if 0 < v <= 100 else "must be in (0, 100]"

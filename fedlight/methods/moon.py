@@ -1,10 +1,14 @@
-"""MOON: model-contrastive federated learning (Li, He and Song, CVPR 2021), Algorithm 1."""
+"""MOON: model-contrastive federated learning (Li, He and Song, CVPR 2021), Algorithm 1.
+
+``term`` picks the second term of the local objective (slides, Table 5 "different kinds of
+loss for the second term of local objective"): MOON's model-contrastive loss, or the l2 norm
+between the local and the global model's representations.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import copy
+from typing import Annotated, Literal
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +33,19 @@ def model_contrastive_loss(z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.
     return F.cross_entropy(logits, torch.zeros(len(z), dtype=torch.long, device=z.device))
 
 
+def representation_l2(z: torch.Tensor, z_glob: torch.Tensor) -> torch.Tensor:
+    """(1/2) ||z - z_glob||^2, batch mean: the l2 second term of Table 5 (slides) without its mu.
+
+    The slides name the term only ("l_2 norm", mu tuned over {0.001, 0.01, 0.1, 1, 5, 10}); this
+    is the form issue 23 asks for, (mu/2) ||z - z_glob||^2 on the projections MOON contrasts.
+
+    Args:
+        z: (B, D) projections of the local model being trained.
+        z_glob: (B, D) projections of the frozen global model.
+    """
+    return 0.5 * (z - z_glob).pow(2).sum(dim=1).mean()
+
+
 class _Representation(nn.Module):
     """A frozen copy of backbone + projection head: x -> z."""
 
@@ -48,14 +65,15 @@ class _Representation(nn.Module):
 
 
 class MOON(Supervised):
-    """Supervised CE on the projection + mu * model-contrastive loss.
+    """Supervised CE on the projection + mu * a second term: model-contrastive loss, or the l2 term.
 
     The representation z is the projection head's output and the classifier sits on z
     (MOON's code): the network is ``Supervised`` with ``projection_dim = output_dim``, so
     with mu = 0 MOON is FedAvg on that supervised network, step for step. ``previous`` (the
     client's model after its last local training) is the client's private state; a client
     without one (its first round) trains with mu = 0, i.e. plain FedAvg. ``frozen_global``
-    is rebuilt from the global model every round.
+    is rebuilt from the global model every round. The l2 term needs no previous model, so it
+    applies from a client's first round on (z = z_glob at its first step).
 
     Args:
         backbone: encoder (B, C, H, W) -> (B, D); MOON uses ``moon_cnn`` (D = 84).
@@ -64,6 +82,7 @@ class MOON(Supervised):
         mu: weight of the model-contrastive term (5 for CIFAR-10, 1 for CIFAR-100).
         tau: temperature (0.5).
         output_dim: projection dimension (256); the head is D - D - output_dim.
+        term: ``contrastive`` (MOON) or ``l2``: (mu/2) ||z - z_glob||^2 (Table 5's l2 norm row).
     """
 
     private_modules = ("previous",)
@@ -71,11 +90,12 @@ class MOON(Supervised):
 
     def __init__(self, backbone: nn.Module, num_classes: int, optim: OptimizerSpec | None = None,
                  mu: Annotated[float, non_negative] = 5.0, tau: Annotated[float, positive] = 0.5,
-                 output_dim: Annotated[int, positive] = 256) -> None:
+                 output_dim: Annotated[int, positive] = 256,
+                 term: Literal["contrastive", "l2"] = "contrastive") -> None:
         super().__init__(backbone, num_classes, optim, projection_dim=output_dim)
         self.previous = _Representation(backbone, self.projection_head)
         self.frozen_global = _Representation(backbone, self.projection_head)
-        self.mu, self.tau = mu, tau
+        self.mu, self.tau, self.term = mu, tau, term
 
     def reset_private_state(self) -> None:
         self.previous.valid.fill_(False)
@@ -90,7 +110,13 @@ class MOON(Supervised):
         x = views[0]
         z = self.project(x)
         loss = F.cross_entropy(self.classifier(z), y)
-        if self.mu > 0 and bool(self.previous.valid):
+        if self.mu == 0:
+            return loss
+        if self.term == "l2":
+            with torch.no_grad():
+                z_glob = self.frozen_global(x)
+            return loss + self.mu * representation_l2(z, z_glob)
+        if bool(self.previous.valid):
             with torch.no_grad():
                 z_glob, z_prev = self.frozen_global(x), self.previous(x)
             loss = loss + self.mu * model_contrastive_loss(z, z_glob, z_prev, self.tau)
