@@ -299,6 +299,7 @@ DEGENERATE = [  # (overrides, the key the one line must name)
     (["server.name=local_only", "server.kwargs={a: 1}"], "server.kwargs"),
     (['run.dir="a\\0b"'], "run.dir"),
     (['data.root="a\\0b"'], "data.root"),
+    (["method.output_dim=1000000000000"], "method.output_dim"),  # a model no memory holds: torch's allocation error
 ]
 
 

@@ -45,9 +45,22 @@ def build_module(recipe: Recipe, data: ImageData) -> FederatedModule:
     """The method's worker model, initialised from the run seed, in ``fabric.channels_last`` format."""
     torch.manual_seed(derive_seed(recipe.seed, "init"))
     l = recipe.local
-    module = registry.build_method(recipe.method, recipe.model.backbone, data.channels, data.image_size,
-                                   data.num_classes, OptimizerSpec(l.optimizer, l.lr, l.momentum, l.weight_decay))
+    try:
+        module = registry.build_method(recipe.method, recipe.model.backbone, data.channels, data.image_size,
+                                       data.num_classes, OptimizerSpec(l.optimizer, l.lr, l.momentum, l.weight_decay))
+    except MemoryError:  # torch raises it (a RuntimeError on some builds) when a size in method.* is absurd
+        raise _too_large(recipe) from None
+    except RuntimeError as exc:
+        if "allocate" not in str(exc) and "memory" not in str(exc):
+            raise
+        raise _too_large(recipe) from None
     return module.to(memory_format=torch.channels_last) if recipe.fabric.channels_last else module
+
+
+def _too_large(recipe: Recipe) -> UserError:
+    sizes = ", ".join(f"method.{k}={v}" for k, v in recipe.method.items() if isinstance(v, int) and v > 10_000)
+    return UserError(f"the model of method.name={recipe.method['name']} does not fit in memory"
+                     + (f" ({sizes})" if sizes else "") + "; make its sizes smaller")
 
 
 def make_fabric(recipe: Recipe) -> Fabric:
