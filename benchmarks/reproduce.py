@@ -1,4 +1,4 @@
-"""Run recipes over seeds and tabulate them (mean +- std over seeds), for REPRODUCTION.md.
+"""Run recipes over seeds and tabulate them (mean +- sample std over seeds), for REPRODUCTION.md.
 
     python benchmarks/reproduce.py --out runs/repro/moon --seeds 0 1 2 \
         --metric test_acc --reference fedavg_fmnist \
@@ -50,11 +50,16 @@ def run(label: str, recipe: Path, seed: int, out: Path, overrides: list[str]) ->
     return json.loads(results.read_text())
 
 
+def sample_std(values: np.ndarray) -> float:
+    """The seeds' sample standard deviation (ddof 1, as the verdict's interval uses; 0 for one seed)."""
+    return float(values.std(ddof=1)) if len(values) > 1 else 0.0
+
+
 def extra_cell(runs: list[dict], key: str) -> str:
     """A final metric as mean +- std in %, else a history value averaged over rounds and seeds."""
     if key in runs[0]["final"]:
         values = np.array([res["final"][key] for res in runs]) * 100
-        return f"{values.mean():.2f} +- {values.std():.2f}"
+        return f"{values.mean():.2f} +- {sample_std(values):.2f}"
     if key in runs[0]["comm"]:  # e.g. params_up: a run total (mean over seeds)
         return f"{np.mean([res['comm'][key] for res in runs]):.3g}"
     return f"{np.mean([h[key] for res in runs for h in res['history'] if h.get(key) is not None]):.3g}"
@@ -74,7 +79,7 @@ def claim_row(claim: list[str], table: dict[str, list[dict]], metric: str, margi
     floor = float(np.mean(floors)) * 100 if None not in floors else None
     c = compare(*side_values, floor, rows=[values[k] for k in dict.fromkeys(labels)])
     said = f"{a} {op} {b}" + (f" (within {margin:g})" if op == "~" else "")
-    ours = "; ".join(f"{k} {v.mean():.2f} +- {v.std(ddof=1):.2f}" for k, v in values.items())
+    ours = "; ".join(f"{k} {v.mean():.2f} +- {sample_std(v):.2f}" for k, v in values.items())
     ours += (f"; A - B {c.mean:+.2f} [{c.low:+.2f}, {c.high:+.2f}]"
              + ("; no random-init floor" if floor is None else f"; floor {floor:.2f}, signal {c.signal:.1f}"))
     return f"| {said} ({metric}) | {paper[0] if paper else '-'} | {ours} | {verdict(op, c, margin)} | `--out {out}` |"
@@ -123,7 +128,7 @@ def main() -> None:
         wall = np.mean([res["wall_seconds"] for res in runs])
         floor = [res["baseline"][args.metric] for res in runs if res["baseline"].get(args.metric) is not None]
         floor_text = f"{np.mean(floor) * 100:.2f}" if floor else "-"
-        lines.append(f"| {name} | {acc.mean():.2f} +- {acc.std():.2f} | {floor_text} | {spread_text} | {reach} | "
+        lines.append(f"| {name} | {acc.mean():.2f} +- {sample_std(acc):.2f} | {floor_text} | {spread_text} | {reach} | "
                      f"{comm:.3g} | {wall:.0f} |" + "".join(f" {extra_cell(runs, e)} |" for e in args.extra))
     text = "\n".join(lines)
     print(text)

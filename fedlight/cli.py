@@ -10,7 +10,7 @@ import sys
 from typing import TYPE_CHECKING, NoReturn
 
 from fedlight.engine import launch
-from fedlight.errors import PREEMPTED_EXIT, USER_ERROR_EXIT, UserError
+from fedlight.errors import PREEMPTED_EXIT, USER_ERROR_EXIT, UserError, one_line
 
 if TYPE_CHECKING:
     from fedlight.config.schema import Recipe
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         return {"fit": _fit, "sweep": _sweep, "report": _report, "methods": _methods}[args.command](args)
     except UserError as exc:
         if not launch.is_child():  # rank 0 says it once
-            print(f"fedlight: error: {exc}", file=sys.stderr)
+            print(f"fedlight: error: {one_line(str(exc))}", file=sys.stderr)
         return USER_ERROR_EXIT
 
 

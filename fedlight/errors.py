@@ -32,3 +32,12 @@ def warnings_if_it_works() -> Iterator[None]:
         yield
     for w in caught:
         warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
+
+
+# what str.splitlines() breaks a line at: a message holding one would print as several lines
+LINE_BREAKS = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
+
+
+def one_line(message: str) -> str:
+    """``message`` with the line breaks a user's text brought in (a key, a path) escaped as ``\\n``."""
+    return "".join(repr(ch)[1:-1] if ch in LINE_BREAKS else ch for ch in message)

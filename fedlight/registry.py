@@ -5,7 +5,8 @@ find them, so they appear in the valid names an error lists and in ``fedlight me
 
 ``method.*`` and ``server.*`` recipe keys are the keyword arguments of the chosen class's
 constructor (minus those the engine supplies), type-checked against its annotations, so a
-class's signature is its schema and its defaults are the paper's.
+class's signature is its schema and its defaults are the paper's. A numeric parameter
+declares its range there too (``Annotated[float, positive]``, ``fedlight.config.checks``).
 """
 
 from __future__ import annotations
@@ -73,7 +74,14 @@ ENGINE_ARGS = frozenset({"self", "backbone", "optim", "num_classes", "objective"
 
 
 def _params(cls: type) -> dict[str, inspect.Parameter]:
-    return {p: v for p, v in inspect.signature(cls.__init__).parameters.items() if p not in ENGINE_ARGS}
+    """The constructor parameters a recipe sets (not ``*args`` / ``**kwargs``, nor the engine's)."""
+    return {p: v for p, v in inspect.signature(cls.__init__).parameters.items()
+            if p not in ENGINE_ARGS and v.kind not in (v.VAR_POSITIONAL, v.VAR_KEYWORD)}
+
+
+def hints(cls: type) -> dict[str, Any]:
+    """The constructor's type hints, ``Annotated`` constraints included."""
+    return typing.get_type_hints(cls.__init__, include_extras=True)
 
 
 def _options(section: str, spec: dict[str, Any], table: dict[str, type]) -> list[tuple[type, dict[str, Any]]]:
@@ -98,20 +106,8 @@ def _options(section: str, spec: dict[str, Any], table: dict[str, type]) -> list
             valid = sorted({p for cls in chain for p in _params(cls)} | ({"objective"} if len(chain) > 1 else set()))
             raise UserError(f"unknown recipe key '{section}.{key}' for {section}.name={name}; valid keys: "
                             + (", ".join(f"{section}.{p}" for p in valid) or "none"))
-        hints = typing.get_type_hints(chain[owner].__init__)
-        kwargs[owner][key] = coerce(value, hints.get(key, Any), f"{section}.{key}")
-        _check_range(f"{section}.{key}", kwargs[owner][key], _params(chain[owner])[key].default)
+        kwargs[owner][key] = coerce(value, hints(chain[owner]).get(key, Any), f"{section}.{key}")
     return list(zip(chain, kwargs))
-
-
-def _check_range(key: str, value: Any, default: Any) -> None:
-    """Numbers keep the sign of their (paper) default: none is negative, and a count or size
-    (an int defaulting to > 0) is positive."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not isinstance(default, (int, float)):
-        return
-    if value < 0 or (isinstance(default, int) and not isinstance(default, bool) and default > 0 and value == 0):
-        bound = "> 0" if isinstance(default, int) and default > 0 else ">= 0"
-        raise UserError(f"recipe key '{key}' must be {bound} (got {value!r}); fix the recipe or override")
 
 
 def validate(method: dict[str, Any], server: dict[str, Any], num_clients: int,

@@ -6,20 +6,23 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import math
+import os
 import pickle
 import tempfile
 import typing
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Literal
 
 import numpy as np
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from fedlight import registry
 from fedlight.cli import main
+from fedlight.config import load_recipe
 from fedlight.config.schema import Recipe
 from fedlight.data.partition import partition
 from fedlight.errors import UserError
@@ -256,3 +259,264 @@ def test_an_impossible_partition_end_to_end(tiny_recipe: Path, capsys) -> None:
     _assert_clean_failure(["fit", "--recipe", str(tiny_recipe), "partition.kind=dirichlet", "partition.min_size=0",
                            "partition.alpha=0.01", "clients.num=1000"], tiny_recipe.parent / "run", capsys,
                           named="clients.num")
+
+
+# ---------------------------------------------------------------- issue 19: degenerate option values
+
+def _declared_ranges(cls: type) -> dict[str, bool]:
+    """Each numeric constructor option of ``cls`` a recipe sets -> whether it declares its range."""
+    out = {}
+    for name, hint in registry.hints(cls).items():
+        if name not in registry._params(cls):
+            continue
+        base = typing.get_args(hint)[0] if typing.get_origin(hint) is typing.Annotated else hint
+        if {int, float} & {base, *typing.get_args(base)}:
+            out[name] = typing.get_origin(hint) is typing.Annotated
+    return out
+
+
+@pytest.mark.parametrize("cls", sorted({*registry.METHODS.values(), *registry.SERVERS.values()}, key=repr))
+def test_every_numeric_method_and_server_option_declares_its_range(cls: type) -> None:
+    """The constructor's hints are the one place a range lives: a new option cannot skip it."""
+    assert all(_declared_ranges(cls).values()), f"{cls.__name__}: {_declared_ranges(cls)}"
+
+
+DEGENERATE = [  # (overrides, the key the one line must name)
+    (["views.blur_p=[]"], "views.blur_p"),
+    (["views.solarize_p=[]"], "views.solarize_p"),
+    (["method.temperature=0"], "method.temperature"),
+    (["method.name=byol", "method.momentum=1.5"], "method.momentum"),
+    (["method.name=fedema", "method.tau=2"], "method.tau"),
+    (["method.name=moon", "model.backbone=moon_cnn", "method.tau=0"], "method.tau"),
+    (["method.name=lg", "method.global_layers=[no_such_layer]"], "method.global_layers"),  # the constructor's own
+    (["method.name=lg", "method.warmup_goal_acc=1.5"], "method.warmup_goal_acc"),
+    (["server.name=flesd", "partition.public_client=0", "server.momentum=1.01"], "server.momentum"),
+    (["server.name=flesd", "partition.public_client=0", "server.lr=0"], "server.lr"),
+    (["server.name=flesd", "partition.public_client=0", "server.tau_s=0"], "server.tau_s"),
+    (["server.aggregate_every=0"], "server.aggregate_every"),
+    (["local.batch_size=1"], "local.batch_size"),
+    (["server.name=local_only", "server.args=1"], "server.args"),  # a class without its own constructor
+    (["server.name=local_only", "server.kwargs={a: 1}"], "server.kwargs"),
+    (['run.dir="a\\0b"'], "run.dir"),
+    (['data.root="a\\0b"'], "data.root"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "key"), DEGENERATE, ids=[" ".join(o) for o, _ in DEGENERATE])
+def test_a_degenerate_value_is_one_line(tiny_recipe: Path, capsys, overrides: list[str], key: str) -> None:
+    """Values that passed the type check and then crashed in torch or lightly, or ran meaninglessly."""
+    _assert_clean_failure(["fit", "--recipe", str(tiny_recipe), *overrides], tiny_recipe.parent / "run", capsys,
+                          named=key)
+
+
+# ---------------------------------------------------------------- issue 19: files that are not UTF-8 YAML
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+RECIPE_TEXTS = {  # file contents -> what the one line must say
+    "binary": (bytes(range(256)) * 2, "not UTF-8 text"),
+    "latin-1": ("rounds: 1\nname: caf\u00e9\n".encode("latin-1"), "not UTF-8 text"),
+    "utf-16 without its mark": ("rounds: 1\n".encode("utf-16-le"), "not valid YAML"),
+    "a month 13": (b"rounds: 1\nseed: 2024-13-45\n", "not valid YAML"),
+    "a bad !!float": (b"rounds: !!float abc\n", "not valid YAML"),
+    "a bad !!timestamp": (b"rounds: !!timestamp x\n", "not valid YAML"),
+    "nesting deeper than Python's recursion limit": (b"rounds: " + b"[" * 5000 + b"]" * 5000, "not valid YAML"),
+    "a NUL fragment path": (b'defaults: ["a\\0b"]\n', "not a fragment path"),
+    "a number as fragment": (b"defaults: [3]\n", "not a fragment path"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RECIPE_TEXTS))
+def test_a_recipe_file_that_is_not_utf8_yaml(tmp_path: Path, capsys, name: str) -> None:
+    data, says = RECIPE_TEXTS[name]
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_bytes(data)
+    err = _assert_clean_failure(["fit", "--recipe", str(recipe)], tmp_path / "run", capsys, named="bad.yaml")
+    assert says in err, err
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-32", "utf-8-sig"])
+def test_a_recipe_with_a_byte_order_mark_is_read(tmp_path: Path, encoding: str) -> None:
+    """YAML allows UTF-16 and UTF-32 with a byte-order mark: what a Windows editor writes."""
+    from fedlight.config import load_recipe
+
+    recipe = tmp_path / "windows.yaml"
+    recipe.write_bytes("rounds: 3\nname: caf\u00e9\n".encode(encoding))
+    assert (load_recipe(recipe).rounds, load_recipe(recipe).name) == (3, "caf\u00e9")
+
+
+@pytest.mark.parametrize(("override", "named"), [
+    ("seed=2024-13-45", "seed"),  # PyYAML's ValueError: read as text, then refused as not an int
+    ("na\nme=1", "na\\nme"),  # a key with a line break: escaped, still one line
+    ("a\u2028b=1", "a\\u2028b"),
+    ('data.root="/no/such\\rfolder"', "/no/such\\rfolder"),  # a path in the message (YAML's escape)
+])
+def test_an_override_with_odd_text_is_one_line(tiny_recipe: Path, capsys, override: str, named: str) -> None:
+    _assert_clean_failure(["fit", "--recipe", str(tiny_recipe), override, "data.name=fashion_mnist"],
+                          tiny_recipe.parent / "run", capsys, named=named)
+
+
+@pytest.mark.parametrize("saved", [b"rounds: [1,\n", b"- a\n- b\n", bytes(range(256)), b"seed: 2024-13-45\n"])
+def test_a_damaged_recipe_yaml_in_the_run_folder(tiny_recipe: Path, capsys, saved: bytes) -> None:
+    """--resume compares the recipe with the run's recipe.yaml: invalid YAML, a list or binary
+    is one line naming that file, and the run folder is left as it was."""
+    run = tiny_recipe.parent / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "last.pt").write_bytes(b"not read before the recipe is compared")
+    (run / "recipe.yaml").write_bytes(saved)
+    before = _snapshot(run)
+    code = main(["fit", "--recipe", str(tiny_recipe), "--resume"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("fedlight: error: "), err
+    assert str(run / "recipe.yaml") in err and "--resume" in err and "--overwrite" not in err, err
+    assert _snapshot(run) == before
+
+
+# ---------------------------------------------------------------- issue 19: generated recipes and overrides
+
+class _Validated(Exception):
+    """Raised where ``fit`` would set up devices and the run folder: the recipe was accepted."""
+
+
+@pytest.fixture
+def validation_only(monkeypatch):
+    """``fedlight fit`` up to the point where it touches devices or the run folder, in process:
+    the recipe, data, partition and method are checked for real; no local rank is started (the
+    launcher's own check still runs) and nothing trains."""
+    from fedlight.engine import fit as fit_module
+    from fedlight.engine import launch
+
+    def stop(*args: Any, **kwargs: Any) -> None:
+        raise _Validated
+
+    def no_processes(devices: int, nodes: int, argv: list[str]) -> list:
+        saved = dict(os.environ)  # rank 0's variables, set before it would start the others
+        try:
+            return real_start(devices, nodes, argv)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+    real_start = launch.start_local_ranks
+    monkeypatch.setattr(fit_module, "make_fabric", stop)
+    monkeypatch.setattr(launch, "subprocess", SimpleNamespace(Popen=stop))
+    monkeypatch.setattr(launch, "start_local_ranks", no_processes)
+
+
+TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=8)  # any unicode: NUL, line breaks, RTL
+EDGES = st.sampled_from([0, 1, 2, -1, 0.0, 1.5, -0.5, 1e-300, 1e300, math.nan, math.inf, -math.inf, [], {}, "", [[]],
+                         "\n", "a\x00b", "\u2028", "caf\u00e9", True, None])
+VALUES = st.one_of(EDGES, st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-3, 300), st.floats(-2, 2), TEXT),
+                                       lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                               st.dictionaries(TEXT, inner, max_size=2)),
+                                       max_leaves=4))
+
+
+def _edges(hint: Any) -> st.SearchStrategy:
+    """Values at the edge of what a key typed ``hint`` takes: 0, negatives, above 1, huge and
+    tiny numbers for numbers; empty lists; text with NUL and line breaks."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is typing.Annotated:
+        return _edges(args[0])
+    if typing.get_origin(hint) is list:
+        return st.sampled_from([[], [[]], [-1], [1.5]])
+    if {int, float} & {hint, *args}:
+        return st.sampled_from([0, -1, 1, 2, 0.0, -0.5, 1.5, 100.5, 1e-300, 1e300, 10**9])
+    return st.one_of(TEXT, st.sampled_from(["", "\n", "a\x00b", "\u2028", "x\ry"]))
+
+
+def _keys(method: str, server: str) -> st.SearchStrategy[tuple[list[str], st.SearchStrategy]]:
+    """(key path, its values): schema keys and the chosen method's and server's options, each with
+    its edge values or any value; and made-up keys (unicode, line breaks) with any value."""
+    typed = [(k.split("."), hint) for k, hint, _ in KEYS] + \
+            [([section, p], typing.get_type_hints(table[name].__init__, include_extras=True).get(p, Any))
+             for section, table, name in (("method", registry.METHODS, method), ("server", registry.SERVERS, server))
+             for p in registry._params(table[name])]
+    made_up = st.tuples(st.sampled_from(["", *SECTIONS, "method", "server"]), TEXT).map(
+        lambda p: ([part for part in p if part] or ["x"], VALUES))
+    options = [kh for kh in typed if kh[0][0] in ("method", "server")]
+    return st.one_of(*[st.sampled_from(pool).map(lambda kh: (kh[0], st.one_of(_edges(kh[1]), VALUES)))
+                       for pool in (typed, options) if pool], made_up)
+
+
+ENCODINGS = ["utf-8", "utf-8", "utf-16", "utf-32", "utf-8-sig", "latin-1", "utf-16 cut short"]
+
+
+def _set(tree: dict, path: list[str], value: Any) -> None:
+    """``tree[a][b][c] = value`` for path ``[a, b, c]``, making (or replacing non-mappings by) sections."""
+    for part in path[:-1]:
+        if not isinstance(tree.get(part), dict):
+            tree[part] = {}
+        tree = tree[part]
+    tree[path[-1]] = value
+
+
+def _encoded(recipe: dict, encoding: str) -> bytes:
+    text = yaml.safe_dump(recipe, allow_unicode=True, sort_keys=False)
+    if encoding == "latin-1":
+        return text.encode("latin-1", errors="replace")
+    if encoding == "utf-16 cut short":
+        return text.encode("utf-16")[:-1]
+    return text.encode(encoding)
+
+
+@st.composite
+def generated_runs(draw: st.DrawFn) -> tuple[bytes, list[str]]:
+    """A recipe file (the tiny recipe, another method and server, up to three keys set to any value,
+    in any encoding) and up to two overrides of any key to any value."""
+    from conftest import REPO, TINY
+
+    recipe = yaml.safe_load(TINY.format(repo=REPO))
+    method = draw(st.one_of(st.sampled_from(["simclr", "byol"]), st.sampled_from(sorted(registry.METHODS))))
+    server = draw(st.one_of(st.just("fedavg"), st.sampled_from(sorted(registry.SERVERS))))
+    recipe["method"], recipe["server"] = {"name": method}, {"name": server}
+    keys = _keys(method, server)
+    for _ in range(draw(st.integers(0, 2))):
+        path, values = draw(keys)
+        _set(recipe, path, draw(values))
+    overrides = []
+    for _ in range(draw(st.integers(0, 2))):
+        path, values = draw(keys)
+        text = draw(st.one_of(values.map(lambda v: _override("k", v)[2:]), TEXT))
+        overrides.append(".".join(path) + "=" + text)
+    return _encoded(recipe, draw(st.sampled_from(ENCODINGS))), overrides
+
+
+@settings(SETTINGS, max_examples=60)
+@given(run=generated_runs())
+def test_any_generated_recipe_is_accepted_or_one_line(tmp_path_factory, capsys, validation_only,
+                                                      run: tuple[bytes, list[str]]) -> None:
+    """The invariant over generated recipes and overrides (types, ranges, unicode, empty containers,
+    encodings): fit either gets past every check to where it would set up the run, or says why in
+    one line with exit code 2; either way no run folder exists."""
+    data, overrides = run
+    folder = tmp_path_factory.mktemp("generated")
+    (folder / "recipe.yaml").write_bytes(data)
+    run_dir = folder / "run"
+    try:
+        code = main(["fit", "--recipe", str(folder / "recipe.yaml"), *overrides, f"run.dir={run_dir}"])
+    except _Validated:
+        code = None
+    err = capsys.readouterr().err
+    event("accepted" if code is None else "refused")
+    if code is not None:
+        assert code == 2, (overrides, err)
+        assert err.count("\n") == 1 and err.startswith("fedlight: error: ") and "Traceback" not in err, err
+    assert not run_dir.exists()
+    if code is None:  # what fit builds next from an accepted recipe must not crash in torch or lightly
+        _build_model_and_views(load_recipe(folder / "recipe.yaml", overrides))
+
+
+def _build_model_and_views(recipe: Any) -> None:
+    """The method (its lightly heads and losses) and one batch of its augmented views."""
+    import torch
+
+    from fedlight.engine.fit import build_module, prepare_data
+    from fedlight.engine.orchestrator import build_views
+
+    data, _ = prepare_data(recipe)
+    module = build_module(recipe, data)
+    views = build_views(recipe, data).views(data.train_x[:4], module.num_views, torch.Generator().manual_seed(0))
+    assert all(torch.isfinite(v).all() for v in views)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from fedlight.cli import main
 from fedlight.config import load_recipe
@@ -166,3 +167,117 @@ def test_truncated_checkpoint_resumes_from_previous_and_ends_like_a_straight_run
     code = main(["fit", "--recipe", str(tiny_recipe), "--resume", "rounds=4", *FAST, f"run.dir={tmp_path / 'b'}"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "last.pt" in err, err
+
+
+# ---------------------------------------------------------------- issue 19: files that load but hold the wrong thing
+
+def _saved_twice(folder: Path) -> Path:
+    path = folder / "last.pt"
+    save_checkpoint(path, _ckpt(1))
+    save_checkpoint(path, _ckpt(2))
+    return path
+
+
+@pytest.mark.parametrize("listing", [b"garbage\n", bytes(range(256)), b"", b"\n\n",
+                                     b"0" * 64 + b"  other.pt\n",  # a listing of some other file
+                                     b"0" * 63 + b"  last.pt\n"])
+def test_a_damaged_digest_listing_is_named_not_the_intact_checkpoints(tmp_path: Path, listing: bytes) -> None:
+    """Today a garbage last.pt.sha256 made both intact checkpoints 'fail their sha256 check' and
+    advised --overwrite, which throws the run away."""
+    path = _saved_twice(tmp_path)
+    (tmp_path / "last.pt.sha256").write_bytes(listing)
+    with pytest.raises(UserError) as excinfo:
+        load_checkpoint(path)
+    message = _one_line_error(excinfo, "last.pt.sha256")
+    assert "delete it" in message and "--overwrite" not in message
+    (tmp_path / "last.pt.sha256").unlink()  # the fix it gives: both checkpoints are intact
+    assert load_checkpoint(path)["rounds_completed"] == 2
+
+
+def test_a_listing_from_another_run_is_named_when_both_checkpoints_load(tmp_path: Path) -> None:
+    path = _saved_twice(tmp_path)
+    (tmp_path / "last.pt.sha256").write_text("".join(f"{'ab' * 32}  {n}\n" for n in ("last.pt.prev", "last.pt")))
+    with pytest.raises(UserError) as excinfo:
+        load_checkpoint(path)
+    message = _one_line_error(excinfo, "last.pt.sha256")
+    assert "--overwrite" not in message
+
+
+@pytest.mark.parametrize("wrong", [{"weights": torch.ones(3)}, [1, 2], torch.ones(2), {"rounds_completed": "2"}])
+def test_a_torch_file_that_is_not_a_checkpoint_is_one_line(tmp_path: Path, wrong) -> None:
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, wrong)
+    with pytest.raises(UserError) as excinfo:
+        load_checkpoint(path)
+    message = _one_line_error(excinfo, "last.pt")
+    assert "run.dir" in message and "--overwrite" not in message
+
+
+def test_a_checkpoint_the_caller_refuses_falls_back_to_the_previous(tmp_path: Path, capsys) -> None:
+    path = _saved_twice(tmp_path)
+    ckpt = load_checkpoint(path, check=lambda c: "a model of another method" if c["rounds_completed"] == 2 else None)
+    assert ckpt["rounds_completed"] == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "another method" in err and "last.pt.prev" in err
+    with pytest.raises(UserError) as excinfo:
+        load_checkpoint(path, check=lambda c: "a model of another method")
+    assert "run.dir" in _one_line_error(excinfo, "last.pt.prev")
+
+
+@pytest.fixture(scope="module")
+def finished_runs(tmp_path_factory) -> dict[str, Path]:
+    """A 1-round SimCLR and a 1-round BYOL run of the tiny recipe (a few seconds each)."""
+    from conftest import REPO, TINY
+
+    folder = tmp_path_factory.mktemp("runs")
+    recipe = folder / "tiny.yaml"
+    recipe.write_text(TINY.format(repo=REPO))
+    runs = {}
+    for method in ("simclr", "byol"):
+        runs[method] = folder / method
+        fit(load_recipe(recipe, ["rounds=1", *FAST, f"method.name={method}", f"run.dir={runs[method]}"]))
+    return {"recipe": recipe, **runs}
+
+
+def _wrong_content(kind: str, runs: dict[str, Path]) -> dict:
+    mine = torch.load(runs["simclr"] / "checkpoints/last.pt", weights_only=True)
+    if kind == "another method":
+        return torch.load(runs["byol"] / "checkpoints/last.pt", weights_only=True)
+    if kind == "no rounds_completed":
+        return {k: v for k, v in mine.items() if k != "rounds_completed"}
+    if kind == "no history":
+        return {k: v for k, v in mine.items() if k != "history"}
+    if kind == "history longer than its rounds":
+        return {**mine, "history": mine["history"] * 2}
+    if kind == "a client of another run":
+        return {**mine, "clients": {7: {}}}
+    if kind == "a global tensor of another shape":
+        key = next(iter(mine["global"]))
+        return {**mine, "global": {**mine["global"], key: torch.zeros(3)}}
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["another method", "no rounds_completed", "no history",
+                                  "history longer than its rounds", "a client of another run",
+                                  "a global tensor of another shape"])
+def test_resuming_a_checkpoint_that_holds_the_wrong_thing(tmp_path: Path, finished_runs: dict[str, Path],
+                                                          capsys, kind: str) -> None:
+    """A valid, digest-matching torch file in the run folder that is not this run's checkpoint:
+    --resume names it in one line with a fix that keeps the folder, and changes nothing."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(finished_runs["simclr"], run)
+    saved = yaml.safe_load((run / "recipe.yaml").read_text())
+    (run / "recipe.yaml").write_text(yaml.safe_dump({**saved, "run": {**saved["run"], "dir": str(run)}}, sort_keys=False))
+    for name in ("last.pt", "last.pt.prev", "last.pt.sha256"):
+        (run / "checkpoints" / name).unlink(missing_ok=True)
+    save_checkpoint(run / "checkpoints/last.pt", _wrong_content(kind, finished_runs))
+    before = {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+    capsys.readouterr()
+    code = main(["fit", "--recipe", str(finished_runs["recipe"]), "--resume", "rounds=1", *FAST,
+                 f"run.dir={run}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("fedlight: error: "), err
+    assert str(run / "checkpoints/last.pt") in err and "run.dir" in err and "--overwrite" not in err, err
+    assert {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()} == before

@@ -178,3 +178,61 @@ def test_a_streaming_straggler_sees_only_its_first_arrivals(tmp_path: Path, tiny
     assert [int(state["buffer.seen"]) for state in clients.values()] == [96, 96]
     rows = (tmp_path / "s/faults.csv").read_text().splitlines()[1:]
     assert rows == ["1,0,straggler,work=0.5 steps=3", "1,1,straggler,work=0.5 steps=3"]
+
+
+# ---------------------------------------------------------------- issue 19: a finite but exploding client
+
+def test_an_update_beyond_the_norm_bound_is_diverged() -> None:
+    """Finite is not enough: an update whose norm is over faults.max_update_ratio times the
+    global model's is diverged, and so is one whose values are finite but whose squares overflow."""
+    from fedlight.engine.faults import NormBound
+
+    global_state = {"w": torch.ones(10, 10), "steps": torch.tensor(3)}
+    bound = NormBound.of(global_state, 1000.0)
+    assert bound.reference == 10.0 and bound.limit == 10_000.0
+    assert divergence(4.9, {"w": torch.full((10, 10), 50.0)}, bound) is None
+    assert "max_update_ratio=1000" in divergence(4.9, {"w": torch.full((10, 10), 2e3)}, bound)
+    assert "norm inf" in divergence(4.9, {"w": torch.full((10, 10), 2e29)}, bound)
+    assert "norm inf" in divergence(4.9, {"w": torch.full((10, 10), 2e29)})  # unbounded, still caught
+    assert divergence(4.9, {"similarity": torch.full((10, 10), 2e3)}, bound) is None  # no global counterpart
+
+
+def test_a_finite_exploding_client_is_excluded_and_the_model_stays(tmp_path: Path, tiny_recipe: Path,
+                                                                    capsys) -> None:
+    """SGD at lr 1e30 on one batch: loss 4.9 (finite), weights near 1e29. Today it was averaged in
+    and the next evaluation overflowed with no checkpoint written."""
+    run = tmp_path / "boom"
+    res = fit(load_recipe(tiny_recipe, ["local.optimizer=sgd", "local.lr=1e30", "data.subset=64", "clients.num=1",
+                                        "partition.kind=iid", "rounds=1", *FAST, f"run.dir={run}"]))
+    row = res["history"][0]
+    assert math.isfinite(row["train_loss"] or 0.0) and row["diverged"] == 1 and row["answered"] == 0
+    assert "update norm" in (run / "faults.csv").read_text()
+    assert "client 0 diverged (update norm" in capsys.readouterr().err
+    assert all(v.abs().max() < 1e3 for v in _global(run).values() if v.is_floating_point())
+
+
+def test_an_evaluation_failure_leaves_the_round_checkpointed(tmp_path: Path, tiny_recipe: Path, capsys,
+                                                             monkeypatch) -> None:
+    """Evaluation after round 2 fails: one line, exit 2, and round 2 is in the checkpoint and
+    results.json, so --resume goes on from it."""
+    from fedlight.engine.evaluator import Evaluator
+
+    real, calls = Evaluator.model_metrics, []
+
+    def flaky(self):
+        calls.append(1)
+        if len(calls) == 3:  # baseline, round 1, then round 2 fails
+            raise RuntimeError("value cannot be converted to type float without overflow")
+        return real(self)
+
+    monkeypatch.setattr(Evaluator, "model_metrics", flaky)
+    run = tmp_path / "eval"
+    args = ["fit", "--recipe", str(tiny_recipe), "rounds=3", *FAST, f"run.dir={run}"]
+    code = main(args)
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and err.startswith("fedlight: error: round 2: evaluating the model failed (RuntimeError"), err
+    assert str(run / "checkpoints/last.pt") in err and "--resume" in err
+    assert load_checkpoint(run / "checkpoints/last.pt")["rounds_completed"] == 2
+    assert json.loads((run / "results.json").read_text())["rounds_completed"] == 2
+    assert main([*args, "--resume"]) == 0
+    assert json.loads((run / "results.json").read_text())["rounds_completed"] == 3

@@ -14,7 +14,7 @@ from fedlight.engine import launch
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("devices,nodes,env", [(1, 1, {}), (2, 2, {}), (2, 1, {"SLURM_NTASKS": "2"}),
+@pytest.mark.parametrize("devices,nodes,env", [(1, 1, {}), (2, 2, {"SLURM_NTASKS": "4"}), (2, 1, {"SLURM_NTASKS": "2"}),
                                                (2, 1, {"LOCAL_RANK": "0"}), (2, 1, {"TORCHELASTIC_RUN_ID": "x"})])
 def test_nothing_started_for_one_process_many_nodes_or_an_external_launcher(
         monkeypatch: pytest.MonkeyPatch, devices: int, nodes: int, env: dict[str, str]) -> None:
@@ -48,3 +48,22 @@ def test_a_failed_rank_ends_rank_zero_instead_of_leaving_it_waiting(tmp_path: Pa
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == -9, proc.stderr[-2000:]
     assert "missing.yaml" not in proc.stderr  # the child's user error is left to rank 0
+
+
+@pytest.mark.parametrize("devices,nodes", [(1, 2), (2, 2), (4, 8)])
+def test_several_nodes_without_a_launcher_fail_fast(tmp_path: Path, tiny_recipe: Path, devices: int,
+                                                    nodes: int) -> None:
+    """Today rank 0 waited at 'Initializing distributed' forever for ranks nobody started."""
+    env = {k: v for k, v in os.environ.items() if k not in launch.EXTERNAL_LAUNCH}
+    run = tmp_path / "run"
+    try:
+        proc = subprocess.run([sys.executable, "-m", "fedlight", "fit", "--recipe", str(tiny_recipe),
+                               f"fabric.num_nodes={nodes}", f"fabric.devices={devices}", f"run.dir={run}"],
+                              env={**env, "PYTHONPATH": str(Path(launch.__file__).parents[2]), "OMP_NUM_THREADS": "1"},
+                              cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"fabric.num_nodes={nodes} without a launcher still waits for ranks nobody starts")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert f"fabric.num_nodes={nodes}" in proc.stderr and "launcher" in proc.stderr and "srun" in proc.stderr
+    assert not run.exists()

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import matplotlib.image
+import pytest
 
 from fedlight.cli import main
 from fedlight.report.runs import find_runs, varying_keys
@@ -91,3 +92,61 @@ def test_the_new_test_upload_counts_as_communication(tmp_path: Path) -> None:
     results["comm"].update(bytes_new_test=100_000, params_new_test=25_000)
     path.write_text(json.dumps(results))
     assert find_runs([tmp_path / "lg"])[0].total_bytes == 4 * 250_000 + 100_000
+
+
+# ---------------------------------------------------------------- issue 19: damaged input
+
+def _edit(results: dict, how: str) -> object:
+    row = results["history"][0]
+    edits = {
+        "a list": lambda: [results],
+        "no recipe": lambda: {k: v for k, v in results.items() if k != "recipe"},
+        "recipe as text": lambda: {**results, "recipe": "tiny"},
+        "seed as text": lambda: {**results, "recipe": {**results["recipe"], "seed": "one"}},
+        "no rounds_completed": lambda: {k: v for k, v in results.items() if k != "rounds_completed"},
+        "history as a mapping": lambda: {**results, "history": {"1": row}},
+        "a row without bytes": lambda: {**results, "history": [{k: v for k, v in row.items() if k != "bytes_up"}]},
+        "bytes as text": lambda: {**results, "history": [{**row, "bytes_down": "1 MB"}]},
+        "an accuracy as text": lambda: {**results, "history": [{**row, "knn_acc": "high"}]},
+        "final as a list": lambda: {**results, "final": [0.5]},
+        "a final accuracy as text": lambda: {**results, "final": {**results["final"], "knn_acc": "40%"}},
+        "comm as a list": lambda: {**results, "comm": [1, 2]},
+    }
+    return edits[how]()
+
+
+EDITS = ["a list", "no recipe", "recipe as text", "seed as text", "no rounds_completed", "history as a mapping",
+         "a row without bytes", "bytes as text", "an accuracy as text", "final as a list",
+         "a final accuracy as text", "comm as a list", "binary", "truncated"]
+
+
+@pytest.mark.parametrize("how", EDITS)
+def test_a_hand_edited_results_json_is_one_line_and_no_report(tmp_path: Path, capsys, how: str) -> None:
+    """Today these ended in KeyError, AttributeError, TypeError or UnicodeDecodeError, some after
+    the plots were written."""
+    sweep = _sweep(tmp_path)
+    victim = sweep / "runs/0003/results.json"
+    if how == "binary":
+        victim.write_bytes(bytes(range(256)))
+    elif how == "truncated":
+        victim.write_bytes(victim.read_bytes()[:200])
+    else:
+        victim.write_text(json.dumps(_edit(json.loads(victim.read_text()), how)))
+    out = tmp_path / "report"
+    assert main(["report", str(sweep), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("fedlight: error: ") and str(victim) in err, err
+    assert "leave its folder out" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("where", ["a file", "under a file"])
+def test_report_out_that_is_or_is_under_a_file(tmp_path: Path, capsys, where: str) -> None:
+    sweep = _sweep(tmp_path)
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("mine")
+    out = blocker if where == "a file" else blocker / "report"
+    assert main(["report", str(sweep), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(blocker) in err and "--out" in err, err
+    assert blocker.read_text() == "mine" and not (sweep / "report.md").exists()

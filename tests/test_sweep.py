@@ -140,3 +140,82 @@ def test_out_holding_another_sweep_is_refused(tmp_path: Path, tiny_recipe: Path,
     (other / "notes.txt").write_text("mine")
     assert _sweep(tiny_recipe, other) == 2
     assert "holds no sweep" in capsys.readouterr().err and _tree(other) == {"notes.txt": b"mine"}
+
+
+# ---------------------------------------------------------------- issue 19: damaged input
+
+def _damage(manifest: dict, how: str) -> object:
+    if how == "no tasks":
+        return {k: v for k, v in manifest.items() if k != "tasks"}
+    if how == "no submissions":
+        return {k: v for k, v in manifest.items() if k != "submissions"}
+    if how == "a task without its digest":
+        return {**manifest, "tasks": [{k: v for k, v in t.items() if k != "digest"} for t in manifest["tasks"]]}
+    if how == "a task index as text":
+        return {**manifest, "tasks": [{**t, "index": str(t["index"])} for t in manifest["tasks"]]}
+    if how == "a submission without its job id":
+        return {**manifest, "submissions": [{"tasks": [0]}]}
+    if how == "a submission of task names":
+        return {**manifest, "submissions": [{"job_id": "1", "tasks": ["a"]}]}
+    if how == "tasks as a mapping":
+        return {**manifest, "tasks": {"0": manifest["tasks"][0]}}
+    raise AssertionError(how)
+
+
+@pytest.mark.parametrize("how", ["no tasks", "no submissions", "a task without its digest", "a task index as text",
+                                 "a submission without its job id", "a submission of task names",
+                                 "tasks as a mapping", "binary", "latin-1"])
+def test_a_damaged_manifest_is_one_line_and_nothing_is_written(tmp_path: Path, tiny_recipe: Path, capsys,
+                                                                how: str) -> None:
+    out = tmp_path / "sweep"
+    assert _sweep(tiny_recipe, out) == 0
+    manifest = out / "manifest.json"
+    if how == "binary":
+        manifest.write_bytes(bytes(range(256)))
+    elif how == "latin-1":
+        manifest.write_bytes(manifest.read_text().replace("tiny", "tin\u00ff").encode("latin-1"))
+    else:
+        manifest.write_text(json.dumps(_damage(json.loads(manifest.read_text()), how)))
+    before = _tree(out)
+    capsys.readouterr()
+    assert _sweep(tiny_recipe, out) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("fedlight: error: ") and str(manifest) in err, err
+    assert "new --out" in err
+    assert _tree(out) == before
+
+
+@pytest.mark.parametrize("where", ["a file", "under a file"])
+def test_out_that_is_or_is_under_a_file(tmp_path: Path, tiny_recipe: Path, capsys, where: str) -> None:
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("mine")
+    out = blocker if where == "a file" else blocker / "sweep"
+    assert _sweep(tiny_recipe, out) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(blocker) in err and "--out" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "tiny.yaml"]
+    assert blocker.read_text() == "mine"
+
+
+def test_unclosed_quote_in_slurm_args_writes_nothing(tmp_path: Path, tiny_recipe: Path, capsys) -> None:
+    """Today the manifest, recipes and array script were written before the quotes were read."""
+    out = tmp_path / "sweep"
+    assert _sweep(tiny_recipe, out, "--slurm-args", '--partition="gpu --time=1:00:00') == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--slurm-args" in err and "quotes" in err, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("results", [b"[1, 2]", b'{"rounds_completed": "3", "final": {}}', bytes(range(256)),
+                                     b'{"rounds_completed": 3, "final": [1]}', b"[" * 100_000])
+def test_a_garbage_results_json_is_an_unfinished_task(tmp_path: Path, tiny_recipe: Path, capsys,
+                                                      results: bytes) -> None:
+    """A task whose results.json is hand-edited or garbage is not finished: it is submitted again
+    (its --resume rewrites the file) instead of the sweep ending in a traceback."""
+    out = tmp_path / "sweep"
+    assert _sweep(tiny_recipe, out) == 0
+    (out / "runs/0000").mkdir(parents=True)
+    (out / "runs/0000/results.json").write_bytes(results)
+    capsys.readouterr()
+    assert _sweep(tiny_recipe, out, "--resubmit-failed") == 0
+    assert "0 finished" in capsys.readouterr().out

@@ -6,7 +6,7 @@ import dataclasses
 import math
 import types
 import typing
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Callable, Literal, Union
 
 from fedlight.errors import UserError
 
@@ -37,6 +37,12 @@ def coerce(value: Any, hint: Any, key: str) -> Any:
     origin = typing.get_origin(hint)
     if hint is Any:
         return value
+    if origin is Annotated:  # a constructor parameter with its constraints (fedlight.config.checks)
+        base, *checks = typing.get_args(hint)
+        out = coerce(value, base, key)
+        for check in filter(callable, checks):
+            apply_check(check, out, value, key)
+        return out
     if origin is Literal:
         if value in typing.get_args(hint):
             return value
@@ -70,6 +76,12 @@ def coerce(value: Any, hint: Any, key: str) -> Any:
     elif hint is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
+    elif hint is str:
+        if isinstance(value, str):
+            if "\x00" in value:  # names and paths: no file system takes it
+                raise UserError(f"recipe key '{key}' must not contain a NUL character (got {value!r}); "
+                                "fix the recipe or override")
+            return value
     elif isinstance(value, hint):
         return value
     raise UserError(f"recipe key '{key}': expected {_describe(hint)}, got {value!r}; fix the recipe or override")
@@ -85,8 +97,12 @@ def build_dataclass(cls: type, values: dict[str, Any], prefix: str = "") -> Any:
         if name not in fields:
             raise UserError(f"unknown recipe key '{key}'; valid keys here: {', '.join(sorted(fields))}")
         kwargs[name] = coerce(value, hints[name], key)
-        check = fields[name].metadata.get("check")
-        problem = check(kwargs[name]) if check and kwargs[name] is not None else None
-        if problem:
-            raise UserError(f"recipe key '{key}' {problem} (got {value!r}); fix the recipe or override")
+        apply_check(fields[name].metadata.get("check"), kwargs[name], value, key)
     return cls(**kwargs)
+
+
+def apply_check(check: Callable[[Any], str | None] | None, value: Any, raw: Any, key: str) -> None:
+    """Raise a UserError naming ``key`` if ``value`` (``raw`` as written) fails ``check``; None passes."""
+    problem = check(value) if check is not None and value is not None else None
+    if problem:
+        raise UserError(f"recipe key '{key}' {problem} (got {raw!r}); fix the recipe or override")

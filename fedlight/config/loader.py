@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from fedlight.config.coerce import build_dataclass
+from fedlight.config.files import YAML_ERRORS, read_text, yaml_problem
 from fedlight.config.schema import Recipe
 from fedlight.errors import UserError
 
@@ -68,7 +69,7 @@ def yaml_value(text: str, where: str) -> Any:
     """A value given on the command line, read as YAML (text that is not YAML stays text; '' is None)."""
     try:
         return load_yaml(text, where) if text else None
-    except yaml.YAMLError:
+    except YAML_ERRORS:  # not YAML (e.g. a date with month 13): the text itself
         return text
 
 
@@ -76,12 +77,10 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(f"recipe file '{path}' not found; check the path")
     try:
-        data = load_yaml(path.read_text(), f"recipe file '{path}'")
+        data = load_yaml(read_text(path, "recipe file", "save it as UTF-8 text"), f"recipe file '{path}'")
         data = {} if data is None else data  # an empty file is all defaults; 0 or [] is a mistake
-    except yaml.YAMLError as exc:
-        line = getattr(getattr(exc, "problem_mark", None), "line", None)
-        where = f" at line {line + 1}" if line is not None else ""
-        raise UserError(f"recipe file '{path}' is not valid YAML{where}; fix its syntax") from None
+    except YAML_ERRORS as exc:
+        raise UserError(f"recipe file '{path}' is not valid YAML{yaml_problem(exc)}; fix its syntax") from None
     if not isinstance(data, dict):
         raise UserError(f"recipe file '{path}' must hold a mapping of keys; fix its top level")
     return data
@@ -115,7 +114,10 @@ def compose(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         raise UserError(f"'defaults' in '{path}' must be a list of fragment paths")
     merged: dict[str, Any] = {}
     for fragment in fragments:
-        merged = deep_merge(merged, compose(path.parent / str(fragment), (*_seen, path)))
+        if not isinstance(fragment, str) or not fragment.strip() or "\x00" in fragment:
+            raise UserError(f"'defaults' in '{path}' lists {fragment!r}, which is not a fragment path; "
+                            "list YAML file paths (relative to the recipe)")
+        merged = deep_merge(merged, compose(path.parent / fragment, (*_seen, path)))
     return deep_merge(merged, data)
 
 

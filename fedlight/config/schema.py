@@ -10,25 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-
-def _positive(v: Any) -> str | None:
-    return None if v > 0 else "must be > 0"
-
-
-def _non_negative(v: Any) -> str | None:
-    return None if v >= 0 else "must be >= 0"
-
-
-def _fraction(v: Any) -> str | None:
-    return None if 0 < v <= 1 else "must be in (0, 1]"
-
-
-def _probability(v: Any) -> str | None:
-    return None if 0 <= v <= 1 else "must be in [0, 1]"
-
-
-def _probabilities(v: Any) -> str | None:
-    return None if all(0 <= p <= 1 for p in v) else "every entry must be in [0, 1]"
+from fedlight.config.checks import (at_least, fraction, non_negative, positive, probabilities,
+                                    probability)
 
 
 def check(fn: Any, default: Any = None, **kw: Any) -> Any:
@@ -44,47 +27,47 @@ class DataConfig:
                   "diabetes"] = "fashion_mnist"
     root: str = "data"
     download: bool = False
-    subset: int | None = check(_positive, None)
-    test_subset: int | None = check(_positive, None)
+    subset: int | None = check(positive, None)
+    test_subset: int | None = check(positive, None)
 
 
 @dataclass
 class PartitionConfig:
     kind: Literal["iid", "dirichlet", "shards", "classes", "class_ring"] = "dirichlet"
-    alpha: float = check(_positive, 0.5)
-    classes_per_client: int = check(_positive, 2)
-    shards_per_client: int = check(_positive, 2)
-    min_size: int = check(_non_negative, 10)
-    public_client: int | None = check(_non_negative, None)
+    alpha: float = check(positive, 0.5)
+    classes_per_client: int = check(positive, 2)
+    shards_per_client: int = check(positive, 2)
+    min_size: int = check(non_negative, 10)
+    public_client: int | None = check(non_negative, None)
 
 
 @dataclass
 class ClientsConfig:
-    num: int = check(_positive, 10)
-    fraction: float = check(_fraction, 1.0)
+    num: int = check(positive, 10)
+    fraction: float = check(fraction, 1.0)
 
 
 @dataclass
 class LocalConfig:
-    epochs: int = check(_positive, 1)
-    batch_size: int = check(_positive, 128)
-    lr: float = check(_positive, 1e-3)
+    epochs: int = check(positive, 1)
+    batch_size: int = check(at_least(2), 128)  # a batch of one is skipped (BatchNorm, contrastive losses)
+    lr: float = check(positive, 1e-3)
     optimizer: Literal["adam", "sgd", "adamw"] = "adam"
     # over the rounds of the method's current phase (engine/orchestrator.py, Federation._round_lr):
     # cosine (FedU / FedEMA) or exponential, lr x (1 - lr_decay)^t (LG-FedAvg, Table 6)
     lr_schedule: Literal["constant", "cosine", "exponential"] = "constant"
     lr_decay: float = check(lambda v: None if 0 <= v < 1 else "must be in [0, 1)", 0.0)
-    momentum: float = check(_probability, 0.9)
-    weight_decay: float = check(_non_negative, 1e-6)
+    momentum: float = check(probability, 0.9)
+    weight_decay: float = check(non_negative, 1e-6)
 
 
 @dataclass
 class StreamConfig:
     """Streaming clients (SOFed): set ``velocity`` to turn a client's data into a stream."""
 
-    velocity: int | None = check(_positive, None)
-    stc: int = check(_positive, 500)
-    classes_per_client: int | None = check(_positive, None)  # more non-iid: a device streams only these many classes
+    velocity: int | None = check(positive, None)
+    stc: int = check(positive, 500)
+    classes_per_client: int | None = check(positive, None)  # more non-iid: a device streams only these many classes
 
 
 @dataclass
@@ -95,9 +78,9 @@ class BufferConfig:
     Random Replacement, a uniform N of buffer + arriving batch at each batch.
     """
 
-    size: int = check(_positive, 128)
+    size: int = check(positive, 128)
     policy: Literal["fifo", "reservoir", "random", "kcenter", "importance"] = "importance"
-    lazy_interval: int = check(_positive, 1)
+    lazy_interval: int = check(positive, 1)
     # the importance policy's online output (fedlight.methods.base.ScoreHead): SOFed eq. 3's prediction
     score: Literal["prediction", "projection"] = "prediction"
 
@@ -108,13 +91,13 @@ class ExchangeConfig:
 
     policy: Literal["none", "smart", "uniform"] = "none"
     graph: Literal["rgg", "ring", "complete"] = "rgg"
-    avg_degree: float = check(_positive, 3.0)
-    reserve: int = check(_positive, 500)  # K_reserve: points pushed to each neighbour
-    approx: int = check(_positive, 1000)  # K_approx: a transmitter's candidates per aggregation period
-    clusters: int = check(_positive, 4)  # K-means++ clusters of the pull
-    pull_size: int = check(_positive, 100)  # n: points each neighbour sends per pull
-    pull_every: int = check(_positive, 10)  # Tp, in SGD iterations
-    kmeans_iters: int = check(_positive, 100)  # Lloyd iterations of the push K-means
+    avg_degree: float = check(positive, 3.0)
+    reserve: int = check(positive, 500)  # K_reserve: points pushed to each neighbour
+    approx: int = check(positive, 1000)  # K_approx: a transmitter's candidates per aggregation period
+    clusters: int = check(positive, 4)  # K-means++ clusters of the pull
+    pull_size: int = check(positive, 100)  # n: points each neighbour sends per pull
+    pull_every: int = check(positive, 10)  # Tp, in SGD iterations
+    kmeans_iters: int = check(positive, 100)  # Lloyd iterations of the push K-means
 
 
 @dataclass
@@ -127,42 +110,42 @@ class ModelConfig:
 class ViewsConfig:
     """Batched view augmentation (SimCLR / BYOL style); ``*_p`` lists hold one entry per view."""
 
-    crop_min_scale: float = check(_fraction, 0.2)
-    flip_p: float = check(_probability, 0.5)
-    jitter_p: float = check(_probability, 0.8)
-    brightness: float = check(_non_negative, 0.4)
-    contrast: float = check(_non_negative, 0.4)
-    saturation: float = check(_non_negative, 0.4)
+    crop_min_scale: float = check(fraction, 0.2)
+    flip_p: float = check(probability, 0.5)
+    jitter_p: float = check(probability, 0.8)
+    brightness: float = check(non_negative, 0.4)
+    contrast: float = check(non_negative, 0.4)
+    saturation: float = check(non_negative, 0.4)
     hue: float = check(lambda v: None if 0 <= v <= 0.5 else "must be in [0, 0.5]", 0.1)
-    grayscale_p: float = check(_probability, 0.2)
-    blur_p: list[float] = check(_probabilities, default_factory=lambda: [0.0, 0.0])
-    solarize_p: list[float] = check(_probabilities, default_factory=lambda: [0.0, 0.0])
+    grayscale_p: float = check(probability, 0.2)
+    blur_p: list[float] = check(probabilities, default_factory=lambda: [0.0, 0.0])
+    solarize_p: list[float] = check(probabilities, default_factory=lambda: [0.0, 0.0])
 
 
 @dataclass
 class EvalConfig:
-    every: int = check(_positive, 1)
-    label_fraction: float = check(_fraction, 1.0)
+    every: int = check(positive, 1)
+    label_fraction: float = check(fraction, 1.0)
     extra_label_fractions: list[float] = check(
         lambda v: None if all(0 < f <= 1 for f in v) else "every entry must be in (0, 1]", default_factory=list)
-    knn_k: int = check(_positive, 200)
-    knn_temperature: float = check(_positive, 0.1)
-    probe_epochs: int = check(_positive, 100)
-    projector_samples: int = check(_non_negative, 1000)
+    knn_k: int = check(positive, 200)
+    knn_temperature: float = check(positive, 0.1)
+    probe_epochs: int = check(positive, 100)
+    projector_samples: int = check(non_negative, 1000)
     local_test: bool = False  # LG-FedAvg's local / new test over every client's model (engine/local_test.py)
 
 
 @dataclass
 class FabricConfig:
     accelerator: Literal["auto", "cpu", "gpu", "cuda", "mps"] = "auto"
-    devices: int = check(_positive, 1)
-    num_nodes: int = check(_positive, 1)
+    devices: int = check(positive, 1)
+    num_nodes: int = check(positive, 1)
     precision: Literal["32-true", "16-mixed", "bf16-mixed", "64-true"] = "32-true"
-    threads: int | None = check(_positive, None)  # intra-op threads of a process (None: torch's default)
+    threads: int | None = check(positive, None)  # intra-op threads of a process (None: torch's default)
     # worker models per process, training the round's clients side by side in threads that
     # share ``threads``: on a CPU, small local batches keep one model from using every core
     # (fedlight.engine.workers; the cross-device rounds in BENCHMARKS.md)
-    workers: int = check(_positive, 1)
+    workers: int = check(positive, 1)
     # NHWC images and conv weights: oneDNN's fast path on CPU (1.25-1.5x per step of the
     # 3-layer CNN, benchmarks/micro.py) and tensor cores' layout on GPU
     channels_last: bool = True
@@ -172,17 +155,20 @@ class FabricConfig:
 class FaultsConfig:
     """Simulated client faults, drawn per (seed, round, client) (``fedlight.engine.faults``)."""
 
-    dropout: float = check(_probability, 0.0)  # a sampled client fails before sending its update
-    straggler: float = check(_probability, 0.0)  # a sampled client finishes only part of its local work
-    straggler_work: float = check(_fraction, 0.5)  # the share of its local steps a straggler completes
-    diverge: float = check(_probability, 0.0)  # a sampled client's update turns NaN (injected divergence)
-    max_bad_clients: int | None = check(_non_negative, None)  # diverged clients a round tolerates (None: any)
+    dropout: float = check(probability, 0.0)  # a sampled client fails before sending its update
+    straggler: float = check(probability, 0.0)  # a sampled client finishes only part of its local work
+    straggler_work: float = check(fraction, 0.5)  # the share of its local steps a straggler completes
+    diverge: float = check(probability, 0.0)  # a sampled client's update turns NaN (injected divergence)
+    max_bad_clients: int | None = check(non_negative, None)  # diverged clients a round tolerates (None: any)
+    # a finite update can still have exploded (SGD at lr 1e30: loss 4.9, weights 2e29): a client whose
+    # upload's norm is over this many times the global model's has diverged too
+    max_update_ratio: float = check(positive, 1000.0)
 
 
 @dataclass
 class RunConfig:
     dir: str | None = None
-    min_free_mb: int = check(_non_negative, 256)  # refuse to start with less free disk (checkpoints x 2 + events)
+    min_free_mb: int = check(non_negative, 256)  # refuse to start with less free disk (checkpoints x 2 + events)
 
 
 @dataclass
@@ -190,8 +176,8 @@ class Recipe:
     """A resolved recipe: everything one ``fedlight fit`` needs."""
 
     name: str = "run"
-    seed: int = check(_non_negative, 0)
-    rounds: int = check(_positive, 10)
+    seed: int = check(non_negative, 0)
+    rounds: int = check(positive, 10)
     data: DataConfig = field(default_factory=DataConfig)
     partition: PartitionConfig = field(default_factory=PartitionConfig)
     clients: ClientsConfig = field(default_factory=ClientsConfig)

@@ -19,10 +19,11 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -30,6 +31,8 @@ from fedlight.errors import UserError, warnings_if_it_works
 
 PREV = ".prev"
 DIGESTS = ".sha256"
+_SHA256_LINE = re.compile(r"([0-9a-fA-F]{64}) [ *](.+)")  # sha256sum's text and binary modes
+Check = Callable[[Any], "str | None"]
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -116,8 +119,8 @@ def _listed(path: Path) -> dict[str, str]:
     listing = sibling(path, DIGESTS)
     if not listing.is_file():
         return {}
-    rows = [line.split() for line in listing.read_text(errors="replace").splitlines()]
-    return {row[1]: row[0] for row in rows if len(row) == 2}
+    rows = [_SHA256_LINE.fullmatch(line) for line in listing.read_text(errors="replace").splitlines()]
+    return {row.group(2): row.group(1).lower() for row in rows if row}
 
 
 def _known_digests(path: Path) -> set[str] | None:
@@ -140,27 +143,88 @@ def _read_verified(path: Path, digests: set[str] | None) -> tuple[dict[str, Any]
         return None, f"is corrupt or truncated ({type(exc).__name__})"
 
 
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Load the checkpoint at ``path``, or its ``.prev`` if ``path`` is damaged.
+def load_checkpoint(path: Path, check: Check | None = None) -> dict[str, Any]:
+    """Load the checkpoint at ``path``, or its ``.prev`` if ``path`` is damaged or holds the wrong thing.
+
+    Args:
+        path: ``checkpoints/last.pt``.
+        check: what is wrong with a checkpoint that loads (``'no key history'``, ``'a model of
+            another method'``), or None: the caller's idea of what it must hold.
 
     Raises:
-        UserError: one line naming the damaged file, when no intact checkpoint is left.
+        UserError: one line naming the file at fault (a checkpoint, or ``last.pt.sha256``) and a
+            fix, when no intact checkpoint that passes ``check`` is left.
     """
     prev = sibling(path, PREV)
     if not path.is_file() and not prev.is_file():
         raise UserError(f"checkpoint '{path}' not found; start without --resume")
+    listing_problem = _listing_problem(path)
+    if listing_problem:
+        raise UserError(f"{listing_problem}; it only lists the checkpoints' digests: delete it and rerun "
+                        "with --resume (the checkpoints then load unverified)")
     digests = _known_digests(path)
-    problem = "is missing"
+    checks = (_is_checkpoint, *([check] if check else []))
+    problem, wrong_content = "is missing", False
     if path.is_file():
-        ckpt, problem = _read_verified(path, digests)
+        ckpt, problem, wrong_content = _read_checked(path, digests, checks)
         if ckpt is not None:
             return ckpt
     if prev.is_file():
-        ckpt, prev_problem = _read_verified(prev, digests)
+        ckpt, prev_problem, prev_wrong = _read_checked(prev, digests, checks)
         if ckpt is not None:
             print(f"fedlight: warning: checkpoint '{path}' {problem}; resuming from the previous one '{prev}' "
-                  f"(round {ckpt.get('rounds_completed')})", file=sys.stderr)
+                  f"(round {ckpt['rounds_completed']})", file=sys.stderr)
             return ckpt
         problem += f", and '{prev}' {prev_problem}"
+        wrong_content |= prev_wrong
+    if digests is not None and _stale_listing(path, checks):
+        raise UserError(f"checkpoints '{path}' and '{prev}' load, but neither matches a digest in "
+                        f"'{sibling(path, DIGESTS)}' (a listing from another run, or edited); if they are this "
+                        "run's checkpoints, delete that listing and rerun with --resume")
+    if wrong_content:
+        raise UserError(f"checkpoint '{path}' {problem}; copy this run's own checkpoint back into "
+                        f"'{path.parent}', or set run.dir to a new folder to start over (this one is kept)")
     raise UserError(f"checkpoint '{path}' {problem}; no intact checkpoint is left: "
                     "rerun without --resume and with --overwrite")
+
+
+def _is_checkpoint(ckpt: Any) -> str | None:
+    """What every fedlight checkpoint holds: a mapping with its completed rounds."""
+    if not isinstance(ckpt, dict):
+        return f"a {type(ckpt).__name__}, not a fedlight checkpoint"
+    if not isinstance(ckpt.get("rounds_completed"), int):
+        return "no 'rounds_completed' count: not a fedlight checkpoint"
+    return None
+
+
+def _read_checked(path: Path, digests: set[str] | None,
+                  checks: tuple[Check, ...]) -> tuple[dict[str, Any] | None, str, bool]:
+    """(checkpoint, "", False) if ``path`` is intact and passes ``checks``; else (None, what is
+    wrong with it, whether it loaded but holds the wrong thing)."""
+    ckpt, problem = _read_verified(path, digests)
+    if ckpt is None:
+        return None, problem, False
+    wrong = next((p for p in (c(ckpt) for c in checks) if p), None)
+    return (None, f"holds {wrong}", True) if wrong else (ckpt, "", False)
+
+
+def _stale_listing(path: Path, checks: tuple[Check, ...]) -> bool:
+    """Whether both checkpoint files pass ``checks`` when read without their digests: then the
+    listing is what is wrong (two files damaged at once that still load is not a plausible story)."""
+    files = [path, sibling(path, PREV)]
+    return all(f.is_file() and _read_checked(f, None, checks)[0] is not None for f in files)
+
+
+def _listing_problem(path: Path) -> str | None:
+    """What makes ``path.sha256`` something other than sha256sum lines for ``path`` and
+    ``path.prev`` (garbage, another file's listing), or None (it is, or there is none)."""
+    listing = sibling(path, DIGESTS)
+    if not listing.is_file():
+        return None
+    lines = [line for line in listing.read_text(errors="replace").splitlines() if line.strip()]
+    names = {path.name, path.name + PREV}
+    bad = [line for line in lines if not ((m := _SHA256_LINE.fullmatch(line)) and m.group(2) in names)]
+    if lines and not bad:
+        return None
+    what = f"its line {bad[0][:40]!r} is not" if bad else "it holds no line"
+    return f"digest listing '{listing}' is damaged ({what} '<sha256>  {path.name}')"

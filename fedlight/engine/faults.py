@@ -7,9 +7,10 @@ system heterogeneity of FedProx, Li et al. 2020):
   state stays as it was (``faults.dropout``, a probability);
 * straggle: it sends after finishing only ``faults.straggler_work`` of its local optimizer
   steps (``faults.straggler``, a probability);
-* diverge: its loss or update holds NaN/Inf. Real divergence is caught by
-  :func:`divergence`; ``faults.diverge`` injects it, to test the handling. A diverged
-  client is excluded from aggregation and its private state is not saved.
+* diverge: its loss or update holds NaN/Inf, or its update's norm is more than
+  ``faults.max_update_ratio`` times the global model's (finite, but exploded). Real
+  divergence is caught by :func:`divergence`; ``faults.diverge`` injects it, to test the
+  handling. A diverged client is excluded from aggregation and its private state is not saved.
 
 Each client's fault is drawn from a generator keyed by (seed, round, client), so faults
 do not depend on the process that trains the client, on the other clients, or on resuming.
@@ -71,13 +72,56 @@ def poison(payload: State) -> State:
     return {k: torch.full_like(v, math.nan) if v.is_floating_point() else v for k, v in payload.items()}
 
 
-def divergence(loss: float, payload: State) -> str | None:
-    """Why a client's result is unusable (``'loss nan'``, ``'update inf in backbone.fc.weight'``), or None."""
+@dataclass(frozen=True)
+class NormBound:
+    """The largest norm a client's update may have in a round: ``ratio`` times the global model's.
+
+    Attributes:
+        keys: the global model's floating-point tensors; only those of an update are measured
+            (a FLESD similarity matrix or a SCAFFOLD control delta has no global counterpart).
+        reference: the global model's norm over ``keys``.
+        ratio: ``faults.max_update_ratio``.
+    """
+
+    keys: frozenset[str]
+    reference: float
+    ratio: float
+
+    @classmethod
+    def of(cls, global_state: State, ratio: float) -> NormBound:
+        """The bound for a round that starts from ``global_state``."""
+        floats = {k: v for k, v in global_state.items() if v.is_floating_point()}
+        norms = torch._foreach_norm(list(floats.values())) if floats else []
+        reference = float(torch.stack(norms).double().square().sum().sqrt()) if norms else 0.0
+        return cls(frozenset(floats), reference, ratio)
+
+    @property
+    def limit(self) -> float:
+        """``ratio`` x the reference norm (at least ``ratio``: a global model of zeros still bounds)."""
+        return self.ratio * max(self.reference, 1.0)
+
+
+def divergence(loss: float, payload: State, bound: NormBound | None = None) -> str | None:
+    """Why a client's result is unusable (``'loss nan'``, ``'update inf in backbone.fc.weight'``,
+    ``'update norm 2.3e+29, ...'``), or None."""
     if not math.isfinite(loss):
         return f"loss {loss}"
-    floats = [v for v in payload.values() if v.is_floating_point()]
-    if not floats or bool(torch.stack(torch._foreach_norm(floats)).isfinite().all()):
-        return None  # one fused check per client; the slow scan below only names the culprit
+    names = [k for k, v in payload.items() if v.is_floating_point()]
+    if not names:
+        return None
+    norms = torch.stack(torch._foreach_norm([payload[k] for k in names])).double()
+    measured = torch.tensor([bound is not None and k in bound.keys for k in names], device=norms.device)
+    finite, norm = torch.stack([norms.isfinite().all().double(), (norms.square() * measured).sum().sqrt()]).tolist()
+    if not finite:  # one fused check per client; the slow scan below only names the culprit
+        return _non_finite(payload) or "update norm inf (its values are finite, their squares overflow)"
+    if bound is not None and norm > bound.limit:
+        return (f"update norm {norm:.3g}, over faults.max_update_ratio={bound.ratio:g} times the global "
+                f"model's {bound.reference:.3g}")
+    return None
+
+
+def _non_finite(payload: State) -> str | None:
+    """``'update nan in <first tensor holding one>'`` (or inf); None if every value is finite."""
     for k, v in payload.items():
         if v.is_floating_point() and not bool(torch.isfinite(v).all()):
             bad = "nan" if bool(torch.isnan(v).any()) else "inf"

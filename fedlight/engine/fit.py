@@ -15,7 +15,7 @@ from fedlight import registry
 from fedlight.config.schema import Recipe
 from fedlight.data.partition import partition
 from fedlight.data.sources import ImageData, load_dataset, take_subset
-from fedlight.engine import preemption
+from fedlight.engine import launch, preemption
 from fedlight.engine.exchange_rounds import validate_exchange
 from fedlight.engine.orchestrator import Federation
 from fedlight.engine.rundir import RECIPE, RunFolder, claim_run_dir, write_yaml
@@ -53,6 +53,7 @@ def build_module(recipe: Recipe, data: ImageData) -> FederatedModule:
 def make_fabric(recipe: Recipe) -> Fabric:
     """Fabric for ``fabric.*``; an impossible device request is a user error."""
     f = recipe.fabric
+    launch.require_launcher(f.devices, f.num_nodes)  # fit() called without the CLI
     processes = f.devices * f.num_nodes
     try:
         with warnings_if_it_works(), warnings.catch_warnings():

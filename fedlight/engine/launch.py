@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 
-from fedlight.errors import PREEMPTED_EXIT
+from fedlight.errors import PREEMPTED_EXIT, UserError
 
 # set by srun, torchrun, LSF, MPI, or by us: the processes exist already
 EXTERNAL_LAUNCH = ("LOCAL_RANK", "WORLD_SIZE", "SLURM_NTASKS", "TORCHELASTIC_RUN_ID", "LSB_JOBID",
@@ -40,13 +40,31 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def require_launcher(devices: int, num_nodes: int) -> None:
+    """Refuse a run over several nodes that no launcher started: its rank 0 would wait for the
+    other nodes' ranks at "Initializing distributed" forever (gloo's rendezvous has no timeout).
+
+    Raises:
+        UserError: ``num_nodes`` > 1 and none of the variables a cluster launcher sets is set.
+    """
+    if num_nodes > 1 and not any(k in os.environ for k in EXTERNAL_LAUNCH):
+        raise UserError(f"fabric.num_nodes={num_nodes} needs a launcher that starts the {devices * num_nodes} "
+                        f"processes on {num_nodes} nodes (srun in a SLURM allocation: sbatch slurm/multinode.sbatch; "
+                        f"or torchrun --nnodes={num_nodes} on each node), and none started this one (no "
+                        "SLURM_NTASKS, WORLD_SIZE or LOCAL_RANK set); run it through one, or set fabric.num_nodes=1")
+
+
 def start_local_ranks(devices: int, num_nodes: int, argv: list[str]) -> list[subprocess.Popen]:
     """Start ranks 1..devices-1 of a one-node run as ``python -m fedlight *argv``.
 
     Makes this process rank 0 (``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` / ``MASTER_PORT``
     in its environment, which the children inherit). Returns no process where the run has one
     process, spans nodes, or was launched by something else.
+
+    Raises:
+        UserError: a run over several nodes that no launcher started (``require_launcher``).
     """
+    require_launcher(devices, num_nodes)
     if devices < 2 or num_nodes != 1 or any(k in os.environ for k in EXTERNAL_LAUNCH):
         return []
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), NODE_RANK="0",

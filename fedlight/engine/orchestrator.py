@@ -42,7 +42,7 @@ from fedlight.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedlight.engine import faults
 from fedlight.engine.distill import EnsembleDistiller
 from fedlight.engine.evaluator import METRICS, Evaluator
-from fedlight.engine import preemption
+from fedlight.engine import preemption, resumable
 from fedlight.engine.exchange_rounds import EXCHANGE, ExchangeRounds
 from fedlight.engine.ledger import CommLedger
 from fedlight.engine.local_test import LOCAL_METRICS, LocalTester
@@ -146,6 +146,7 @@ class Federation:
         self.phase_start: int | None = None  # the round the method changed what it shares (LG), if it has
         self.wall_before = 0.0
         self.partial: dict[str, Any] | None = None  # a round a preemption stopped between clients
+        self.norm_bound: faults.NormBound | None = None  # how far a client's update may go (set each round)
         self.started = time.perf_counter()
         self.global_state = self._snapshot(self.module.shared_state())
         self.evaluator = Evaluator(fabric, self.module, data, self.views, recipe.eval, recipe.seed)
@@ -226,6 +227,7 @@ class Federation:
         lr = self._round_lr(round_)
         self.workers.each(lambda m: setattr(m.optim, "lr", lr))
         sampled = [self.trainable[i] for i in sample_clients(r.seed, round_, len(self.trainable), r.clients.fraction)]
+        self.norm_bound = faults.NormBound.of(self.global_state, r.faults.max_update_ratio)  # this round's
         hands = self._hands(sampled)
         if self.exchange is not None:
             self.exchange.begin_round(round_, self.global_state, hands[0])
@@ -306,7 +308,7 @@ class Federation:
         if extra.get("d2d_bytes"):  # CF-CL: images received over D2D links, 8 bits per pixel
             ledger.rows.append([round_, client, "d2d", "uint8", extra.pop("d2d_bytes")])
         report.update(loss=result.mean_loss, steps=result.steps, samples=int(weight), **extra)
-        problem = faults.divergence(result.mean_loss, payload)
+        problem = faults.divergence(result.mean_loss, payload, self.norm_bound)
         if problem:  # excluded; its private state is not saved
             report.update(status="diverged", detail=problem)
             return acc
@@ -484,11 +486,27 @@ class Federation:
         if self.on_checkpoint is not None:
             self.on_checkpoint()
 
+    def _evaluation_failed(self, exc: Exception) -> RunStopped:
+        """The one line that stops a run whose evaluation failed after its round was saved;
+        flushes TensorBoard first."""
+        if self.logger is not None:
+            self.logger.finalize("failed")
+        cause = (str(exc).strip().splitlines() or [""])[0][:200]
+        ckpt = self.run_dir / CHECKPOINT
+        before = f" and the one before in '{ckpt}.prev'" if self.rounds_done > 1 else ""
+        return RunStopped(f"round {self.rounds_done}: evaluating the model failed ({type(exc).__name__}: {cause}); "
+                          f"the round is saved in '{ckpt}'{before}: --resume goes on from it once the cause is "
+                          "fixed (e.g. a lower local.lr, or a lower faults.max_update_ratio for a model that exploded)")
+
     def _preempted(self, clients_done: int = 0) -> preemption.Preempted:
         """The exception that stops a preempted run (after its checkpoint); flushes TensorBoard first."""
         if self.logger is not None:
             self.logger.finalize("preempted")
         return preemption.Preempted(self.rounds_done, self.rank, clients_done)
+
+    def _unresumable(self, ckpt: dict[str, Any]) -> str | None:
+        """What makes a loaded checkpoint one this run cannot resume from (``resumable``), or None."""
+        return resumable.problem(ckpt, self.module.state_dict(), self.num_clients, (BUFFER, EXCHANGE))
 
     def restore(self) -> None:
         """Continue from the run folder's checkpoint (every rank); ``run`` then trains the rounds left.
@@ -496,7 +514,7 @@ class Federation:
         Raises:
             UserError: no intact checkpoint, or ``rounds`` below the rounds it has completed.
         """
-        ckpt = load_checkpoint(self.run_dir / CHECKPOINT)
+        ckpt = load_checkpoint(self.run_dir / CHECKPOINT, check=self._unresumable)
         self.rounds_done = int(ckpt["rounds_completed"])
         if self.rounds_done > self.recipe.rounds:
             raise UserError(f"run folder '{self.run_dir}' has completed {self.rounds_done} rounds, more than "
@@ -649,15 +667,18 @@ class Federation:
             self.rounds_done = round_ + 1
             metrics: dict[str, float | None] = dict.fromkeys(METRICS)
             t_eval = time.perf_counter()
+            eval_failure: Exception | None = None
             if self.rounds_done % r.eval.every == 0 or self.rounds_done == r.rounds:
                 client_models = self._client_models()  # a collective: every rank takes part
-                # a collective too; before evaluate(), which then scores the average
-                local, uploads = self._local_test(round_)
-                self.ledger.rows.extend(uploads)
-                rows = rows + uploads
-                if self.rank == 0:
-                    metrics = {**self.evaluate(client_models), **local}
-                    last_eval = metrics
+                try:  # a collective too; before evaluate(), which then scores the average
+                    local, uploads = self._local_test(round_)
+                    self.ledger.rows.extend(uploads)
+                    rows = rows + uploads
+                    if self.rank == 0:
+                        metrics = {**self.evaluate(client_models), **local}
+                        last_eval = metrics
+                except Exception as exc:  # the round is trained and aggregated: it is saved first (below)
+                    eval_failure = exc
             eval_seconds = time.perf_counter() - t_eval
             answered = [rep["loss"] for rep in reports if rep["status"] == "ok"]
             row = {"round": self.rounds_done,
@@ -677,6 +698,9 @@ class Federation:
                 write_json(self.run_dir / "results.json", self._results(wall, None))
                 rounds.set_postfix(loss=f"{row['train_loss']:.3f}" if answered else "-",
                                    probe=f"{last_eval['linear_probe_acc']:.3f}" if last_eval else "-")
+            if eval_failure is not None:
+                rounds.close()
+                raise self._evaluation_failed(eval_failure) from eval_failure
             if self.rounds_done < r.rounds and preemption.requested(self.fabric):  # SIGUSR1/SIGTERM
                 raise self._preempted()  # this round's checkpoint above is where --resume starts
         rounds.close()

@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from fedlight.config.files import read_yaml_mapping
 from fedlight.engine.checkpoint import atomic_write_bytes
 from fedlight.errors import UserError
 
@@ -39,6 +40,8 @@ BOOKKEEPING = frozenset({LOCK, REPLACED, MOVING})  # entries that belong to the 
 # recipe keys a resumed run may change: rounds may grow, faults model the cluster and run says
 # where the run lives (a moved folder resumes), none of them is the experiment
 NOT_THE_EXPERIMENT = ("rounds", "faults", "run")
+# a run's recipe.yaml is a copy of its resolved recipe, written again when the run resumes
+RECIPE_COPY_FIX = "it only records the run's recipe: delete it and rerun with --resume, which writes it again"
 
 
 class _Lock:
@@ -168,7 +171,7 @@ def _check_same_experiment(path: Path, recipe: dict[str, Any]) -> None:
     saved_path = path / RECIPE
     if not saved_path.is_file():
         return
-    saved = yaml.safe_load(saved_path.read_text())
+    saved = read_yaml_mapping(saved_path, "the run's recipe", RECIPE_COPY_FIX)
     changed = sorted(k for k in saved if saved[k] != recipe.get(k) and k not in NOT_THE_EXPERIMENT)
     if changed:
         raise UserError(f"--resume with a recipe that differs from '{saved_path}' in {', '.join(changed)}; "

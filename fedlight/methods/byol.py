@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import copy
 
 import torch
@@ -11,6 +13,7 @@ from lightly.models.modules import BYOLPredictionHead, BYOLProjectionHead
 from lightly.models.utils import deactivate_requires_grad, update_momentum
 from torch import nn
 
+from fedlight.config.checks import positive, probability
 from fedlight.methods.base import Batch, FederatedModule, OptimizerSpec, ScoreHead
 
 
@@ -32,8 +35,9 @@ class BYOL(FederatedModule):
     shared_modules = ("backbone", "projection_head", "prediction_head")
     private_modules = ("backbone_momentum", "projection_head_momentum")
 
-    def __init__(self, backbone: nn.Module, optim: OptimizerSpec | None = None, hidden_dim: int = 1024,
-                 output_dim: int = 256, momentum: float = 0.99) -> None:
+    def __init__(self, backbone: nn.Module, optim: OptimizerSpec | None = None,
+                 hidden_dim: Annotated[int, positive] = 1024,
+                 output_dim: Annotated[int, positive] = 256, momentum: Annotated[float, probability] = 0.99) -> None:
         super().__init__(backbone, optim)
         self.projection_head = BYOLProjectionHead(backbone.feature_dim, hidden_dim, output_dim)
         self.prediction_head = BYOLPredictionHead(output_dim, hidden_dim, output_dim)

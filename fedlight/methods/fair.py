@@ -15,10 +15,13 @@ engine steps only the model's optimizer): it is a small float32 head, so it need
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedlight.config.checks import non_empty, non_negative, positive, probability
 from fedlight.methods.base import Batch, FederatedModule
 from fedlight.methods.local_global import LocalGlobal
 
@@ -41,9 +44,13 @@ class FairLocalGlobal(LocalGlobal):
 
     uses_protected = True
 
-    def __init__(self, objective: FederatedModule, num_classes: int, global_layers: list[str] | None = None,
-                 warmup_rounds: int = 0, warmup_goal_acc: float | None = None, adversary_weight: float = 1.0,
-                 adversary_hidden: int = 32, adversary_lr: float = 1e-2, adversary_steps: int = 5) -> None:
+    def __init__(self, objective: FederatedModule, num_classes: int,
+                 global_layers: Annotated[list[str] | None, non_empty] = None,
+                 warmup_rounds: Annotated[int, non_negative] = 0,
+                 warmup_goal_acc: Annotated[float | None, probability] = None,
+                 adversary_weight: Annotated[float, non_negative] = 1.0,
+                 adversary_hidden: Annotated[int, positive] = 32, adversary_lr: Annotated[float, positive] = 1e-2,
+                 adversary_steps: Annotated[int, positive] = 5) -> None:
         super().__init__(objective, num_classes, global_layers, warmup_rounds, warmup_goal_acc)
         dim = objective.backbone.feature_dim
         self.adversary = nn.Sequential(nn.Linear(dim, adversary_hidden), nn.ReLU(), nn.Linear(adversary_hidden, 1))

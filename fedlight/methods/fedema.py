@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 from torch import nn
 
+from fedlight.config.checks import fraction, positive, probability
 from fedlight.methods.base import OptimizerSpec
 from fedlight.methods.fedu import DivergenceAwareBYOL
 
@@ -23,8 +26,10 @@ class FedEMA(DivergenceAwareBYOL):
         tau: the EMA weight at a client's first update (0.7).
     """
 
-    def __init__(self, backbone: nn.Module, optim: OptimizerSpec | None = None, hidden_dim: int = 1024,
-                 output_dim: int = 256, momentum: float = 0.99, tau: float = 0.7) -> None:
+    def __init__(self, backbone: nn.Module, optim: OptimizerSpec | None = None,
+                 hidden_dim: Annotated[int, positive] = 1024,
+                 output_dim: Annotated[int, positive] = 256, momentum: Annotated[float, probability] = 0.99,
+                 tau: Annotated[float, fraction] = 0.7) -> None:
         super().__init__(backbone, optim, hidden_dim, output_dim, momentum)
         self.tau = tau
         self.last_mu: float | None = None

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 
+from fedlight.config.checks import non_negative
 from fedlight.methods.base import Batch, FederatedModule
 from fedlight.methods.wrapper import ObjectiveWrapper
 
@@ -21,7 +24,7 @@ class FedProx(ObjectiveWrapper):
         mu: proximal strength (grid in the paper: 1e-3, 1e-2, 0.1, 1).
     """
 
-    def __init__(self, objective: FederatedModule, mu: float = 0.01) -> None:
+    def __init__(self, objective: FederatedModule, mu: Annotated[float, non_negative] = 0.01) -> None:
         super().__init__(objective)
         self.mu = mu
         self._anchors: list[torch.Tensor] = []

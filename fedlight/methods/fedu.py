@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import copy
 
 import torch
 from lightly.models.utils import deactivate_requires_grad
 from torch import nn
 
+from fedlight.config.checks import non_negative, positive, probability
 from fedlight.methods.base import OptimizerSpec
 from fedlight.methods.byol import BYOL
 
@@ -44,8 +47,9 @@ class DivergenceAwareBYOL(BYOL):
 
     private_modules = (*BYOL.private_modules, "local")
 
-    def __init__(self, backbone: nn.Module, optim: OptimizerSpec | None = None, hidden_dim: int = 1024,
-                 output_dim: int = 256, momentum: float = 0.99) -> None:
+    def __init__(self, backbone: nn.Module, optim: OptimizerSpec | None = None,
+                 hidden_dim: Annotated[int, positive] = 1024,
+                 output_dim: Annotated[int, positive] = 256, momentum: Annotated[float, probability] = 0.99) -> None:
         super().__init__(backbone, optim, hidden_dim, output_dim, momentum)
         self.local = _OnlineCopy(self)
         self.last_divergence: float | None = None
@@ -79,8 +83,10 @@ class FedU(DivergenceAwareBYOL):
         threshold: keep the local predictor when divergence >= threshold (0.4 in FedU).
     """
 
-    def __init__(self, backbone: nn.Module, optim: OptimizerSpec | None = None, hidden_dim: int = 1024,
-                 output_dim: int = 256, momentum: float = 0.99, threshold: float = 0.4) -> None:
+    def __init__(self, backbone: nn.Module, optim: OptimizerSpec | None = None,
+                 hidden_dim: Annotated[int, positive] = 1024,
+                 output_dim: Annotated[int, positive] = 256, momentum: Annotated[float, probability] = 0.99,
+                 threshold: Annotated[float, non_negative] = 0.4) -> None:
         super().__init__(backbone, optim, hidden_dim, output_dim, momentum)
         self.threshold = threshold
 

@@ -16,12 +16,13 @@ authors' code does; Figure 1 draws local representation layers below a global he
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedlight.config.checks import non_negative, probability
 from fedlight.errors import UserError
 from fedlight.methods.base import Batch, FederatedModule
 from fedlight.methods.wrapper import ObjectiveWrapper
@@ -73,8 +74,10 @@ class LocalGlobal(ObjectiveWrapper):
             reaches this value (the paper's "FedAvg until a goal accuracy").
     """
 
-    def __init__(self, objective: FederatedModule, num_classes: int, global_layers: list[str] | None = None,
-                 warmup_rounds: int = 0, warmup_goal_acc: float | None = None) -> None:
+    def __init__(self, objective: FederatedModule, num_classes: int,
+                 global_layers: list[str] | None = None,  # [] is valid: every layer local (local only)
+                 warmup_rounds: Annotated[int, non_negative] = 0,
+                 warmup_goal_acc: Annotated[float | None, probability] = None) -> None:
         super().__init__(objective)
         self.head: nn.Linear | None = None
         if not objective.has_classifier:
@@ -82,8 +85,6 @@ class LocalGlobal(ObjectiveWrapper):
             self.has_classifier = self.uses_labels = True
         names = ["classifier"] if global_layers is None else list(global_layers)
         self.global_layers = tuple(self._resolve(n) for n in names)
-        if warmup_rounds < 0:
-            raise UserError(f"method.warmup_rounds={warmup_rounds} must be >= 0; fix it")
         self.warmup_rounds, self.warmup_goal_acc = warmup_rounds, warmup_goal_acc
         self.local_phase = False
         self.shared_modules = (*self.shared_modules, *(("head",) if self.head is not None else ()))

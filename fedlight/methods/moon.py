@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import copy
 
 import torch
@@ -9,6 +11,7 @@ import torch.nn.functional as F
 from lightly.models.utils import deactivate_requires_grad
 from torch import nn
 
+from fedlight.config.checks import non_negative, positive
 from fedlight.methods.base import Batch, OptimizerSpec
 from fedlight.methods.supervised import Supervised
 
@@ -67,7 +70,8 @@ class MOON(Supervised):
     transient_modules = ("frozen_global",)
 
     def __init__(self, backbone: nn.Module, num_classes: int, optim: OptimizerSpec | None = None,
-                 mu: float = 5.0, tau: float = 0.5, output_dim: int = 256) -> None:
+                 mu: Annotated[float, non_negative] = 5.0, tau: Annotated[float, positive] = 0.5,
+                 output_dim: Annotated[int, positive] = 256) -> None:
         super().__init__(backbone, num_classes, optim, projection_dim=output_dim)
         self.previous = _Representation(backbone, self.projection_head)
         self.frozen_global = _Representation(backbone, self.projection_head)

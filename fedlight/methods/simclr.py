@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
 import torch.nn.functional as F
@@ -10,6 +10,7 @@ from lightly.loss import NTXentLoss
 from lightly.models.modules import SimCLRProjectionHead
 from torch import nn
 
+from fedlight.config.checks import positive
 from fedlight.methods.base import Batch, FederatedModule, OptimizerSpec
 
 
@@ -41,8 +42,9 @@ class SimCLR(FederatedModule):
 
     shared_modules = ("backbone", "projection_head")
 
-    def __init__(self, backbone: nn.Module, optim: OptimizerSpec | None = None, hidden_dim: int = 512,
-                 output_dim: int = 128, temperature: float = 0.5,
+    def __init__(self, backbone: nn.Module, optim: OptimizerSpec | None = None,
+                 hidden_dim: Annotated[int, positive] = 512,
+                 output_dim: Annotated[int, positive] = 128, temperature: Annotated[float, positive] = 0.5,
                  loss: Literal["ntxent", "infonce"] = "ntxent") -> None:
         super().__init__(backbone, optim)
         self.projection_head = SimCLRProjectionHead(backbone.feature_dim, hidden_dim, output_dim)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 import torch.nn.functional as F
 from lightly.models.modules import SimCLRProjectionHead
 from torch import nn
 
+from fedlight.config.checks import non_negative
 from fedlight.methods.base import Batch, FederatedModule, OptimizerSpec
 
 
@@ -35,7 +38,7 @@ class Supervised(FederatedModule):
     has_classifier = True
 
     def __init__(self, backbone: nn.Module, num_classes: int, optim: OptimizerSpec | None = None,
-                 projection_dim: int = 0) -> None:
+                 projection_dim: Annotated[int, non_negative] = 0) -> None:
         super().__init__(backbone, optim)
         d = backbone.feature_dim
         self.projection_head: nn.Module = (

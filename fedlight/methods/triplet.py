@@ -10,10 +10,13 @@ is distinct from the anchor, as eq. 3 asks.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedlight.config.checks import non_negative
 from fedlight.methods.base import Batch, FederatedModule, OptimizerSpec
 
 
@@ -60,7 +63,8 @@ class Triplet(FederatedModule):
         normalize: compare unit-length embeddings (True) or the raw backbone outputs.
     """
 
-    def __init__(self, backbone: nn.Module, optim: OptimizerSpec | None = None, margin: float = 0.5,
+    def __init__(self, backbone: nn.Module, optim: OptimizerSpec | None = None,
+                 margin: Annotated[float, non_negative] = 0.5,
                  normalize: bool = True) -> None:
         super().__init__(backbone, optim)
         self.margin = margin

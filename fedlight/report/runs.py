@@ -12,10 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fedlight.config.files import read_json
 from fedlight.errors import UserError
 
 RESULTS = "results.json"
 IGNORED = ("run.dir",)
+BYTES = ("bytes_up", "bytes_down", "bytes_d2d")  # a history row's bytes, summed by the plots
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -58,13 +60,56 @@ class Run:
 
 
 def _load(path: Path) -> Run:
-    try:
-        results = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UserError(f"'{path}' is not a readable results.json ({type(exc).__name__}); delete or rerun that run") from None
-    if not isinstance(results, dict) or "history" not in results or "recipe" not in results:
-        raise UserError(f"'{path}' is not a fedlight results.json (no history/recipe); leave it out of the report")
+    leave_out = "rerun that run (--resume writes it again), or leave its folder out of the report"
+    results = read_json(path, "results file", leave_out)
+    problem = results_problem(results)
+    if problem:
+        raise UserError(f"'{path}' is not a fedlight results.json ({problem}); {leave_out}")
     return Run(path.parent, results)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _metrics_problem(row: dict[str, Any], where: str) -> str | None:
+    """A metric (``*_acc*``) that is neither a number nor null."""
+    bad = next((k for k, v in row.items() if "_acc" in k and v is not None and not _is_number(v)), None)
+    return None if bad is None else f"{where}'s {bad} is {row[bad]!r}, not a number"
+
+
+def results_problem(results: Any) -> str | None:
+    """What a hand-edited or foreign ``results.json`` lacks that a report reads, or None.
+
+    A report reads the recipe (a mapping, an int seed), ``rounds_completed``, each history row's
+    round, bytes and accuracies, the final accuracies and the byte totals.
+    """
+    if not isinstance(results, dict):
+        return f"a {type(results).__name__}, not a mapping"
+    kinds = {"recipe": dict, "history": list, "rounds_completed": int}
+    wrong = next((k for k, kind in kinds.items() if not isinstance(results.get(k), kind)
+                  or isinstance(results.get(k), bool)), None)
+    if wrong:
+        return f"no {wrong}" if wrong not in results else f"{wrong} is a {type(results[wrong]).__name__}"
+    if not isinstance(results["recipe"].get("seed", 0), int):
+        return f"recipe.seed is {results['recipe']['seed']!r}"
+    for i, row in enumerate(results["history"]):
+        if not isinstance(row, dict):
+            return f"history[{i}] is a {type(row).__name__}"
+        missing = next((k for k in ("round", *BYTES) if not _is_number(row.get(k))), None)
+        if missing:
+            return f"history[{i}] has no number {missing}"
+        problem = _metrics_problem(row, f"history[{i}]")
+        if problem:
+            return problem
+    final, comm = results.get("final"), results.get("comm")
+    if final is not None and not isinstance(final, dict):
+        return f"final is a {type(final).__name__}"
+    if final is not None and any(v is not None and not _is_number(v) for v in final.values()):
+        return "final holds an accuracy that is not a number"
+    if comm is not None and not (isinstance(comm, dict) and all(_is_number(v) for v in comm.values())):
+        return "comm is not a mapping of byte counts"
+    return None
 
 
 def find_runs(paths: list[str | Path]) -> list[Run]:

@@ -13,6 +13,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from fedlight.config.files import output_folder_problem
+from fedlight.errors import UserError
 from fedlight.report.plots import write_plots
 from fedlight.report.runs import Run, find_runs, varying_keys
 
@@ -91,12 +93,17 @@ def render(runs: list[Run], sources: list[str], plots: list[str], out: Path) -> 
 
 def write_report(paths: list[str], out: str | Path) -> Path:
     """Read the runs under ``paths``; write ``report.md`` and the plots into ``out``; returns the report path."""
-    runs = find_runs(paths)
-    done = [r for r in runs if r.finished]
     out = Path(out)
+    blocked = output_folder_problem(out)
+    if blocked:
+        raise UserError(f"--out {blocked}; give --out a folder to write the report into")
+    runs = find_runs(paths)  # every results.json is read and checked before anything is written
+    done = [r for r in runs if r.finished]
     out.mkdir(parents=True, exist_ok=True)
     keys = [k for k in varying_keys(done) if k != "seed"]
     plots = write_plots(group_runs(done, keys), keys, out) if done else []
     path = out / REPORT
-    path.write_text(render(runs, [str(p) for p in paths], plots, out))
+    tmp = out / f".{REPORT}.tmp"  # report.md is the old one or the new one, never half of one
+    tmp.write_text(render(runs, [str(p) for p in paths], plots, out))
+    os.replace(tmp, path)
     return path

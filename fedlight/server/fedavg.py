@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fedlight.errors import UserError
+from typing import Annotated
+
+from fedlight.config.checks import positive
 from fedlight.server import ops
 from fedlight.server.base import Aggregator, State
 
@@ -19,9 +21,7 @@ class FedAvg(Aggregator):
             size over those iterations (CF-CL eq. 5).
     """
 
-    def __init__(self, aggregate_every: int | None = None) -> None:
-        if aggregate_every is not None and aggregate_every < 1:
-            raise UserError(f"server.aggregate_every={aggregate_every} must be >= 1; fix it or drop it")
+    def __init__(self, aggregate_every: Annotated[int | None, positive] = None) -> None:
         self.aggregate_every = aggregate_every
 
     def accumulate(self, acc: State | None, payload: State, weight: float) -> State:

@@ -8,10 +8,11 @@ engine runs through Fabric (``bind_distiller``) with the hyper-parameters held h
 
 from __future__ import annotations
 
-from typing import Callable, Literal
+from typing import Annotated, Callable, Literal
 
 import torch
 
+from fedlight.config.checks import at_least, non_negative, percent, positive, probability
 from fedlight.errors import UserError
 from fedlight.server.base import Aggregator, State
 from fedlight.server.esd import esd_steps_per_epoch
@@ -41,13 +42,14 @@ class FLESD(Aggregator):
     uses_public_set = True
 
     def __init__(self, payload: Literal["similarity", "embeddings"] = "similarity",
-                 dtype: Literal["float32", "float16", "int8"] = "float32", topk_percent: float = 100.0,
-                 tau_t: float = 0.1, tau_s: float = 0.1, momentum: float = 0.999, queue_size: int = 2048,
-                 epochs: int = 200, batch_size: int = 128, lr: float = 1e-3, weight_decay: float = 1e-6) -> None:
+                 dtype: Literal["float32", "float16", "int8"] = "float32",
+                 topk_percent: Annotated[float, percent] = 100.0, tau_t: Annotated[float, positive] = 0.1,
+                 tau_s: Annotated[float, positive] = 0.1, momentum: Annotated[float, probability] = 0.999,
+                 queue_size: Annotated[int, positive] = 2048, epochs: Annotated[int, positive] = 200,
+                 batch_size: Annotated[int, at_least(2)] = 128, lr: Annotated[float, positive] = 1e-3,
+                 weight_decay: Annotated[float, non_negative] = 1e-6) -> None:
         if payload == "embeddings" and topk_percent < 100:
             raise UserError("server.topk_percent applies to server.payload=similarity only; drop it or switch payload")
-        if not 0 < topk_percent <= 100:
-            raise UserError(f"server.topk_percent must be in (0, 100] (got {topk_percent}); fix the recipe")
         self.payload, self.dtype, self.topk_percent = payload, dtype, topk_percent
         self.tau_t, self.tau_s, self.momentum = tau_t, tau_s, momentum
         self.queue_size, self.epochs, self.batch_size = queue_size, epochs, batch_size

@@ -13,12 +13,14 @@ from typing import Callable
 
 from fedlight.engine.fit import check_recipe
 from fedlight.config import load_recipe
+from fedlight.config.files import output_folder_problem
 from fedlight.engine.rundir import write_json
 from fedlight.errors import UserError
 from fedlight.sweep import manifest as mf
 from fedlight.sweep.grid import expand, parse_grid
 from fedlight.sweep.plan import is_finished, summary, to_submit
-from fedlight.sweep.slurm import queued_tasks, render_array_script, require_sbatch, sbatch_command, submit
+from fedlight.sweep.slurm import (queued_tasks, render_array_script, require_sbatch, sbatch_command,
+                                  split_slurm_args, submit)
 
 SCRIPT = "array.sbatch"
 
@@ -29,6 +31,10 @@ def run_sweep(recipe: str, grid: list[str], seeds: int, out: str, submit_now: bo
     """Write (or refresh) the sweep in ``out``; submit it with ``submit_now``. Returns the manifest."""
     base = Path(recipe).resolve()
     out_dir = Path(out).resolve()
+    blocked = output_folder_problem(out_dir)
+    if blocked:
+        raise UserError(f"--out {blocked}; choose another --out")
+    extra_sbatch = split_slurm_args(slurm_args)
     axes = parse_grid(grid)
     if seeds < 1:
         raise UserError(f"--seeds {seeds}: give at least 1")
@@ -58,6 +64,7 @@ def run_sweep(recipe: str, grid: list[str], seeds: int, out: str, submit_now: bo
     if queued is None:
         echo("warning: squeue cannot tell which earlier tasks are still queued; they may be submitted twice")
     chosen = to_submit(manifest, finished, resubmit_failed, queued or set())
+    script_text = render_array_script(out_dir, f"fedlight-{first.name}")  # its own errors come before any write
     (out_dir / "logs").mkdir(parents=True, exist_ok=True)
     write_json(out_dir / mf.MANIFEST, manifest)
     for index, (text, _) in texts.items():
@@ -66,11 +73,11 @@ def run_sweep(recipe: str, grid: list[str], seeds: int, out: str, submit_now: bo
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
     script = out_dir / SCRIPT
-    script.write_text(render_array_script(out_dir, f"fedlight-{first.name}"))
+    script.write_text(script_text)
     echo(f"sweep {out_dir}: {summary(manifest, finished, chosen)}")
     if not chosen:
         return manifest
-    command = sbatch_command(script, chosen, max_running, slurm_args)
+    command = sbatch_command(script, chosen, max_running, extra_sbatch)
     if not submit_now:
         echo("submit with: " + shlex.join(command))
         return manifest

@@ -9,13 +9,13 @@ recipes holds another sweep and is refused.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from fedlight.config.files import read_json
 from fedlight.config.schema import Recipe
 from fedlight.errors import UserError
 
@@ -57,13 +57,42 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
         if out.is_dir() and any(out.iterdir()):
             raise UserError(f"--out '{out}' is not empty and holds no sweep ({MANIFEST}); choose a new or empty folder")
         return None
-    try:
-        manifest = json.loads(path.read_text())
-    except json.JSONDecodeError:
-        raise UserError(f"'{path}' is not valid JSON; delete '{out}' to start the sweep over") from None
+    keep = f"restore it, or choose a new --out (nothing under '{out}' is touched)"
+    manifest = read_json(path, "sweep manifest", keep)
     if not isinstance(manifest, dict) or manifest.get("fedlight_sweep") != FORMAT:
         raise UserError(f"'{path}' is not a fedlight sweep manifest; choose another --out")
+    problem = manifest_problem(manifest)
+    if problem:
+        raise UserError(f"sweep manifest '{path}' is damaged ({problem}); {keep}")
     return manifest
+
+
+# what a manifest's entries hold, as this module writes them
+TASK_FIELDS: dict[str, type] = {"index": int, "recipe": str, "run_dir": str, "overrides": list, "digest": str}
+SUBMISSION_FIELDS: dict[str, type] = {"job_id": str, "tasks": list}
+
+
+def manifest_problem(manifest: dict[str, Any]) -> str | None:
+    """What a hand-edited or truncated manifest lacks (``'task 3 has no digest'``), or None."""
+    for section, fields in (("tasks", TASK_FIELDS), ("submissions", SUBMISSION_FIELDS)):
+        entries = manifest.get(section)
+        if not isinstance(entries, list):
+            return f"no list of {section}"
+        for i, entry in enumerate(entries):
+            problem = _entry_problem(entry, fields)
+            if problem:
+                return f"{section}[{i}] {problem}"
+    bad = next((s for s in manifest["submissions"] if not all(isinstance(t, int) for t in s["tasks"])), None)
+    return None if bad is None else f"submission {bad['job_id']} lists a task that is not an index"
+
+
+def _entry_problem(entry: Any, fields: dict[str, type]) -> str | None:
+    if not isinstance(entry, dict):
+        return f"is a {type(entry).__name__}, not an entry"
+    for name, kind in fields.items():
+        if not isinstance(entry.get(name), kind) or isinstance(entry.get(name), bool):
+            return f"has no {name}" if name not in entry else f"has {name} {entry[name]!r}, not a {kind.__name__}"
+    return None
 
 
 def check_same_sweep(old: dict[str, Any], new: dict[str, Any], out: Path) -> None:

@@ -2,7 +2,8 @@
 
 A task is finished when its run folder holds a ``results.json`` with every round done and
 final accuracies (the engine rewrites ``results.json`` after each round, so its mere
-existence is not enough). Finished tasks are never submitted again and their files are never
+existence is not enough); a damaged one is not finished, so the task is submitted again
+and its ``--resume`` writes it anew. Finished tasks are never submitted again and their files are never
 rewritten. A plain re-run submits only tasks never submitted before (a pending or running
 array is not duplicated); ``--resubmit-failed`` submits every task without final results
 that SLURM does not still hold as pending or running.
@@ -18,10 +19,11 @@ from typing import Any
 def is_finished(run_dir: Path, rounds: int) -> bool:
     """Whether ``run_dir`` holds the final results of a ``rounds``-round run."""
     try:
-        results = json.loads((run_dir / "results.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        results = json.loads((run_dir / "results.json").read_bytes())
+    except (OSError, ValueError, RecursionError):  # missing, half-written, not text: not finished
         return False
-    return results.get("rounds_completed", 0) >= rounds and results.get("final") is not None
+    done = results.get("rounds_completed") if isinstance(results, dict) else None
+    return isinstance(done, int) and done >= rounds and isinstance(results.get("final"), dict)
 
 
 def submitted(manifest: dict[str, Any]) -> set[int]:

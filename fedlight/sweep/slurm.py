@@ -38,12 +38,16 @@ def array_spec(indices: list[int], max_running: int | None) -> str:
     return ",".join(parts) + (f"%{max_running}" if max_running else "")
 
 
-def sbatch_command(script: Path, indices: list[int], max_running: int | None, slurm_args: str) -> list[str]:
-    """``sbatch --parsable --array=... [slurm args] script``."""
+def split_slurm_args(slurm_args: str) -> list[str]:
+    """``--slurm-args`` as sbatch options, split like a shell line (raises a UserError on bad quotes)."""
     try:
-        extra = shlex.split(slurm_args)
+        return shlex.split(slurm_args)
     except ValueError as exc:
         raise UserError(f"--slurm-args '{slurm_args}' cannot be split like a shell line ({exc}); fix its quotes") from None
+
+
+def sbatch_command(script: Path, indices: list[int], max_running: int | None, extra: list[str]) -> list[str]:
+    """``sbatch --parsable --array=... [extra sbatch options] script``."""
     return ["sbatch", "--parsable", f"--array={array_spec(indices, max_running)}", *extra, str(script)]
 
 

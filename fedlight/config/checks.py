@@ -1,0 +1,58 @@
+"""Constraints on recipe values: small functions that return what is wrong, or None.
+
+The recipe schema attaches them to its fields (``schema.check``); a method's or aggregator's
+constructor attaches them to its parameters as ``typing.Annotated`` metadata
+(``temperature: Annotated[float, positive] = 0.5``), which ``fedlight.registry`` reads. Either
+way ``coerce`` applies them after the type check, so a value is refused, in one line naming
+its key, before any of it reaches torch or lightly.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+Check = Callable[[Any], "str | None"]
+
+
+def positive(v: Any) -> str | None:
+    """Sizes, counts, temperatures, learning rates: > 0."""
+    return None if v > 0 else "must be > 0"
+
+
+def non_negative(v: Any) -> str | None:
+    """Weights of a loss term, penalties, thresholds: >= 0."""
+    return None if v >= 0 else "must be >= 0"
+
+
+def fraction(v: Any) -> str | None:
+    """A share of something that must not be empty: (0, 1]."""
+    return None if 0 < v <= 1 else "must be in (0, 1]"
+
+
+def probability(v: Any) -> str | None:
+    """Probabilities, momentum / EMA factors, accuracies: [0, 1]."""
+    return None if 0 <= v <= 1 else "must be in [0, 1]"
+
+
+def percent(v: Any) -> str | None:
+    """A share in percent that must not be empty: (0, 100]."""
+    return None if 0 < v <= 100 else "must be in (0, 100]"
+
+
+def at_least(low: int) -> Check:
+    """``>= low`` (e.g. a batch of at least two samples)."""
+    def check(v: Any) -> str | None:
+        return None if v >= low else f"must be >= {low}"
+    return check
+
+
+def probabilities(v: Any) -> str | None:
+    """A non-empty list of probabilities (one per view, cycled)."""
+    if not v:
+        return "must list at least one probability (one per view)"
+    return None if all(0 <= p <= 1 for p in v) else "every entry must be in [0, 1]"
+
+
+def non_empty(v: Any) -> str | None:
+    """A list that an empty one would make meaningless (e.g. layers to average)."""
+    return None if len(v) else "must not be empty"
