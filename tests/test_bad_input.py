@@ -514,7 +514,7 @@ def _build_model_and_views(recipe: Any) -> None:
     import torch
 
     from fedlight.engine.fit import build_module, prepare_data
-    from fedlight.engine.orchestrator import build_views
+    from fedlight.engine.assemble import build_views
 
     data, _ = prepare_data(recipe)
     module = build_module(recipe, data)

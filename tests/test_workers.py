@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fedlight.config import load_recipe
-from fedlight.engine import orchestrator
+from fedlight.engine.plugins import epochs
 from fedlight.engine.fit import check_recipe, fit
 from fedlight.engine.local_loop import train_client
 from fedlight.engine.preemption import Preempted
@@ -130,7 +130,7 @@ def test_sigterm_stops_both_workers_between_clients_and_resume_ends_where_a_stra
             os.kill(os.getpid(), signal.SIGTERM)
         return train_client(*a, **kw)
 
-    monkeypatch.setattr(orchestrator, "train_client", train_then_signal)
+    monkeypatch.setattr(epochs, "train_client", train_then_signal)
     run = tmp_path / "stopped"
     with pytest.raises(Preempted) as stop:
         fit(load_recipe(tiny_recipe, [*args, f"run.dir={run}"]))

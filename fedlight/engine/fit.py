@@ -16,8 +16,8 @@ from fedlight.config.schema import Recipe
 from fedlight.data.partition import partition
 from fedlight.data.sources import ImageData, load_dataset, take_subset
 from fedlight.engine import launch, preemption
-from fedlight.engine.exchange_rounds import validate_exchange
-from fedlight.engine.orchestrator import Federation
+from fedlight.engine.assemble import build_federation
+from fedlight.engine.plugins.exchange import validate_exchange
 from fedlight.engine.rundir import RECIPE, RunFolder, claim_run_dir, write_yaml
 from fedlight.errors import UserError, warnings_if_it_works
 from fedlight.methods.base import FederatedModule, OptimizerSpec
@@ -88,7 +88,8 @@ def check_recipe(recipe: Recipe) -> Aggregator:
     """What a recipe can get wrong before any data is read (``fit`` and ``fedlight sweep`` both ask);
     returns the run's aggregator."""
     server = registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client)
-    validate_exchange(recipe, server.aggregate_every)
+    validate_exchange(recipe.exchange, server.aggregate_every, recipe.method.get("name"),
+                      recipe.stream.velocity is not None, recipe.clients.num)
     l = recipe.local
     if l.lr_decay and l.lr_schedule != "exponential":
         raise UserError(f"local.lr_decay={l.lr_decay} applies to local.lr_schedule=exponential only (got "
@@ -136,8 +137,8 @@ def _run(fabric: Fabric, recipe: Recipe, data: ImageData, parts: list, module: F
     if recipe.fabric.threads:
         torch.set_num_threads(recipe.fabric.threads)
     run_dir = Path(recipe.run_dir)
-    federation = Federation(fabric, recipe, data, parts, module, server, run_dir,
-                            on_checkpoint=folder.saved if folder else None)
+    federation = build_federation(fabric, recipe, data, parts, module, server, run_dir,
+                                  on_checkpoint=folder.saved if folder else None)
     try:
         if restore:
             federation.restore()  # a damaged checkpoint or too few rounds: refused before anything is written
