@@ -43,7 +43,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "sofed": ("sofed_fmnist", ["rounds=2", "data.subset=1000", "data.test_subset=500", "clients.num=3",
                                "stream.velocity=200", "eval.every=2", "eval.probe_epochs=5", "eval.knn_k=20"]),
     "cfcl": ("cfcl_fmnist_small", ["rounds=2", "data.subset=1500", "data.test_subset=500",
-                                   "server.aggregate_every=10", "exchange.pull_every=5", "exchange.reserve=20",
+                                   "local.iterations=10", "exchange.pull_every=5", "exchange.reserve=20",
                                    "exchange.approx=40", "exchange.pull_size=10", "exchange.avg_degree=2",
                                    "eval.probe_epochs=5"]),
     "flesd": ("flesd_fmnist", ["rounds=2", "data.subset=1200", "data.test_subset=500", "clients.num=4",

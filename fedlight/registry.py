@@ -19,6 +19,10 @@ from torch import nn
 
 from fedlight.config.coerce import coerce
 from fedlight.errors import UserError
+from fedlight.engine.plugin import ClientSchedule
+from fedlight.engine.plugins.epochs import EpochSchedule
+from fedlight.engine.plugins.exchange import ExchangeSchedule
+from fedlight.engine.plugins.stream import StreamSchedule
 from fedlight.extensions import Table, describe
 from fedlight.methods.base import FederatedModule, OptimizerSpec
 from fedlight.methods.byol import BYOL
@@ -65,6 +69,11 @@ BACKBONES: Table[Callable[[int, int], nn.Module]] = Table("fedlight.backbones", 
     "resnet18": "ResNet-18 with the CIFAR stem (SimCLR / FLESD / SOFed).",
     "mlp": "LG-FedAvg's MNIST MLP over flattened inputs.",
     "mlp_small": "A 64-32 MLP over flattened inputs (tabular data: fair LG-FedAvg).",
+})
+# how a client spends its round (``local.schedule``); ``engine/assemble.py`` builds the built-in ones,
+# a package's is called with a ``ScheduleContext``
+SCHEDULES: Table[Callable[..., ClientSchedule]] = Table("fedlight.schedules", {
+    "epochs": EpochSchedule, "stream": StreamSchedule, "exchange": ExchangeSchedule,
 })
 # the server a method needs when the recipe's server does not fit it
 REQUIRED_SERVER = {"scaffold": "scaffold"}
@@ -152,4 +161,4 @@ def build_server(server: dict[str, Any], num_clients: int) -> Aggregator:
 
 def describe_all() -> str:
     """Every registered name with its one-line description (``fedlight methods``)."""
-    return describe({"methods": METHODS, "aggregators": SERVERS, "backbones": BACKBONES})
+    return describe({"methods": METHODS, "aggregators": SERVERS, "backbones": BACKBONES, "client schedules": SCHEDULES})

@@ -1,9 +1,10 @@
 """From a resolved recipe to a round loop and its parts: the edge where the Recipe stops.
 
-Picks the client schedule (``registry.SCHEDULES``: ``stream`` when ``stream.velocity`` is
-set, ``exchange`` when ``server.aggregate_every`` is, else ``local.schedule``, ``epochs`` by
-default) and the round plug-ins the recipe and aggregator ask for (FLESD's public-set
-distillation, LG-FedAvg's local tests, faults), each built from its own typed options.
+Picks the client schedule (``local.schedule``, by default ``exchange`` when ``local.iterations``
+is set, ``stream`` when ``stream.velocity`` is, else ``epochs``; other packages add schedules
+through ``registry.SCHEDULES``) and the round plug-ins the recipe and aggregator ask for
+(FLESD's public-set distillation, LG-FedAvg's local tests, faults), each built from its own
+typed options.
 """
 
 from __future__ import annotations
@@ -16,19 +17,21 @@ import numpy as np
 import torch
 from lightning.fabric import Fabric
 
+from fedlight import registry
 from fedlight.config.schema import Recipe
 from fedlight.data.sources import ImageData
 from fedlight.data.views import ViewMaker, ViewParams
 from fedlight.engine.evaluator import Evaluator
 from fedlight.engine.options import RoundOptions
 from fedlight.engine.orchestrator import Federation
-from fedlight.engine.plugin import ClientSchedule, RoundPlugin
+from fedlight.engine.plugin import ClientSchedule, RoundPlugin, ScheduleContext
 from fedlight.engine.plugins.distillation import PublicSetDistillation
 from fedlight.engine.plugins.epochs import EpochSchedule
 from fedlight.engine.plugins.exchange import ExchangeSchedule
 from fedlight.engine.plugins.faults import SimulatedFaults
 from fedlight.engine.plugins.local_test import LocalTests
 from fedlight.engine.plugins.stream import StreamSchedule
+from fedlight.errors import UserError
 from fedlight.methods.base import FederatedModule
 from fedlight.server.base import Aggregator
 
@@ -83,13 +86,35 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
 def build_schedule(fabric: Fabric, recipe: Recipe, data: ImageData, module: FederatedModule, aggregator: Aggregator,
                    images: torch.Tensor, labels: torch.Tensor, parts: list[torch.Tensor], views: ViewMaker,
                    trainable: list[int]) -> ClientSchedule:
-    """How the recipe's clients spend a round."""
-    l, s = recipe.local, recipe.stream
-    if aggregator.aggregate_every is not None:  # CF-CL: rounds of Ta SGD iterations, D2D exchange
-        mine = [c for c in trainable if c % fabric.world_size == fabric.global_rank]
+    """How the recipe's clients spend a round (``schedule_name``)."""
+    l, s, name = recipe.local, recipe.stream, schedule_name(recipe)
+    mine = [c for c in trainable if c % fabric.world_size == fabric.global_rank]
+    if name == "exchange":  # CF-CL: rounds of Ta SGD iterations, D2D exchange
         return ExchangeSchedule(fabric, module, images, data.train_y.numpy(), parts, views, mine, recipe.exchange,
-                                aggregator.aggregate_every, recipe.rounds, l.batch_size, data.num_classes, recipe.seed)
-    if s.velocity is not None:  # SOFed: a stream through a replay buffer
+                                l.iterations, recipe.rounds, l.batch_size, data.num_classes, recipe.seed)
+    if name == "stream":  # SOFed: a stream through a replay buffer
         return StreamSchedule(fabric, images, labels, data.train_y.numpy(), parts, views, recipe.buffer, s.velocity,
                               s.stc, data.num_classes, recipe.seed)
-    return EpochSchedule(fabric, images, labels, parts, views, l.epochs, l.batch_size)
+    if name == "epochs":
+        return EpochSchedule(fabric, images, labels, parts, views, l.epochs, l.batch_size)
+    return registry.SCHEDULES[name](ScheduleContext(
+        fabric, module, images, labels, data.train_y.numpy(), parts, views, mine, recipe.rounds, l.epochs,
+        l.iterations, l.batch_size, data.num_classes, recipe.seed))
+
+
+BUILTIN_SCHEDULES = {"epochs": "", "stream": "stream.velocity", "exchange": "local.iterations"}  # name: what it needs
+
+
+def schedule_name(recipe: Recipe) -> str:
+    """``local.schedule``, or the one its settings imply; raises a UserError for an unknown name or
+    a built-in one without its settings."""
+    l, streaming = recipe.local, recipe.stream.velocity is not None
+    implied = "exchange" if l.iterations is not None else "stream" if streaming else "epochs"
+    name = l.schedule or implied
+    if name not in registry.SCHEDULES:
+        raise UserError(f"unknown local.schedule {name!r}; valid names: {', '.join(registry.SCHEDULES)}")
+    if name in BUILTIN_SCHEDULES and name != implied:
+        need = BUILTIN_SCHEDULES[name]
+        raise UserError(f"local.schedule={name} " + (f"needs {need} set" if need else "trains epochs: drop "
+                        "stream.velocity and local.iterations") + "; or drop local.schedule (it follows them)")
+    return name

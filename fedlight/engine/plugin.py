@@ -141,3 +141,34 @@ class FaultModel(RoundPlugin):
 
     def check(self, round_: int, reports: list[Report], rounds_done: int) -> None:
         """After a round's clients: record its faults; raise ``RunStopped`` if the run cannot go on."""
+
+
+@dataclass(frozen=True)
+class ScheduleContext:
+    """What a client schedule from another package (entry point ``fedlight.schedules``) is built from.
+
+    Attributes:
+        fabric: devices, precision and this process's rank.
+        module: the worker model.
+        images: (N, C, H, W) uint8 images on the device; labels: (N,) labels on the device.
+        train_labels: (N,) labels on the CPU (for measurement).
+        parts: every client's sample indices into ``images``.
+        views: batched augmentation (``views.views(x, n, generator)``).
+        clients: the trainable clients this process keeps (``c % world_size == rank``).
+        rounds: R; epochs, iterations, batch_size: ``local.*``; num_classes: C; seed: run seed.
+    """
+
+    fabric: Any
+    module: FederatedModule
+    images: torch.Tensor
+    labels: torch.Tensor
+    train_labels: Any
+    parts: list[torch.Tensor]
+    views: Any
+    clients: list[int]
+    rounds: int
+    epochs: int
+    iterations: int | None
+    batch_size: int
+    num_classes: int
+    seed: int

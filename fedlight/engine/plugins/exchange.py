@@ -1,6 +1,6 @@
 """CF-CL's client schedule (Wagle et al. 2022): D2D iteration periods with pushes and pulls.
 
-A round is one aggregation period of Ta SGD iterations (``server.aggregate_every``); global
+A round is one aggregation period of Ta SGD iterations (``local.iterations``); global
 iteration t = round * Ta + step. Before a step with t % Tp == 0 (``exchange.pull_every``) the
 device pulls from its neighbours, so with Tp dividing Ta every period opens with a pull.
 Pull plans (eq. 7-10) use the global model of the period, computed before any client trains.
@@ -36,17 +36,17 @@ from fedlight.seeding import numpy_rng
 EXCHANGE = "exchange."  # store keys of a device's exchange state
 
 
-def validate_exchange(cfg: ExchangeConfig, aggregate_every: int | None, method: str | None, streaming: bool,
+def validate_exchange(cfg: ExchangeConfig, iterations: int | None, method: str | None, streaming: bool,
                       num_clients: int) -> None:
-    """Raise a UserError if ``exchange.*`` does not fit the rest of the recipe."""
-    policy = cfg.policy
+    """Raise a UserError if ``exchange.*`` does not fit ``local.iterations`` (Ta) and the rest of the recipe."""
+    policy, aggregate_every = cfg.policy, iterations
     if policy != "none" and aggregate_every is None:
-        raise UserError(f"exchange.policy={policy} needs server.aggregate_every (CF-CL's Ta, e.g. 50); "
+        raise UserError(f"exchange.policy={policy} needs local.iterations (CF-CL's Ta, e.g. 50); "
                         "set it, or set exchange.policy=none")
     if policy == "smart" and method != "triplet":
         raise UserError("exchange.policy=smart scores points with the triplet loss; set method.name=triplet")
     if aggregate_every is not None and streaming:
-        raise UserError("server.aggregate_every and stream.velocity are two different schedules; drop one")
+        raise UserError("local.iterations and stream.velocity are two different schedules; drop one")
     n, degree = num_clients, cfg.avg_degree
     if policy != "none" and n < 2:
         raise UserError(f"exchange.policy={policy} needs at least 2 devices; raise clients.num")
@@ -57,7 +57,9 @@ def validate_exchange(cfg: ExchangeConfig, aggregate_every: int | None, method: 
 
 
 class ExchangeSchedule(ClientSchedule):
-    """The CF-CL devices of one process.
+    """CF-CL's rounds: Ta SGD iterations a device, pulling from its neighbours every Tp.
+
+    Holds the devices of one process.
 
     Args:
         fabric: devices.

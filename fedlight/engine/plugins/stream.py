@@ -31,7 +31,7 @@ BUFFER = "buffer."  # store keys of a streaming client's replay buffer
 
 
 class StreamSchedule(ClientSchedule):
-    """A client's round: its stream's next ``velocity`` samples, one step per arriving batch.
+    """SOFed's rounds: a stream's next ``velocity`` samples through a replay buffer, a step a batch.
 
     Args:
         fabric: devices and precision.
