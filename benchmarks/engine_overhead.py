@@ -33,8 +33,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def run_fedlight(recipe, data, parts, rounds: int) -> tuple[float, dict]:
     fabric = make_fabric(recipe)
-    fed = build_federation(fabric, recipe, data, parts, build_module(recipe, data), registry.build_server(recipe.server, recipe.clients.num),
-                           Path(tempfile.mkdtemp()))
+    fed = build_federation(fabric, recipe, data, parts, build_module(recipe, data),
+                           registry.build_server(recipe.server, recipe.clients.num), Path(tempfile.mkdtemp()))
     start = time.perf_counter()
     for r in range(rounds):
         fed._train_round(r, None)

@@ -72,7 +72,7 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
         public_images = images[tensors[public].to(images.device)]
         plugins.append(PublicSetDistillation(fabric, module, public_images, views, aggregator, evaluator.apply,
                                              recipe.seed))
-    schedule = build_schedule(fabric, recipe, data, module, aggregator, images, labels, tensors, views, trainable)
+    schedule = build_schedule(fabric, recipe, data, module, images, labels, tensors, views, trainable)
     faults = SimulatedFaults(recipe.faults, recipe.seed, run_dir, fabric.global_rank)
     l = recipe.local
     options = RoundOptions(rounds=recipe.rounds, seed=recipe.seed, fraction=recipe.clients.fraction,
@@ -83,8 +83,8 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
                       options, run_dir, on_checkpoint)
 
 
-def build_schedule(fabric: Fabric, recipe: Recipe, data: ImageData, module: FederatedModule, aggregator: Aggregator,
-                   images: torch.Tensor, labels: torch.Tensor, parts: list[torch.Tensor], views: ViewMaker,
+def build_schedule(fabric: Fabric, recipe: Recipe, data: ImageData, module: FederatedModule, images: torch.Tensor,
+                   labels: torch.Tensor, parts: list[torch.Tensor], views: ViewMaker,
                    trainable: list[int]) -> ClientSchedule:
     """How the recipe's clients spend a round (``schedule_name``)."""
     l, s, name = recipe.local, recipe.stream, schedule_name(recipe)

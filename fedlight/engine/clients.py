@@ -16,6 +16,7 @@ from typing import Any, Callable
 from lightning.fabric import Fabric
 
 from fedlight.engine import preemption
+from fedlight.engine.faults import ClientFault
 from fedlight.engine.ledger import CommLedger
 from fedlight.engine.plugin import ClientSchedule, FaultModel, Report, RoundPlugin, State
 from fedlight.engine.sampling import deal_clients
@@ -99,7 +100,7 @@ class ClientRunner:
                 break
         return acc, reports
 
-    def _train_one(self, module: FederatedModule, client: int, round_: int, global_state: State, fault: Any,
+    def _train_one(self, module: FederatedModule, client: int, round_: int, global_state: State, fault: ClientFault,
                    acc: State | None, ledger: CommLedger, report: Report) -> State | None:
         """Train one answering client on ``module``, fill its ``report`` and fold its payload into
         ``acc`` unless its result is unusable (then its private state is not saved either)."""

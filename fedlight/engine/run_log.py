@@ -69,7 +69,8 @@ class RunLog:
         the embedding of the first ``samples`` test images by the final global encoder."""
         if self.logger is None:
             return
-        self.logger.log_hyperparams(flatten(record), metrics={f"final/{k}": v for k, v in final.items() if v is not None})
+        self.logger.log_hyperparams(flatten(record),
+                                    metrics={f"final/{k}": v for k, v in final.items() if v is not None})
         n = min(samples, len(data.test_x))
         if n:
             images = data.test_x[:n]
