@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from fedlight.config import load_recipe
-from fedlight.engine.exchange_rounds import EXCHANGE
+from fedlight.engine.plugins.exchange import EXCHANGE
 from fedlight.engine.fit import fit, prepare_data
 from fedlight.exchange.delay import period_delay
 

@@ -81,7 +81,7 @@ def check_setup(recipe: str, overrides: list[str], clients: int, n: int, k: int)
     """Rebuilds the run's partition and sampler; exits unless every client holds ``n`` images and ``k`` are drawn."""
     from fedlight.config import load_recipe
     from fedlight.engine.fit import prepare_data
-    from fedlight.engine.orchestrator import clients_per_round
+    from fedlight.engine.sampling import clients_per_round
 
     resolved = load_recipe(recipe, [*overrides, "run.dir=unused"])
     _, parts = prepare_data(resolved)

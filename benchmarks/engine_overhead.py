@@ -23,7 +23,8 @@ import torch
 from fedlight import registry
 from fedlight.config import load_recipe
 from fedlight.engine.fit import build_module, make_fabric, prepare_data
-from fedlight.engine.orchestrator import Federation, build_views, sample_clients
+from fedlight.engine.assemble import build_federation, build_views
+from fedlight.engine.sampling import sample_clients
 
 from plain_loop import local_train, shared_state
 
@@ -32,12 +33,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 def run_fedlight(recipe, data, parts, rounds: int) -> tuple[float, dict]:
     fabric = make_fabric(recipe)
-    fed = Federation(fabric, recipe, data, parts, build_module(recipe, data), registry.build_server(recipe.server, recipe.clients.num),
-                     Path(tempfile.mkdtemp()))
+    fed = build_federation(fabric, recipe, data, parts, build_module(recipe, data),
+                           registry.build_server(recipe.server, recipe.clients.num), Path(tempfile.mkdtemp()))
     start = time.perf_counter()
     for r in range(rounds):
         fed._train_round(r, None)
-    return time.perf_counter() - start, fed.global_state
+    return time.perf_counter() - start, fed.s.global_state
 
 
 def run_plain(recipe, data, parts, rounds: int) -> tuple[float, dict]:

@@ -58,14 +58,14 @@ def timed(owner: object, name: str, spent: dict[str, float], phase: str) -> None
 def child_phases(recipe: str, overrides: list[str], run_dir: str) -> dict[str, float]:
     """One ``fedlight fit`` in this process with its phases timed (seconds), its steps and clients counted."""
     from fedlight import cli  # the imports are what this times
-    from fedlight.engine import fit, local_loop, orchestrator, workers
+    from fedlight.engine import evaluator, fit, local_loop, orchestrator, run_log, workers
     spent = {"imports": time.perf_counter() - START}
     for name in ("prepare_data", "make_fabric", "build_module"):
         timed(fit, name, spent, "data" if name == "prepare_data" else "set-up")
     timed(orchestrator.Federation, "__init__", spent, "set-up")
-    timed(orchestrator.Federation, "evaluate", spent, "evaluations")
-    for name in ("_open_logger", "_log_final"):
-        timed(orchestrator.Federation, name, spent, "logger")
+    timed(evaluator.Evaluator, "model_metrics", spent, "evaluations")
+    for name in ("open", "final"):
+        timed(run_log.RunLog, name, spent, "logger")
     timed(orchestrator.Federation, "_train_round", spent, "rounds outside local training")
     timed(workers.Workers, "map", spent, "local training")
     timed(orchestrator.Federation, "_checkpoint", spent, "checkpoints and results")
@@ -96,7 +96,7 @@ def child_steps(recipe_path: str, overrides: list[str], steps: int, batch: int, 
     import torch
     from fedlight.config import load_recipe
     from fedlight.engine.fit import build_module, prepare_data
-    from fedlight.engine.orchestrator import build_views
+    from fedlight.engine.assemble import build_views
     from plain_loop import local_train
     recipe = load_recipe(recipe_path, [*overrides, "fabric.accelerator=cpu", "local.epochs=1",
                                        f"local.batch_size={batch}"])

@@ -36,7 +36,8 @@ from flwr.simulation import run_simulation
 from fedlight.config import load_recipe
 from fedlight.engine.evaluator import Evaluator
 from fedlight.engine.fit import build_module, make_fabric, prepare_data
-from fedlight.engine.orchestrator import build_views, clients_per_round
+from fedlight.engine.assemble import build_views
+from fedlight.engine.sampling import clients_per_round
 from plain_loop import local_train, shared_state
 
 RECIPE_ENV = "FEDLIGHT_FLOWER_RECIPE"  # the recipe's path reaches the Ray workers through their environment

@@ -4,7 +4,7 @@ Runs fedlight's real local-training path, not a hand loop: the recipe
 ``recipes/fedavg_ssl_cifar10.yaml`` (SimCLR, ResNet-18 with the CIFAR stem, SimCLR views) loaded
 with ``fedlight.config.load_recipe``, the Fabric from ``fedlight.engine.fit.make_fabric``, the
 model from ``fedlight.engine.fit.build_module`` (channels-last as in a run), the views from
-``fedlight.engine.orchestrator.build_views`` and the steps from
+``fedlight.engine.assemble.build_views`` and the steps from
 ``fedlight.engine.local_loop.train_client``, one call per client. The data are synthetic
 (no download): ``--images`` seeded random uint8 images (N, 3, 32, 32) with CIFAR-10's 10
 classes, held on the device as the engine holds them, split evenly over ``--clients``.
@@ -218,7 +218,7 @@ def _sync(cuda: bool) -> None:
 def profile(args: argparse.Namespace, cuda: bool) -> dict[str, Any]:
     """Build the engine's pieces, warm up, time the clients; returns the results mapping."""
     from fedlight.engine.fit import build_module, make_fabric
-    from fedlight.engine.orchestrator import build_views
+    from fedlight.engine.assemble import build_views
 
     recipe = load_profile_recipe(args, "cuda" if cuda else "cpu")
     data = synthetic_cifar10(args.images, args.seed)

@@ -21,7 +21,8 @@ import torch
 from fedlight import registry
 from fedlight.config import load_recipe
 from fedlight.engine.fit import build_module, make_fabric, prepare_data
-from fedlight.engine.orchestrator import Federation
+from fedlight.engine.assemble import build_federation
+from fedlight.seeding import torch_generator
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -37,19 +38,19 @@ def main() -> None:
     for t in args.intervals:
         recipe = load_recipe(REPO / "recipes/sofed_fmnist.yaml", [*args.overrides, f"buffer.lazy_interval={t}"])
         data, parts = prepare_data(recipe)
-        feds[t] = Federation(make_fabric(recipe), recipe, data, parts, build_module(recipe, data),
-                             registry.build_server(recipe.server, recipe.clients.num), Path(tempfile.mkdtemp()))
+        feds[t] = build_federation(make_fabric(recipe), recipe, data, parts, build_module(recipe, data),
+                                   registry.build_server(recipe.server, recipe.clients.num), Path(tempfile.mkdtemp()))
         private[t] = {}
     ms = {t: [] for t in args.intervals}
     counts = {t: [0, 0] for t in args.intervals}  # re-scored, buffered
     for r in range(args.rounds):
         for t, fed in feds.items():
             start = time.perf_counter()
-            result, _, extra = fed._local_work(0, r, private[t])
-            ms[t].append(1000 * (time.perf_counter() - start) / extra["buffer"]["batches"])
-            private[t] = extra["buffer_state"]
-            counts[t][0] += extra["buffer"]["rescored"]
-            counts[t][1] += extra["buffer"]["buffered"]
+            work = fed.schedule.train(fed.module, 0, r, torch_generator(fed.o.seed, "local", r, 0), private[t], 1.0)
+            ms[t].append(1000 * (time.perf_counter() - start) / work.report["buffer"]["batches"])
+            private[t] = work.state
+            counts[t][0] += work.report["buffer"]["rescored"]
+            counts[t][1] += work.report["buffer"]["buffered"]
     base = statistics.median(ms[args.intervals[0]][1:])
     print(f"| lazy interval T | re-scoring ratio | ms per batch (median of rounds 2-{args.rounds}) | relative time |")
     print("|---|---|---|---|")

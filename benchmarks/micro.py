@@ -36,7 +36,7 @@ from fedlight import registry
 from fedlight.config import load_recipe
 from fedlight.engine.evaluator import Evaluator
 from fedlight.engine.fit import build_module, make_fabric, prepare_data
-from fedlight.engine.orchestrator import Federation, build_views
+from fedlight.engine.assemble import build_federation, build_views
 
 REPO = Path(__file__).resolve().parents[1]
 WORKLOAD = str(REPO / "benchmarks/workloads/cross_device_fmnist.yaml")
@@ -112,8 +112,8 @@ def optimizer_times(data, repeats: int) -> None:
 def engine_per_client(data, parts, rounds: int = 4) -> None:
     """Round time outside the clients' local training, per client (rounds 2..)."""
     recipe = load_recipe(WORKLOAD, ["fabric.accelerator=cpu"])
-    fed = Federation(make_fabric(recipe), recipe, data, parts, build_module(recipe, data),
-                     registry.build_server(recipe.server, recipe.clients.num), Path(tempfile.mkdtemp()))
+    fed = build_federation(make_fabric(recipe), recipe, data, parts, build_module(recipe, data),
+                           registry.build_server(recipe.server, recipe.clients.num), Path(tempfile.mkdtemp()))
     per_client = []
     for r in range(rounds):
         start = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Command line: ``fedlight fit``, ``sweep`` and ``report`` (argument parsing only; the work lives elsewhere)."""
+"""Command line: ``fedlight fit``, ``sweep``, ``report`` and ``methods`` (argument parsing only; the work lives elsewhere)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="compare finished runs: report.md and PNG plots")
     report.add_argument("paths", nargs="+", help="run folders, or folders to search for results.json (a sweep)")
     report.add_argument("--out", default=None, help="where report.md goes (default: the one folder given, else ./report)")
-    for command in (fit, sweep, report):
+    methods = sub.add_parser("methods", help="list every method, aggregator, backbone and client schedule, "
+                             "fedlight's and those other packages add through entry points")
+    for command in (fit, sweep, report, methods):
         command.set_defaults(command_parser=command)  # refuses what it does not take, in its own name
     return parser
 
@@ -72,6 +74,13 @@ def _report(args: argparse.Namespace) -> int:
 
     out = args.out or (args.paths[0] if len(args.paths) == 1 else "report")
     print(f"wrote {write_report(args.paths, out)}")
+    return 0
+
+
+def _methods(args: argparse.Namespace) -> int:
+    from fedlight import registry
+
+    print(registry.describe_all())
     return 0
 
 
@@ -123,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = _parse(argv)
-        return {"fit": _fit, "sweep": _sweep, "report": _report}[args.command](args)
+        return {"fit": _fit, "sweep": _sweep, "report": _report, "methods": _methods}[args.command](args)
     except UserError as exc:
         if not launch.is_child():  # rank 0 says it once
             print(f"fedlight: error: {one_line(str(exc))}", file=sys.stderr)

@@ -1,5 +1,8 @@
 """The one module that knows every concrete method, aggregator and backbone.
 
+Other packages add their own through entry points (``fedlight.extensions``): the tables below
+find them, so they appear in the valid names an error lists and in ``fedlight methods``.
+
 ``method.*`` and ``server.*`` recipe keys are the keyword arguments of the chosen class's
 constructor (minus those the engine supplies), type-checked against its annotations, so a
 class's signature is its schema and its defaults are the paper's. A numeric parameter
@@ -16,6 +19,11 @@ from torch import nn
 
 from fedlight.config.coerce import coerce
 from fedlight.errors import UserError
+from fedlight.engine.plugin import ClientSchedule
+from fedlight.engine.plugins.epochs import EpochSchedule
+from fedlight.engine.plugins.exchange import ExchangeSchedule
+from fedlight.engine.plugins.stream import StreamSchedule
+from fedlight.extensions import Table, describe
 from fedlight.methods.base import FederatedModule, OptimizerSpec
 from fedlight.methods.byol import BYOL
 from fedlight.methods.fair import FairLocalGlobal
@@ -40,16 +48,16 @@ from fedlight.server.local_only import LocalOnly
 from fedlight.server.scaffold import Scaffold
 
 # local objectives; ``fedprox``, ``scaffold``, ``lg`` and ``fedbn`` wrap the objective named by ``method.objective``
-METHODS: dict[str, type[FederatedModule]] = {
+METHODS: Table[type[FederatedModule]] = Table("fedlight.methods", {
     "simclr": SimCLR, "byol": BYOL, "supervised": Supervised, "moon": MOON, "fedu": FedU, "fedema": FedEMA,
     "fedprox": FedProx, "scaffold": ScaffoldClient, "triplet": Triplet, "lg": LocalGlobal,
     "lg_fair": FairLocalGlobal, "fedbn": FedBN,
-}
-SERVERS: dict[str, type[Aggregator]] = {
+})
+SERVERS: Table[type[Aggregator]] = Table("fedlight.aggregators", {
     "fedavg": FedAvg, "scaffold": Scaffold, "local_only": LocalOnly, "centralized": Centralized, "flesd": FLESD,
     "fedadam": FedAdam, "fedyogi": FedYogi, "fedadagrad": FedAdagrad,
-}
-BACKBONES: dict[str, Callable[[int, int], nn.Module]] = {
+})
+BACKBONES: Table[Callable[[int, int], nn.Module]] = Table("fedlight.backbones", {
     "small_cnn": lambda channels, size: SmallCNN(channels),
     "tiny_cnn": lambda channels, size: SmallCNN(channels, widths=(16, 32, 64)),  # CPU-scale streaming twins
     "resnet18": lambda channels, size: ResNet18Cifar(channels),
@@ -58,7 +66,18 @@ BACKBONES: dict[str, Callable[[int, int], nn.Module]] = {
     "lenet5": LeNet5,  # LG-FedAvg's CIFAR / MNIST CNN
     "mlp": lambda channels, size: MLP(channels * size * size),  # LG-FedAvg's MNIST MLP
     "mlp_small": lambda channels, size: MLP(channels * size * size, (64, 32)),  # tabular data (fair LG)
-}
+}, descriptions={
+    "small_cnn": "Three conv-BN-ReLU blocks (32-64-128 channels) and global average pooling; fast on CPU.",
+    "tiny_cnn": "small_cnn at 16-32-64 channels (the CPU-scale streaming twins).",
+    "resnet18": "ResNet-18 with the CIFAR stem (SimCLR / FLESD / SOFed).",
+    "mlp": "LG-FedAvg's MNIST MLP over flattened inputs.",
+    "mlp_small": "A 64-32 MLP over flattened inputs (tabular data: fair LG-FedAvg).",
+})
+# how a client spends its round (``local.schedule``); ``engine/assemble.py`` builds the built-in ones,
+# a package's is called with a ``ScheduleContext``
+SCHEDULES: Table[Callable[..., ClientSchedule]] = Table("fedlight.schedules", {
+    "epochs": EpochSchedule, "stream": StreamSchedule, "exchange": ExchangeSchedule,
+})
 # the server a method needs when the recipe's server does not fit it
 REQUIRED_SERVER = {"scaffold": "scaffold"}
 
@@ -141,3 +160,8 @@ def build_server(server: dict[str, Any], num_clients: int) -> Aggregator:
     if "num_clients" in inspect.signature(cls.__init__).parameters:
         kwargs["num_clients"] = num_clients
     return cls(**kwargs)
+
+
+def describe_all() -> str:
+    """Every registered name with its one-line description (``fedlight methods``)."""
+    return describe({"methods": METHODS, "aggregators": SERVERS, "backbones": BACKBONES, "client schedules": SCHEDULES})

@@ -55,3 +55,27 @@ def test_sklearn_is_imported_where_it_is_used() -> None:
               if (isinstance(node, ast.Import) and any(a.name.startswith("sklearn") for a in node.names))
               or (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sklearn"))]
     assert at_top == []
+
+
+PLUGINS = "fedlight.engine.plugins"
+
+
+def test_the_round_loop_imports_no_plugin_and_names_no_paper() -> None:
+    """A new paper is new files: the loop (and what it is made of) knows only the plug-in interfaces."""
+    loop = ("orchestrator.py", "clients.py", "run_log.py", "run_state.py", "plugin.py", "options.py")
+    engine = _imports("engine")
+    for name in loop:
+        assert [n for n in engine[f"engine/{name}"] if n.startswith(PLUGINS)] == [], name
+    text = (PKG / "engine" / "orchestrator.py").read_text().lower()
+    named = [p for p in ("sofed", "cf-cl", "cfcl", "flesd", "lg-fedavg", "moon", "scaffold", "fedprox", "stream",
+                         "buffer", "exchange", "distil", "local_test", "public") if p in text]
+    assert named == []
+
+
+def test_plugins_do_not_import_each_other() -> None:
+    plugins = _imports("engine/plugins")
+    assert [f"{f}: {n}" for f, names in plugins.items() for n in names if n.startswith(PLUGINS)] == []
+
+
+def test_the_round_loop_fits_on_a_page() -> None:
+    assert len((PKG / "engine" / "orchestrator.py").read_text().splitlines()) <= 240

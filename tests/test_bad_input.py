@@ -293,7 +293,10 @@ DEGENERATE = [  # (overrides, the key the one line must name)
     (["server.name=flesd", "partition.public_client=0", "server.momentum=1.01"], "server.momentum"),
     (["server.name=flesd", "partition.public_client=0", "server.lr=0"], "server.lr"),
     (["server.name=flesd", "partition.public_client=0", "server.tau_s=0"], "server.tau_s"),
-    (["server.aggregate_every=0"], "server.aggregate_every"),
+    (["local.iterations=0"], "local.iterations"),
+    (["model.backbone=no_such_net"], "model.backbone"),
+    (["local.schedule=no_such_schedule"], "local.schedule"),
+    (["local.schedule=stream"], "stream.velocity"),
     (["local.batch_size=1"], "local.batch_size"),
     (["server.name=local_only", "server.args=1"], "server.args"),  # a class without its own constructor
     (["server.name=local_only", "server.kwargs={a: 1}"], "server.kwargs"),
@@ -515,7 +518,7 @@ def _build_model_and_views(recipe: Any) -> None:
     import torch
 
     from fedlight.engine.fit import build_module, prepare_data
-    from fedlight.engine.orchestrator import build_views
+    from fedlight.engine.assemble import build_views
 
     data, _ = prepare_data(recipe)
     module = build_module(recipe, data)

@@ -20,7 +20,7 @@ from fedlight.config import load_recipe
 from fedlight.data.partition import class_counts
 from fedlight.data.sources import ImageData
 from fedlight.engine import fit as fit_module
-from fedlight.engine.exchange_rounds import EXCHANGE, ExchangeRounds
+from fedlight.engine.plugins.exchange import EXCHANGE, ExchangeSchedule
 from fedlight.engine.fit import fit
 from fedlight.engine.iteration_loop import train_client_iterations
 from fedlight.errors import UserError
@@ -46,9 +46,9 @@ rounds: 2
 partition: {{kind: classes, classes_per_client: 2}}
 clients: {{num: 5, fraction: 1.0}}
 model: {{backbone: cfcl_cnn}}
-local: {{batch_size: 32, lr: 1.0e-3, optimizer: adam}}
+local: {{batch_size: 32, lr: 1.0e-3, optimizer: adam, iterations: 10}}
 method: {{name: triplet, margin: 0.5}}
-server: {{name: fedavg, aggregate_every: 10}}
+server: {{name: fedavg}}
 exchange: {{policy: smart, reserve: 20, approx: 50, pull_size: 10, pull_every: 5}}
 eval: {{every: 1, probe_epochs: 10, knn_k: 10, projector_samples: 20}}
 fabric: {{accelerator: cpu, devices: 1}}
@@ -262,13 +262,14 @@ def test_exchange_refuses_a_label_reading_objective(tmp_path: Path) -> None:
     module = Supervised(CFCLCNN(3, 16), num_classes=10)
     assert module.uses_labels
     with pytest.raises(AssertionError, match="without labels"):
-        ExchangeRounds(Fabric(accelerator="cpu", devices=1), recipe, module,
-                       torch.zeros(10, 3, 16, 16, dtype=torch.uint8), [torch.arange(5), torch.arange(5, 10)], None, 10,
-                       [0, 1])
+        ExchangeSchedule(Fabric(accelerator="cpu", devices=1), module, torch.zeros(10, 3, 16, 16, dtype=torch.uint8),
+                         np.zeros(10, dtype=int), [torch.arange(5), torch.arange(5, 10)], None, [0, 1], recipe.exchange,
+                         10, recipe.rounds, recipe.local.batch_size)
 
 
 @pytest.mark.parametrize("overrides, fix", [
-    (["server.aggregate_every=null"], "server.aggregate_every"),
+    (["local.iterations=null"], "local.iterations"),
+    (["server.aggregate_every=10"], "local.iterations=10"),  # where CF-CL's Ta moved
     (["method={name: simclr}"], "method.name=triplet"),
     (["exchange.avg_degree=0.5"], "exchange.avg_degree"),
 ])
@@ -327,22 +328,22 @@ def test_resume_continues_the_exchange_exactly(tmp_path: Path, monkeypatch: pyte
     Pulls every 3 iterations with Ta = 10: periods do not open with a pull, so the stored pulled
     set matters (and lambda_t needs the same T, hence a crash rather than a shorter run).
     """
-    from fedlight.engine.orchestrator import Federation
+    from fedlight.engine.run_log import RunLog
 
     extra = ["exchange.pull_every=3", "eval.every=5"]
     _, straight = _recipe(tmp_path / "straight", *extra)
     fit(straight)
     path, crashing = _recipe(tmp_path / "resumed", *extra)
-    log_round = Federation._log_round
+    log_round = RunLog.round
 
     def crash_after_first(self, row, rows):
         log_round(self, row, rows)
         raise KeyboardInterrupt  # after the period's checkpoint, as a kill would
 
-    monkeypatch.setattr(Federation, "_log_round", crash_after_first)
+    monkeypatch.setattr(RunLog, "round", crash_after_first)
     with pytest.raises(KeyboardInterrupt):
         fit(crashing)
-    monkeypatch.setattr(Federation, "_log_round", log_round)
+    monkeypatch.setattr(RunLog, "round", log_round)
     fit(load_recipe(path, extra), resume=True)
     a = torch.load(tmp_path / "straight/run/checkpoints/last.pt", weights_only=True)
     b = torch.load(tmp_path / "resumed/run/checkpoints/last.pt", weights_only=True)

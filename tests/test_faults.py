@@ -18,7 +18,7 @@ from fedlight.engine.checkpoint import load_checkpoint
 from fedlight.engine.faults import divergence, draw_fault, poison, steps_done
 from fedlight.engine.fit import fit
 from fedlight.engine.local_loop import steps_per_epoch
-from fedlight.engine.orchestrator import sample_clients
+from fedlight.engine.sampling import sample_clients
 from fedlight.methods.base import OptimizerSpec
 from fedlight.seeding import derive_seed
 

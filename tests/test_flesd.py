@@ -16,7 +16,7 @@ from fedlight.cli import main
 from fedlight.config import load_recipe
 from fedlight.engine.distill import EnsembleDistiller
 from fedlight.engine.fit import build_module, fit, prepare_data
-from fedlight.engine.orchestrator import build_views
+from fedlight.engine.assemble import build_views
 from fedlight.engine.ledger import payload_bytes
 from fedlight.errors import UserError
 from fedlight.methods.base import OptimizerSpec

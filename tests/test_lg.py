@@ -17,7 +17,7 @@ from fedlight.data.partition import matching_test_split, shards
 from fedlight.data.sources import load_dataset
 from fedlight.engine.fit import check_recipe, fit
 from fedlight.engine.ledger import CommLedger
-from fedlight.engine.orchestrator import sample_clients
+from fedlight.engine.sampling import sample_clients
 from fedlight.errors import UserError
 from fedlight.eval.ensemble import ensemble_accuracies, ensemble_log_probs, majority_vote
 from fedlight.methods.base import OptimizerSpec

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from fedlight.config import load_recipe
-from fedlight.engine import orchestrator
+from fedlight.engine.plugins import epochs
 from fedlight.engine.fit import fit
 from fedlight.engine.local_loop import train_client
 from fedlight.engine.preemption import Preempted
@@ -99,7 +99,7 @@ def test_sigterm_between_two_clients_checkpoints_the_half_round(tmp_path: Path, 
             os.kill(os.getpid(), signal.SIGTERM)
         return train_client(*args, **kwargs)
 
-    monkeypatch.setattr(orchestrator, "train_client", train_then_signal)
+    monkeypatch.setattr(epochs, "train_client", train_then_signal)
     with pytest.raises(Preempted) as stop:
         fit(load_recipe(recipe, [*FAST, f"run.dir={run}"]))
     assert (stop.value.rounds_done, stop.value.clients_done, stop.value.requeued) == (1, 1, None)
@@ -114,7 +114,7 @@ def test_sigterm_between_two_clients_checkpoints_the_half_round(tmp_path: Path, 
         resumed.append(1)
         return train_client(*args, **kwargs)
 
-    monkeypatch.setattr(orchestrator, "train_client", count)
+    monkeypatch.setattr(epochs, "train_client", count)
     fit(load_recipe(recipe, [*FAST, f"run.dir={run}"]), resume=True)
     assert len(resumed) == 1 + 3 * 2  # client 1 of round 2, then rounds 3-5: not a restart from round 1
     _assert_same_run(run, straight_run)

@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import REPO, TINY
 from fedlight.cli import main
@@ -238,3 +239,20 @@ def test_report_skips_a_run_kept_aside(tmp_path: Path, finished: Path) -> None:
     shutil.copytree(finished, sweep / "runs/0000")
     shutil.copytree(finished, sweep / "runs/0001" / rundir.REPLACED)  # 0001 is being replaced
     assert [r.path.name for r in find_runs([sweep])] == ["0000"]
+
+
+def test_a_run_saved_before_a_new_option_existed_resumes(used) -> None:
+    """A recipe.yaml written by an older fedlight lacks the keys added since; their defaults keep
+    the old behaviour, so the folder is the same experiment (and a real change is named by key)."""
+    args, run = used
+    saved = yaml.safe_load((run / "recipe.yaml").read_text())
+    del saved["local"]["schedule"]  # an option added after the run was written
+    (run / "recipe.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    assert main([*args, "--resume", "rounds=3"]) == 0
+    assert json.loads((run / "results.json").read_text())["rounds_completed"] == 3
+
+
+def test_resume_names_the_key_that_differs(used, capsys) -> None:
+    args, run = used
+    assert main([*args, "--resume", "local.lr=0.5"]) == 2
+    assert "in local.lr;" in capsys.readouterr().err

@@ -59,6 +59,11 @@ class LocalConfig:
     lr_decay: float = check(lambda v: None if 0 <= v < 1 else "must be in [0, 1)", 0.0)
     momentum: float = check(probability, 0.9)
     weight_decay: float = check(non_negative, 1e-6)
+    # a round is this many SGD iterations instead of ``epochs`` epochs (CF-CL's Ta; its exchange needs it)
+    iterations: int | None = check(positive, None)
+    # how a client spends its round (registry.SCHEDULES): None picks ``stream`` when stream.velocity is
+    # set, ``exchange`` when local.iterations is, else ``epochs``; packages add names (fedlight.schedules)
+    schedule: str | None = None
 
 
 @dataclass
@@ -87,7 +92,7 @@ class BufferConfig:
 
 @dataclass
 class ExchangeConfig:
-    """Device-to-device data exchange (CF-CL); needs ``server.aggregate_every`` (iteration schedule)."""
+    """Device-to-device data exchange (CF-CL); needs ``local.iterations`` (iteration schedule)."""
 
     policy: Literal["none", "smart", "uniform"] = "none"
     graph: Literal["rgg", "ring", "complete"] = "rgg"
@@ -102,8 +107,7 @@ class ExchangeConfig:
 
 @dataclass
 class ModelConfig:
-    backbone: Literal["small_cnn", "tiny_cnn", "resnet18", "moon_cnn", "cfcl_cnn", "lenet5", "mlp",
-                      "mlp_small"] = "small_cnn"
+    backbone: str = "small_cnn"  # a name of registry.BACKBONES (packages add names: fedlight.backbones)
 
 
 @dataclass

@@ -16,8 +16,8 @@ from fedlight.config.schema import Recipe
 from fedlight.data.partition import partition
 from fedlight.data.sources import ImageData, load_dataset, take_subset
 from fedlight.engine import launch, preemption
-from fedlight.engine.exchange_rounds import validate_exchange
-from fedlight.engine.orchestrator import Federation
+from fedlight.engine.assemble import build_federation, schedule_name
+from fedlight.engine.plugins.exchange import validate_exchange
 from fedlight.engine.rundir import RECIPE, RunFolder, claim_run_dir, write_yaml
 from fedlight.errors import UserError, warnings_if_it_works
 from fedlight.methods.base import FederatedModule, OptimizerSpec
@@ -100,16 +100,25 @@ def fit(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> dict[s
 def check_recipe(recipe: Recipe) -> Aggregator:
     """What a recipe can get wrong before any data is read (``fit`` and ``fedlight sweep`` both ask);
     returns the run's aggregator."""
+    if "aggregate_every" in recipe.server:  # CF-CL's Ta moved from the server to the client schedule
+        raise UserError("server.aggregate_every is now local.iterations (SGD iterations a round, CF-CL's Ta); "
+                        f"set local.iterations={recipe.server['aggregate_every']} and drop server.aggregate_every")
     server = registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client)
-    validate_exchange(recipe, server.aggregate_every)
+    if recipe.model.backbone not in registry.BACKBONES:
+        raise UserError(f"unknown model.backbone {recipe.model.backbone!r}; valid names: "
+                        f"{', '.join(registry.BACKBONES)}")
+    validate_exchange(recipe.exchange, recipe.local.iterations, recipe.method.get("name"),
+                      recipe.stream.velocity is not None, recipe.clients.num)
+    schedule = schedule_name(recipe)
     l = recipe.local
     if l.lr_decay and l.lr_schedule != "exponential":
         raise UserError(f"local.lr_decay={l.lr_decay} applies to local.lr_schedule=exponential only (got "
                         f"{l.lr_schedule}); set local.lr_schedule=exponential or drop local.lr_decay")
-    if recipe.fabric.workers > 1 and (server.uses_public_set or server.aggregate_every is not None):
+    if recipe.fabric.workers > 1 and (server.uses_public_set
+                                      or not getattr(registry.SCHEDULES[schedule], "side_by_side", True)):
         raise UserError(f"fabric.workers={recipe.fabric.workers} trains clients side by side, which "
-                        f"server.name={recipe.server['name']} cannot (its clients share one model's "
-                        "public-set embeddings or device-to-device exchange); set fabric.workers=1")
+                        f"server.name={recipe.server['name']} with local.schedule={schedule} cannot (its clients "
+                        "share one model's public-set embeddings or device-to-device exchange); set fabric.workers=1")
     return server
 
 
@@ -149,8 +158,8 @@ def _run(fabric: Fabric, recipe: Recipe, data: ImageData, parts: list, module: F
     if recipe.fabric.threads:
         torch.set_num_threads(recipe.fabric.threads)
     run_dir = Path(recipe.run_dir)
-    federation = Federation(fabric, recipe, data, parts, module, server, run_dir,
-                            on_checkpoint=folder.saved if folder else None)
+    federation = build_federation(fabric, recipe, data, parts, module, server, run_dir,
+                                  on_checkpoint=folder.saved if folder else None)
     try:
         if restore:
             federation.restore()  # a damaged checkpoint or too few rounds: refused before anything is written

@@ -22,12 +22,14 @@ import os
 import shutil
 import socket
 import sys
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from fedlight.config.files import read_yaml_mapping
+from fedlight.config.schema import Recipe
 from fedlight.engine.checkpoint import atomic_write_bytes
 from fedlight.errors import UserError
 
@@ -167,12 +169,34 @@ def _recover(path: Path) -> None:
             _put_back(path)
 
 
+def _with_later_defaults(saved: dict[str, Any]) -> dict[str, Any]:
+    """``saved`` with the keys a later fedlight added to a schema section filled in from their
+    defaults, which keep the old behaviour: a run folder written before an option existed resumes."""
+    defaults = asdict(Recipe())
+    return {k: {**defaults[k], **v} if isinstance(v, dict) and is_dataclass(getattr(Recipe(), k, None)) else v
+            for k, v in saved.items()}
+
+
+def _differences(saved: dict[str, Any], recipe: dict[str, Any], ignore: tuple[str, ...]) -> list[str]:
+    """The keys (``local.lr``, or a whole section) in which ``recipe`` differs from ``saved``."""
+    out = []
+    for k, v in saved.items():
+        if k in ignore or v == recipe.get(k):
+            continue
+        new = recipe.get(k)
+        if isinstance(v, dict) and isinstance(new, dict):
+            out += [f"{k}.{key}" for key in sorted(set(v) | set(new)) if v.get(key) != new.get(key)]
+        else:
+            out.append(k)
+    return out
+
+
 def _check_same_experiment(path: Path, recipe: dict[str, Any]) -> None:
     saved_path = path / RECIPE
     if not saved_path.is_file():
         return
-    saved = read_yaml_mapping(saved_path, "the run's recipe", RECIPE_COPY_FIX)
-    changed = sorted(k for k in saved if saved[k] != recipe.get(k) and k not in NOT_THE_EXPERIMENT)
+    saved = _with_later_defaults(read_yaml_mapping(saved_path, "the run's recipe", RECIPE_COPY_FIX))
+    changed = sorted(_differences(saved, recipe, NOT_THE_EXPERIMENT))
     if changed:
         raise UserError(f"--resume with a recipe that differs from '{saved_path}' in {', '.join(changed)}; "
                         "resume with the same recipe and overrides (rounds may grow), or use --overwrite")

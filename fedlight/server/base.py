@@ -23,12 +23,10 @@ class Aggregator:
         keeps_models_local: every client keeps its whole model (no global model to load).
         pools_clients: the clients' data is pooled into a single client (centralized).
         uses_public_set: clients send ``client_message(public embeddings)`` instead of weights.
-        aggregate_every: local SGD iterations per round (CF-CL's schedule), or None for epochs.
         trains_once: with ``keeps_models_local``, a client trains only until it has a model of
             its own (its first answered round); later rounds only evaluate it.
     """
 
-    aggregate_every: int | None = None
     trains_once = False
 
     communicates = True

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fedlight.config.checks import positive
 from fedlight.server import ops
 from fedlight.server.base import Aggregator, State
 
@@ -14,15 +11,7 @@ class FedAvg(Aggregator):
 
     Weights are the clients' local sample counts (the MOON code's fix: normalised over the
     *sampled* clients, not all K). With no answer the global state is kept.
-
-    Args:
-        aggregate_every: if set, a round is this many local SGD iterations (CF-CL's Ta)
-            instead of ``local.epochs`` epochs, and a client's weight is its mean local set
-            size over those iterations (CF-CL eq. 5).
     """
-
-    def __init__(self, aggregate_every: Annotated[int | None, positive] = None) -> None:
-        self.aggregate_every = aggregate_every
 
     def accumulate(self, acc: State | None, payload: State, weight: float) -> State:
         return ops.weighted_sum(acc, payload, weight)

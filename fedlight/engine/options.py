@@ -1,0 +1,34 @@
+"""The round loop's own typed options (its parts take theirs in their constructors)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class RoundOptions:
+    """What the loop itself needs: rounds, sampling, evaluation cadence, learning rate, workers.
+
+    Attributes:
+        rounds: R, the run's rounds.
+        seed: run seed (client sampling, local generators).
+        fraction: share of the trainable clients sampled each round.
+        eval_every: evaluate every N rounds (and after the last).
+        lr, lr_schedule, lr_decay: the local learning rate and its per-round schedule.
+        workers: worker models per process (clients trained side by side).
+        projector_samples: test images in the final TensorBoard embedding.
+        record: the resolved recipe as a plain mapping, written to results.json and TensorBoard
+            as it is; the loop never reads it.
+    """
+
+    rounds: int
+    seed: int = 0
+    fraction: float = 1.0
+    eval_every: int = 1
+    lr: float = 1e-3
+    lr_schedule: Literal["constant", "cosine", "exponential"] = "constant"
+    lr_decay: float = 0.0
+    workers: int = 1
+    projector_samples: int = 0
+    record: dict[str, Any] = field(default_factory=dict)

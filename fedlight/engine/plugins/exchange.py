@@ -1,0 +1,183 @@
+"""CF-CL's client schedule (Wagle et al. 2022): D2D iteration periods with pushes and pulls.
+
+A round is one aggregation period of Ta SGD iterations (``local.iterations``); global
+iteration t = round * Ta + step. Before a step with t % Tp == 0 (``exchange.pull_every``) the
+device pulls from its neighbours, so with Tp dividing Ta every period opens with a pull.
+Pull plans (eq. 7-10) use the global model of the period, computed before any client trains.
+The device's pulled set is kept in the client store (``exchange.pulled``) so a resumed run
+continues exactly. Nothing here reads a label for training: the objective must be label-free
+(asserted) and training batches carry a placeholder; labels only measure the variance of the
+devices' training sets (Fig. 3c). Writes ``graph.json`` and the device graph's picture.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from lightning.fabric import Fabric
+
+from fedlight.config.schema import ExchangeConfig
+from fedlight.data.partition import class_counts
+from fedlight.data.views import ViewMaker
+from fedlight.engine.iteration_loop import train_client_iterations
+from fedlight.engine.plugin import ClientSchedule, ClientWork, Report, State
+from fedlight.engine.rundir import write_json
+from fedlight.errors import UserError
+from fedlight.exchange.delay import period_delay
+from fedlight.exchange.exchange import Exchange
+from fedlight.exchange.graph import build_graph, graph_figure
+from fedlight.methods.base import FederatedModule
+from fedlight.seeding import numpy_rng
+
+EXCHANGE = "exchange."  # store keys of a device's exchange state
+
+
+def validate_exchange(cfg: ExchangeConfig, iterations: int | None, method: str | None, streaming: bool,
+                      num_clients: int) -> None:
+    """Raise a UserError if ``exchange.*`` does not fit ``local.iterations`` (Ta) and the rest of the recipe."""
+    policy, aggregate_every = cfg.policy, iterations
+    if policy != "none" and aggregate_every is None:
+        raise UserError(f"exchange.policy={policy} needs local.iterations (CF-CL's Ta, e.g. 50); "
+                        "set it, or set exchange.policy=none")
+    if policy == "smart" and method != "triplet":
+        raise UserError("exchange.policy=smart scores points with the triplet loss; set method.name=triplet")
+    if aggregate_every is not None and streaming:
+        raise UserError("local.iterations and stream.velocity are two different schedules; drop one")
+    n, degree = num_clients, cfg.avg_degree
+    if policy != "none" and n < 2:
+        raise UserError(f"exchange.policy={policy} needs at least 2 devices; raise clients.num")
+    graph_built = aggregate_every is not None and n >= 2 and cfg.graph == "rgg"
+    if graph_built and not n - 1 <= round(n * degree / 2) <= n * (n - 1) // 2:
+        raise UserError(f"exchange.avg_degree={degree} cannot make a connected graph on {n} devices; "
+                        f"use a value in [{2 * (n - 1) / n:g}, {n - 1}]")
+
+
+class ExchangeSchedule(ClientSchedule):
+    """CF-CL's rounds: Ta SGD iterations a device, pulling from its neighbours every Tp.
+
+    Holds the devices of one process.
+
+    Args:
+        fabric: devices.
+        module: the worker model (label-free, with a ``margin`` when the policy is smart).
+        images: (N, C, H, W) uint8 images of the federation on the device.
+        train_labels: (N,) labels on the CPU: measurement only (Fig. 3c).
+        parts: every device's own image indices.
+        views: augmentation (the pull embeds augmented views of the reserve, eq. 10).
+        devices: the devices this process trains.
+        cfg: ``exchange.*``.
+        aggregate_every: Ta, SGD iterations a round.
+        rounds: the run's rounds (the pull schedule's horizon).
+        batch_size: ``local.batch_size``.
+        num_classes: C.
+        seed: run seed (graph, push, pulls).
+    """
+
+    keeps_clients = True
+    state_prefix = EXCHANGE
+    side_by_side = False  # the devices share one model's embeddings of the exchange
+
+    def __init__(self, fabric: Fabric, module: FederatedModule, images: torch.Tensor, train_labels: np.ndarray,
+                 parts: list[torch.Tensor], views: ViewMaker, devices: list[int], cfg: ExchangeConfig,
+                 aggregate_every: int, rounds: int, batch_size: int, num_classes: int = 10, seed: int = 0) -> None:
+        assert not module.uses_labels, "CF-CL's devices train and exchange without labels"
+        self.fabric, self.module, self.images, self.views = fabric, module, images, views
+        self.train_labels, self.num_classes = train_labels, num_classes
+        self.cfg, self.seed, self.batch_size = cfg, seed, batch_size
+        self.aggregate_every, self.total = aggregate_every, rounds * aggregate_every
+        kind = cfg.graph if len(parts) > 1 else "complete"  # pooled data (centralized): one device, no links
+        self.adjacency, self.positions = build_graph(kind, len(parts), cfg.avg_degree, numpy_rng(seed, "graph"))
+        self.exchange = Exchange([p.numpy() for p in parts], self.adjacency, cfg.policy, cfg.reserve, cfg.approx,
+                                 cfg.clusters, cfg.pull_size, seed, cfg.kmeans_iters)
+        start = time.perf_counter()
+        self.exchange.push(images.cpu(), devices)
+        self.push_seconds = (time.perf_counter() - start) / max(len(devices), 1)
+        self.plan_seconds: dict[int, float] = {}
+        self.placeholder = torch.full((len(images),), -1, dtype=torch.long, device=images.device)
+        self.pixels = int(np.prod(images.shape[1:]))  # bytes of one uint8 image: 8 bits per pixel
+
+    @torch.no_grad()
+    def _embed(self, ids: np.ndarray, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Global-model embeddings (n, d) of images ``ids``, of augmented views if a generator is given."""
+        x = self.images[torch.as_tensor(ids).to(self.images.device)]
+        x = self.views.normalize(x) if generator is None else self.views.view(x, 0, generator)
+        with self.fabric.autocast():
+            return self.module.embed(x).float()
+
+    def begin_round(self, round_: int, global_state: State, receivers: list[int]) -> None:
+        """Plan every pull of the period for ``receivers`` with the global model (Algorithm 2, lines 2-7)."""
+        self.plan_seconds = {}
+        if self.cfg.policy != "smart":
+            return
+        self.module.load_partial(global_state)
+        self.module.eval()
+        for i in receivers:
+            start = time.perf_counter()
+            self.exchange.plan([i], round_, self._embed,
+                               lambda ids, seed: self._embed(ids, torch.Generator().manual_seed(seed)),
+                               float(self.module.margin))
+            self.plan_seconds[i] = time.perf_counter() - start
+
+    def train(self, module: FederatedModule, client: int, round_: int, generator: torch.Generator,
+              private: State, work: float) -> ClientWork:
+        """One period of ``client``: pull when due, one SGD step per iteration.
+
+        Its weight is eq. 5's (mean local set size); its report holds the label counts of its
+        training set at each pull (measurement) and the exchange's compute seconds.
+        """
+        ex, tp = self.exchange, self.cfg.pull_every
+        if EXCHANGE + "pulled" in private:
+            ex.pulled[client] = private[EXCHANGE + "pulled"].numpy()
+        sets: list[np.ndarray] = []
+        received = self.pixels * ex.pushed_to(client) if round_ == 0 else 0
+        seconds = self.plan_seconds.get(client, 0.0) + (self.push_seconds if round_ == 0 else 0.0)
+        current = torch.as_tensor(ex.local_set(client))
+
+        def local_set(step: int) -> torch.Tensor:
+            nonlocal received, seconds, current
+            t = round_ * self.aggregate_every + step
+            if t % tp == 0 and self.cfg.policy != "none":
+                start = time.perf_counter()
+                received += self.pixels * sum(len(s) for s in ex.pull(client, t, self.total))
+                seconds += time.perf_counter() - start
+                current = torch.as_tensor(ex.local_set(client))
+                sets.append(current.numpy())
+            return current
+
+        result, weight = train_client_iterations(self.fabric, module, self.images, self.placeholder, local_set,
+                                                 self.aggregate_every, self.batch_size, self.views, generator)
+        if not sets:  # no pull this period: measure the set it trained on
+            sets.append(current.numpy())
+        counts = class_counts(self.train_labels, sets, self.num_classes).tolist()
+        return ClientWork(result, weight, {"exchange_seconds": seconds, "label_counts": counts},
+                          {EXCHANGE + "pulled": torch.as_tensor(ex.pulled[client])}, d2d_bytes=received)
+
+    def columns(self, round_: int, reports: list[Report], ledger_rows: list[list],
+                history: list[dict[str, Any]]) -> dict[str, Any]:
+        """Iterations so far, variance across devices of their training sets' label counts (mean
+        over classes and over the period's pulls, Fig. 3c) and the cumulative delay."""
+        reports = [rep for rep in reports if "label_counts" in rep]
+        if not reports:
+            return {}
+        pulls = min(len(rep["label_counts"]) for rep in reports)
+        counts = np.array([[rep["label_counts"][p] for rep in reports] for p in range(pulls)], dtype=float)
+        before = history[-1]["delay_seconds"] if history else 0.0
+        delay = period_delay(ledger_rows, {rep["client"]: rep["exchange_seconds"] for rep in reports})
+        return {"iterations": (round_ + 1) * self.aggregate_every,
+                "label_var": float(counts.var(axis=1).mean()), "delay_seconds": before + delay}
+
+    def log_open(self, logger: Any, run_dir: Path, fresh: bool) -> None:
+        if not fresh:
+            return
+        write_json(run_dir / "graph.json", {"kind": self.cfg.graph, "neighbours": self.exchange.neighbours,
+                                            "positions": self.positions.tolist()})
+        logger.experiment.add_figure("exchange/graph", graph_figure(self.adjacency, self.positions), 0)
+
+    def log_round(self, logger: Any, row: dict[str, Any]) -> dict[str, float]:
+        if "label_var" not in row:
+            return {}
+        return {"exchange/label_var": row["label_var"], "exchange/delay_seconds": row["delay_seconds"]}

@@ -1,0 +1,96 @@
+"""SOFed's client schedule (Algorithm 1): the client's data arrives as a stream through a replay buffer.
+
+Each round ``stream.velocity`` samples arrive (a stream of ``stream.stc`` sample-sized
+segments, ``fedlight.data.streams``); each arriving batch updates the client's fixed-size
+buffer under ``buffer.policy`` and one step trains on the buffer. The buffer (ids and scores)
+is the client's state between rounds. Shows the share of new samples dropped at once, the
+share of buffered samples re-scored, the milliseconds of selection per arriving batch and
+a picture of every client's buffer classes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from lightning.fabric import Fabric
+
+from fedlight.config.schema import BufferConfig
+from fedlight.coreset.buffer import ReplayBuffer
+from fedlight.data.streams import arrival_batches, segment
+from fedlight.data.views import ViewMaker
+from fedlight.engine.faults import steps_done
+from fedlight.engine.plugin import ClientSchedule, ClientWork, Report, State
+from fedlight.engine.stream_loop import train_client_stream
+from fedlight.engine.tensorboard import partition_figure
+from fedlight.methods.base import FederatedModule
+from fedlight.seeding import numpy_rng
+
+BUFFER = "buffer."  # store keys of a streaming client's replay buffer
+
+
+class StreamSchedule(ClientSchedule):
+    """SOFed's rounds: a stream's next ``velocity`` samples through a replay buffer, a step a batch.
+
+    Args:
+        fabric: devices and precision.
+        images: (N, C, H, W) uint8 images on the device.
+        labels: (N,) labels on the device.
+        train_labels: (N,) labels on the CPU (stream segments follow classes; measurement).
+        parts: every client's sample indices.
+        views: batched augmentation.
+        buffer: ``buffer.*`` (size, policy, lazy interval, score).
+        velocity: samples arriving per round (``stream.velocity``).
+        stc: samples per stream segment (``stream.stc``).
+        num_classes: C (the buffer-classes picture).
+        seed: run seed (stream order).
+    """
+
+    keeps_clients = True
+    state_prefix = BUFFER
+
+    def __init__(self, fabric: Fabric, images: torch.Tensor, labels: torch.Tensor, train_labels: np.ndarray,
+                 parts: list[torch.Tensor], views: ViewMaker, buffer: BufferConfig, velocity: int, stc: int = 500,
+                 num_classes: int = 10, seed: int = 0) -> None:
+        self.fabric, self.images, self.labels, self.train_labels = fabric, images, labels, train_labels
+        self.parts, self.views, self.buffer = parts, views, buffer
+        self.velocity, self.stc, self.num_classes, self.seed = velocity, stc, num_classes, seed
+
+    def train(self, module: FederatedModule, client: int, round_: int, generator: torch.Generator,
+              private: State, work: float) -> ClientWork:
+        saved = {k[len(BUFFER):]: v for k, v in private.items() if k.startswith(BUFFER)}
+        size = self.buffer.size
+        buffer = ReplayBuffer.from_state(size, saved) if saved else ReplayBuffer(size)
+        samples = segment(self.train_labels, self.parts[client].numpy(), self.stc,
+                          lambda p: numpy_rng(self.seed, "stream", client, p), round_, self.velocity)
+        arrivals = [torch.as_tensor(b) for b in arrival_batches(samples, size)]
+        if work < 1:  # a straggler: the first arrivals only
+            arrivals = arrivals[:steps_done(len(arrivals), work)]
+            samples = samples[:sum(len(a) for a in arrivals)]
+        result, stats = train_client_stream(self.fabric, module, self.images, self.labels, arrivals, buffer,
+                                            self.buffer, self.views, generator)
+        classes = np.bincount(self.train_labels[buffer.ids.numpy()], minlength=self.num_classes).tolist()
+        return ClientWork(result, float(len(samples)), {"buffer": vars(stats), "buffer_classes": classes},
+                          {BUFFER + k: v for k, v in buffer.state_dict().items()})
+
+    def columns(self, round_: int, reports: list[Report], ledger_rows: list[list],
+                history: list[dict[str, Any]]) -> dict[str, Any]:
+        """Share of new samples dropped at once, share of buffered samples re-scored, milliseconds
+        of buffer selection per arriving batch, and every trained client's buffer classes."""
+        reports = [rep for rep in reports if "buffer" in rep]
+        if not reports:
+            return {}
+        total = {k: sum(rep["buffer"][k] for rep in reports) for k in reports[0]["buffer"]}
+        return {"buffer_dropped_new": total["dropped_new"] / max(total["new"], 1),
+                "buffer_rescored": total["rescored"] / max(total["buffered"], 1),
+                "buffer_select_ms": 1000 * total["seconds"] / max(total["batches"], 1),
+                "buffer_classes": [rep["buffer_classes"] for rep in reports]}
+
+    def log_round(self, logger: Any, row: dict[str, Any]) -> dict[str, float]:
+        if "buffer_classes" not in row:
+            return {}
+        logger.experiment.add_figure("stream/buffer_classes",
+                                     partition_figure(np.array(row["buffer_classes"]), "buffer classes"), row["round"])
+        return {"stream/dropped_new": row["buffer_dropped_new"], "stream/rescored": row["buffer_rescored"],
+                "stream/select_ms_per_batch": row["buffer_select_ms"]}

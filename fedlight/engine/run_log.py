@@ -1,0 +1,85 @@
+"""What a run shows as it goes (rank 0): TensorBoard scalars and pictures, ``comm.csv``.
+
+The round loop's own scalars (time, loss, learning rate, bytes, probe and kNN) are logged
+here; every plug-in adds its own through ``RoundPlugin.log_open`` and ``log_round``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from lightning.fabric.loggers import TensorBoardLogger
+
+from fedlight.engine.evaluator import METRICS
+from fedlight.engine.ledger import CommLedger
+from fedlight.engine.plugin import RoundPlugin
+from fedlight.engine.tensorboard import flatten, partition_figure
+
+
+class RunLog:
+    """The TensorBoard logger and ``comm.csv`` of a run folder (a no-op off rank 0).
+
+    Args:
+        run_dir: the run folder.
+        plugins: the round's parts, each logging its own scalars and pictures.
+        enabled: whether this process writes (rank 0).
+    """
+
+    def __init__(self, run_dir: Path, plugins: list[RoundPlugin], enabled: bool = True) -> None:
+        self.run_dir, self.plugins, self.enabled = run_dir, plugins, enabled
+        self.logger: TensorBoardLogger | None = None
+
+    def open(self, rounds_done: int, ledger: list[list], counts: np.ndarray, baseline: dict[str, Any] | None) -> None:
+        """Open the logs of a run that has completed ``rounds_done`` rounds; a fresh run also shows
+        the partition's (K, C) class ``counts`` and the ``baseline`` metrics at step 0."""
+        if not self.enabled:
+            return
+        # purge_step drops events a killed run logged after its last checkpoint
+        self.logger = TensorBoardLogger(str(self.run_dir), name="tensorboard", version="",
+                                        default_hp_metric=False, purge_step=rounds_done + 1)
+        (self.run_dir / "comm.csv").write_text(CommLedger.CSV_HEADER + CommLedger.csv_lines(ledger))
+        fresh = rounds_done == 0
+        if fresh:
+            self.logger.experiment.add_figure("data/partition", partition_figure(counts), 0)
+        for plugin in self.plugins:
+            plugin.log_open(self.logger, self.run_dir, fresh)
+        if fresh:
+            self.logger.log_metrics({f"baseline/{k}": v for k, v in baseline.items() if v is not None}, step=0)
+
+    def round(self, row: dict[str, Any], ledger_rows: list[list]) -> None:
+        """The scalars and pictures of a finished round's history ``row``; its ledger rows to comm.csv."""
+        if self.logger is None:
+            return
+        scalars = {"time/round_seconds": row["seconds"], "time/train_seconds": row["train_seconds"],
+                   "time/eval_seconds": row["eval_seconds"], "train/lr": row["lr"],
+                   **({"train/loss": row["train_loss"]} if row["train_loss"] is not None else {}),
+                   **{f"comm/{k}": row[k] for k in ("bytes_up", "bytes_down", "bytes_d2d")},
+                   **{f"eval/{k}": v for k, v in row.items() if k.startswith(METRICS) and v is not None}}
+        for plugin in self.plugins:
+            scalars.update(plugin.log_round(self.logger, row))
+        self.logger.log_metrics(scalars, step=row["round"])
+        with open(self.run_dir / "comm.csv", "a") as f:
+            f.write(CommLedger.csv_lines(ledger_rows))
+
+    def final(self, record: dict[str, Any], final: dict[str, float | None], evaluator: Any, module: Any,
+              data: Any, samples: int, step: int) -> None:
+        """The run's hyper-parameters (``record``, the resolved recipe) with its ``final`` metrics, and
+        the embedding of the first ``samples`` test images by the final global encoder."""
+        if self.logger is None:
+            return
+        self.logger.log_hyperparams(flatten(record),
+                                    metrics={f"final/{k}": v for k, v in final.items() if v is not None})
+        n = min(samples, len(data.test_x))
+        if n:
+            images = data.test_x[:n]
+            self.logger.experiment.add_embedding(
+                evaluator.apply(module.features, images).cpu(), metadata=data.test_y[:n].tolist(),
+                label_img=images.float().div(255), global_step=step, tag="final_global_encoder")
+        self.finish("success")
+
+    def finish(self, status: str) -> None:
+        """Flush and close TensorBoard (``success``, ``preempted``, ``failed``)."""
+        if self.logger is not None:
+            self.logger.finalize(status)

@@ -1,0 +1,82 @@
+"""What a run has done so far, as its checkpoint holds it (besides its parts' own state)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from fedlight.engine.ledger import CommLedger
+from fedlight.errors import RunStopped, UserError
+
+State = dict[str, torch.Tensor]
+
+
+@dataclass
+class RunState:
+    """A run's progress.
+
+    Attributes:
+        global_state: the global model's shared tensors.
+        rounds_done: rounds completed.
+        phase_start: the round the method changed what it shares (LG-FedAvg), if it has.
+        history: one row per completed round (results.json's ``history``).
+        ledger: every communication so far.
+        baseline: the metrics of the model before training (rank 0).
+        wall_before: seconds the run had taken before it was resumed.
+        partial: a round a preemption stopped between clients: its accumulator and reports.
+    """
+
+    global_state: State
+    rounds_done: int = 0
+    phase_start: int | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    ledger: CommLedger = field(default_factory=CommLedger)
+    baseline: dict[str, float | None] | None = None
+    wall_before: float = 0.0
+    partial: dict[str, Any] | None = None
+
+    def to_checkpoint(self, server: dict[str, Any], clients: dict[int, State], parts: dict[str, Any], wall: float,
+                      partial: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The checkpoint mapping, with the server's, the clients' and the parts' state."""
+        return {"rounds_completed": self.rounds_done, "phase_start": self.phase_start,
+                "global": {k: v.cpu() for k, v in self.global_state.items()}, "server": server, "clients": clients,
+                "history": self.history, "ledger": self.ledger.rows, **parts, "baseline": self.baseline,
+                "wall_seconds": wall,
+                "partial": partial}  # the unfinished round's accumulator and client reports (or None)
+
+    def results(self, record: dict[str, Any], wall: float, final: dict[str, float | None] | None) -> dict[str, Any]:
+        """results.json: the resolved recipe (``record``), the history, the final metrics, the bytes."""
+        return {"recipe": record, "rounds_completed": self.rounds_done, "history": self.history, "final": final,
+                "baseline": self.baseline, "comm": self.ledger.totals(), "wall_seconds": wall}
+
+    @classmethod
+    def from_checkpoint(cls, ckpt: dict[str, Any], to_device: Callable[[torch.Tensor], torch.Tensor], rounds: int,
+                        run_dir: Path) -> RunState:
+        """The progress a checkpoint of the run in ``run_dir`` holds, its tensors moved by ``to_device``.
+
+        Raises:
+            UserError: the checkpoint has completed more than ``rounds`` rounds.
+        """
+        done = int(ckpt["rounds_completed"])
+        if done > rounds:
+            raise UserError(f"run folder '{run_dir}' has completed {done} rounds, more than rounds={rounds}; "
+                            f"resume with rounds={done} or more, or use --overwrite to start again")
+        partial = None
+        if ckpt.get("partial"):
+            saved = ckpt["partial"]["acc"]  # None when every client before the stop had dropped out
+            partial = {**ckpt["partial"], "acc": None if saved is None else {k: to_device(v) for k, v in saved.items()}}
+        return cls({k: to_device(v) for k, v in ckpt["global"].items()}, int(ckpt["rounds_completed"]),
+                   ckpt.get("phase_start"), list(ckpt["history"]), CommLedger(ckpt["ledger"]), ckpt["baseline"],
+                   float(ckpt["wall_seconds"]), partial)
+
+
+def evaluation_failed(exc: Exception, checkpoint: Path, rounds_done: int) -> RunStopped:
+    """The one line that stops a run whose evaluation failed after its round was saved."""
+    cause = (str(exc).strip().splitlines() or [""])[0][:200]
+    before = f" and the one before in '{checkpoint}.prev'" if rounds_done > 1 else ""
+    return RunStopped(f"round {rounds_done}: evaluating the model failed ({type(exc).__name__}: {cause}); "
+                      f"the round is saved in '{checkpoint}'{before}: --resume goes on from it once the cause is "
+                      "fixed (e.g. a lower local.lr, or a lower faults.max_update_ratio for a model that exploded)")

@@ -1,0 +1,90 @@
+"""Names that other packages add to fedlight through entry points.
+
+A package adds a method, an aggregator, a backbone or a client schedule by declaring it in
+its ``pyproject.toml``; nothing in fedlight is edited::
+
+    [project.entry-points."fedlight.methods"]
+    my_method = "my_package.module:MyMethod"
+
+Groups: ``fedlight.methods`` (a ``FederatedModule`` subclass), ``fedlight.aggregators`` (an
+``Aggregator`` subclass), ``fedlight.backbones`` (``(channels, image_size) -> nn.Module``) and
+``fedlight.schedules`` (``(ScheduleContext) -> ClientSchedule``). A :class:`Table` holds the
+built-in names and finds the installed ones when first asked for a name it lacks or for its
+list; a built-in name wins over an entry point of the same name. Its one-line description is
+the first paragraph of the object's docstring.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Iterator, Mapping
+from typing import Any, Generic, TypeVar
+
+from fedlight.errors import UserError
+
+T = TypeVar("T")
+
+
+class Table(Mapping[str, T], Generic[T]):
+    """Built-in ``name -> object`` entries, then those of the installed entry-point ``group``.
+
+    Args:
+        group: the entry-point group, e.g. ``fedlight.methods``.
+        builtins: fedlight's own entries.
+        descriptions: one line for a built-in whose object has no docstring of its own (a lambda).
+    """
+
+    def __init__(self, group: str, builtins: dict[str, T], descriptions: dict[str, str] | None = None) -> None:
+        self.group, self.builtins, self.descriptions = group, dict(builtins), dict(descriptions or {})
+        self._found: dict[str, importlib.metadata.EntryPoint] | None = None
+        self._loaded: dict[str, T] = {}
+
+    def _entry_points(self) -> dict[str, importlib.metadata.EntryPoint]:
+        if self._found is None:
+            found = importlib.metadata.entry_points(group=self.group)
+            self._found = {ep.name: ep for ep in found if ep.name not in self.builtins}
+        return self._found
+
+    def __getitem__(self, name: str) -> T:
+        if name in self.builtins:
+            return self.builtins[name]
+        if name not in self._loaded:
+            ep = self._entry_points()[name]  # KeyError for an unknown name, as a mapping should
+            try:
+                self._loaded[name] = ep.load()
+            except Exception as exc:  # a broken third-party package: name it, in one line
+                raise UserError(f"{self.group} entry point '{name}' ({ep.value}) failed to load "
+                                f"({type(exc).__name__}: {exc}); fix or uninstall the package that declares it") from None
+        return self._loaded[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.builtins or name in self._entry_points()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted({*self.builtins, *self._entry_points()}))
+
+    def __len__(self) -> int:
+        return len({*self.builtins, *self._entry_points()})
+
+    def origin(self, name: str) -> str:
+        """``fedlight``, or the ``module:attr`` an entry point names."""
+        return "fedlight" if name in self.builtins else self._entry_points()[name].value
+
+    def description(self, name: str) -> str:
+        """The first paragraph of the entry's docstring, as one line (or its given description)."""
+        if name in self.descriptions:
+            return self.descriptions[name]
+        doc = (getattr(self[name], "__doc__", None) or "").strip()
+        return " ".join(line.strip() for line in doc.split("\n\n")[0].splitlines())
+
+
+def describe(tables: dict[str, Table[Any]]) -> str:
+    """Every name of every table with its one-line description (``fedlight methods``)."""
+    lines = []
+    for title, table in tables.items():
+        lines.append(f"{title} ({table.group}):")
+        width = max(map(len, table), default=0)
+        for name in table:
+            origin = "" if table.origin(name) == "fedlight" else f"  [{table.origin(name)}]"
+            lines.append(f"  {name:<{width}}  {table.description(name)}{origin}")
+    return "\n".join(lines)

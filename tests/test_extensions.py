@@ -1,0 +1,96 @@
+"""Third-party methods through entry points: the README's "Write your own method", run as written."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedlight.errors import UserError
+from fedlight.extensions import Table
+
+REPO = Path(__file__).resolve().parents[1]
+MARKER = "<!-- write-your-own-method"
+
+
+def readme_example() -> tuple[str, str]:
+    """The README's example module and its entry-point line (``name = "module:attr"``)."""
+    text = (REPO / "README.md").read_text()
+    after = text[text.index(MARKER):]
+    code = re.search(r"```python\n(.*?)```", after, re.S).group(1)
+    entry = re.search(r'\[project\.entry-points\."fedlight\.methods"\]\n(.*?)\n', after).group(1)
+    return code, entry
+
+
+def install(site: Path, package: str, files: dict[str, str], entry_points: str) -> None:
+    """A package importable from ``site`` with its ``.dist-info``, as ``pip install`` would leave it."""
+    (site / package).mkdir(parents=True)
+    (site / package / "__init__.py").write_text("")
+    for name, text in files.items():
+        (site / package / name).write_text(text)
+    info = site / f"{package}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(entry_points)
+
+
+def fedlight(site: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)]), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "fedlight", *args], capture_output=True, text=True, env=env,
+                          cwd=REPO, timeout=300)
+
+
+def test_the_readme_method_trains_through_fedlight_fit(tmp_path: Path, tiny_recipe: Path) -> None:
+    code, entry = readme_example()
+    name, target = (s.strip().strip('"') for s in entry.split("="))
+    package, module = target.split(":")[0].split(".")
+    site = tmp_path / "site"
+    install(site, package, {f"{module}.py": code}, f"[fedlight.methods]\n{name} = {target.strip()}\n")
+
+    listed = fedlight(site, "methods")
+    assert listed.returncode == 0, listed.stderr
+    line = next(l for l in listed.stdout.splitlines() if l.strip().startswith(name + " "))
+    assert "Barlow Twins" in line and target in line
+    assert re.search(r"^\s+simclr\s+\S", listed.stdout, re.M)  # the built-ins are listed too
+
+    done = fedlight(site, "fit", "--recipe", str(tiny_recipe), f"method={{name: {name}, hidden_dim: 32, output_dim: 32}}",
+                    "rounds=1", "eval.projector_samples=0")
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["recipe"]["method"]["name"] == name and results["rounds_completed"] == 1
+    assert results["history"][0]["answered"] == 2 and results["final"]["knn_acc"] is not None
+
+    wrong = fedlight(site, "fit", "--recipe", str(tiny_recipe), "method={name: barlw}")
+    assert wrong.returncode == 2 and f"{name}, " in wrong.stderr and "simclr" in wrong.stderr  # listed among the valid
+
+
+def test_a_broken_entry_point_is_one_line_naming_it(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    install(site, "broken_pkg", {"bad.py": "raise ImportError('no such thing')\n"},
+            "[fedlight.methods]\nbroken = broken_pkg.bad:Nothing\n")
+    sys.path.insert(0, str(site))
+    try:
+        table = Table("fedlight.methods", {})
+        assert "broken" in table
+        with pytest.raises(UserError, match="entry point 'broken' .*broken_pkg.bad:Nothing.* failed to load"):
+            table["broken"]
+    finally:
+        sys.path.remove(str(site))
+
+
+def test_a_builtin_name_wins_over_an_entry_point(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    install(site, "shadow_pkg", {"m.py": "class X:\n    '''Not the real one.'''\n"},
+            "[fedlight.methods]\nsimclr = shadow_pkg.m:X\nextra = shadow_pkg.m:X\n")
+    sys.path.insert(0, str(site))
+    try:
+        table = Table("fedlight.methods", {"simclr": int})
+        assert table["simclr"] is int and list(table) == ["extra", "simclr"]
+        assert table.description("extra") == "Not the real one." and table.origin("extra") == "shadow_pkg.m:X"
+    finally:
+        sys.path.remove(str(site))
