@@ -39,7 +39,7 @@ fi
 # Table 2's rule: holds if MOON reaches FedAvg's mean final accuracy before round R in every
 # seed, does not hold if in none, else inconclusive (the "rounds to reach" column).
 if [ -z "$ARGS" ] || want moon; then
-  $R --out runs/repro/moon --metric test_acc --reference fedavg_fmnist \
+  $R --out runs/repro/moon --metric test_acc --reference fedavg_fmnist --per-round \
     recipes/moon_fmnist.yaml recipes/fedavg_fmnist.yaml recipes/fedprox_fmnist.yaml \
     recipes/scaffold_fmnist.yaml recipes/solo_fmnist.yaml \
     --claim moon_fmnist '>' fedavg_fmnist 'MOON 69.1 vs FedAvg 66.3' \
@@ -97,7 +97,7 @@ if [ -z "$ARGS" ] || want sofed; then
   FU='method={name: fedu, hidden_dim: 512, output_dim: 128, momentum: 0.99}'
   FS='method={name: simclr, hidden_dim: 512, output_dim: 128}'
   $R --out runs/repro/sofed --set rounds=16 --set eval.every=16 --metric knn_acc \
-    --extra linear_probe_acc@0.01 --extra linear_probe_acc@0.1 --extra buffer_rescored \
+    --extra linear_probe_acc --extra linear_probe_acc@0.1 --extra buffer_rescored \
     --row sofed $S --row byol-rr $S buffer.policy=random --row byol-fifo $S buffer.policy=fifo \
     --row fedu-is $S "$FU" --row fedsimclr-is $S "$FS" --row sofed-lazy50 $S buffer.lazy_interval=50 \
     --claim sofed '>' byol-rr 'Table III: IS above RR' --claim sofed '>' byol-fifo 'Table III: IS above FIFO' \

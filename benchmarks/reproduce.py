@@ -50,6 +50,19 @@ def run(label: str, recipe: Path, seed: int, out: Path, overrides: list[str]) ->
     return json.loads(results.read_text())
 
 
+def per_round_table(table: dict[str, list[dict]], metric: str) -> str:
+    """| row | the metric's mean over seeds at each evaluated round | (in %; '-' where a run did not evaluate)."""
+    def at(res: dict) -> dict[int, float]:
+        return {h["round"]: h[metric] for h in res["history"] if h.get(metric) is not None}
+    rounds = sorted(set.union(*(set(at(res)) for runs in table.values() for res in runs)))
+    lines = ["| round | " + " | ".join(map(str, rounds)) + " |", "|---|" + "---|" * len(rounds)]
+    for name, runs in table.items():
+        cells = [f"{np.mean([at(res)[r] for res in runs]) * 100:.1f}" if all(r in at(res) for res in runs) else "-"
+                 for r in rounds]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def sample_std(values: np.ndarray) -> float:
     """The seeds' sample standard deviation (ddof 1, as the verdict's interval uses; 0 for one seed)."""
     return float(values.std(ddof=1)) if len(values) > 1 else 0.0
@@ -99,6 +112,7 @@ def main() -> None:
     parser.add_argument("--claim", nargs="+", action="append", default=[], metavar="A OP B [PAPER]",
                         help="judge 'A > B', 'A < B' or 'A ~ B' on --metric by verdict.py's rule (repeatable)")
     parser.add_argument("--margin", type=float, default=2.0, help="points within which 'A ~ B' holds")
+    parser.add_argument("--per-round", action="store_true", help="also the metric's mean over seeds at every round")
     args = parser.parse_args()
     bad = [c for c in args.claim if len(c) not in (3, 4) or c[1] not in (">", "<", "~")]
     if bad:
@@ -133,6 +147,10 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     (args.out / "table.md").write_text(text + "\n")
+    if args.per_round:
+        text = per_round_table(table, args.metric)
+        print(text)
+        (args.out / f"per-round-{args.metric}.md").write_text(text + "\n")
     if args.claim:
         claims = "\n".join(claim_row(c, table, args.metric, args.margin, args.out) for c in args.claim)
         print(claims)
