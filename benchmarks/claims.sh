@@ -105,3 +105,11 @@ if [ -z "$ARGS" ] || want sofed; then
     --claim fedu-is '>' fedsimclr-is 'Table I: FedU-IS 77.71 vs FedSimCLR-IS 73.39' \
     --claim sofed-lazy50 '~' sofed 'Table VI: T = 50 keeps accuracy'
 fi
+
+# Server optimizers (Reddi et al., ICLR 2021) against FedAvg on the quickstart twin, at the
+# defaults fedlight ships (eta 1e-2, betas 0.9 / 0.99, tau 1e-3; the paper tunes eta and tau per
+# task): a table, no paper claim at this scale.
+if [ -z "$ARGS" ] || want fedopt; then
+  $R --out runs/repro/fedopt --metric knn_acc --extra linear_probe_acc --per-round \
+    recipes/quickstart_fmnist.yaml recipes/fedadam_fmnist.yaml recipes/fedyogi_fmnist.yaml recipes/fedadagrad_fmnist.yaml
+fi
