@@ -39,7 +39,7 @@ fi
 # Table 2's rule: holds if MOON reaches FedAvg's mean final accuracy before round R in every
 # seed, does not hold if in none, else inconclusive (the "rounds to reach" column).
 if [ -z "$ARGS" ] || want moon; then
-  $R --out runs/repro/moon --metric test_acc --reference fedavg_fmnist --per-round \
+  $R --out runs/repro/moon --metric test_acc --reference fedavg_fmnist --per-round --per-seed \
     recipes/moon_fmnist.yaml recipes/fedavg_fmnist.yaml recipes/fedprox_fmnist.yaml \
     recipes/scaffold_fmnist.yaml recipes/solo_fmnist.yaml \
     --claim moon_fmnist '>' fedavg_fmnist 'MOON 69.1 vs FedAvg 66.3' \
@@ -55,7 +55,7 @@ if [ -z "$ARGS" ] || want lg; then
   L="--out runs/repro/lg recipes/lg_fedavg_fmnist.yaml recipes/lg_local_fmnist.yaml recipes/lg_fmnist.yaml"
   $R $L --metric local_test_acc --extra new_test_acc --extra params_up --extra params_new_test \
     --claim lg_fmnist '>' lg_fedavg_fmnist 'local test: LG well above FedAvg'
-  $R $L --metric new_test_acc \
+  $R $L --metric new_test_acc --per-seed \
     --claim lg_fmnist '~' lg_fedavg_fmnist 'new test: LG similar to FedAvg' \
     --claim lg_fmnist '>' lg_local_fmnist 'new test: local only poor'
 fi
@@ -67,7 +67,7 @@ fi
 if [ -z "$ARGS" ] || want flesd; then
   for a in 100 0.01; do
     $R --out runs/repro/flesd/alpha$a --set partition.alpha=$a --set 'eval.extra_label_fractions=[0.01]' \
-      --metric knn_acc --extra linear_probe_acc --reference fedavg_ssl_fmnist \
+      --metric knn_acc --extra linear_probe_acc --extra esd_steps --reference fedavg_ssl_fmnist --per-seed \
       recipes/flesd_fmnist.yaml recipes/fedavg_ssl_fmnist.yaml recipes/minlocal_ssl_fmnist.yaml \
       --claim flesd_fmnist '~' fedavg_ssl_fmnist 'FLESD (R=2) within ~1-2 points of FedAvg (R=10)' \
       --claim fedavg_ssl_fmnist '>' minlocal_ssl_fmnist 'FedAvg above Min-Local' \
@@ -81,7 +81,7 @@ fi
 # above no exchange. Setting fixed by a seed-0 pilot (Adam 1e-4: kNN 51 -> 61; at 1e-3 below 51).
 if [ -z "$ARGS" ] || want cfcl; then
   C=recipes/cfcl_fmnist_small.yaml
-  $R --out runs/repro/cfcl --metric knn_acc --extra linear_probe_acc \
+  $R --out runs/repro/cfcl --metric knn_acc --extra linear_probe_acc --per-round --per-seed \
     --row smart $C exchange.policy=smart --row uniform $C exchange.policy=uniform --row none $C exchange.policy=none \
     --claim smart '>' uniform '60% in ~620 (smart) vs ~1,050 iterations (uniform)' \
     --claim smart '>' none 'no exchange slower still'
@@ -96,7 +96,7 @@ if [ -z "$ARGS" ] || want sofed; then
   S=recipes/sofed_fmnist.yaml
   FU='method={name: fedu, hidden_dim: 512, output_dim: 128, momentum: 0.99}'
   FS='method={name: simclr, hidden_dim: 512, output_dim: 128}'
-  $R --out runs/repro/sofed --set rounds=16 --set eval.every=16 --metric knn_acc \
+  $R --out runs/repro/sofed --set rounds=16 --set eval.every=16 --metric knn_acc --per-seed \
     --extra linear_probe_acc --extra linear_probe_acc@0.1 --extra buffer_rescored \
     --row sofed $S --row byol-rr $S buffer.policy=random --row byol-fifo $S buffer.policy=fifo \
     --row fedu-is $S "$FU" --row fedsimclr-is $S "$FS" --row sofed-lazy50 $S buffer.lazy_interval=50 \

@@ -63,6 +63,18 @@ def per_round_table(table: dict[str, list[dict]], metric: str) -> str:
     return "\n".join(lines)
 
 
+def per_seed_table(table: dict[str, list[dict]], metric: str, seeds: list[int]) -> str:
+    """| row | the final metric of each seed | its random-init value of each seed | (in %)."""
+    def cell(value: float | None) -> str:
+        return "-" if value is None else f"{value * 100:.1f}"
+    lines = ["| row | final, seed " + " / ".join(map(str, seeds)) + " | random init, seed "
+             + " / ".join(map(str, seeds)) + " |", "|---|---|---|"]
+    for name, runs in table.items():
+        lines.append(f"| {name} | " + " / ".join(cell(res["final"].get(metric)) for res in runs) + " | "
+                     + " / ".join(cell(res["baseline"].get(metric)) for res in runs) + " |")
+    return "\n".join(lines)
+
+
 def sample_std(values: np.ndarray) -> float:
     """The seeds' sample standard deviation (ddof 1, as the verdict's interval uses; 0 for one seed)."""
     return float(values.std(ddof=1)) if len(values) > 1 else 0.0
@@ -94,6 +106,7 @@ def claim_row(claim: list[str], table: dict[str, list[dict]], metric: str, margi
     said = f"{a} {op} {b}" + (f" (within {margin:g})" if op == "~" else "")
     ours = "; ".join(f"{k} {v.mean():.2f} +- {sample_std(v):.2f}" for k, v in values.items())
     ours += (f"; A - B {c.mean:+.2f} [{c.low:+.2f}, {c.high:+.2f}]"
+             + f"; seed spread {c.spread:.2f}"
              + ("; no random-init floor" if floor is None else f"; floor {floor:.2f}, signal {c.signal:.1f}"))
     return f"| {said} ({metric}) | {paper[0] if paper else '-'} | {ours} | {verdict(op, c, margin)} | `--out {out}` |"
 
@@ -113,6 +126,7 @@ def main() -> None:
                         help="judge 'A > B', 'A < B' or 'A ~ B' on --metric by verdict.py's rule (repeatable)")
     parser.add_argument("--margin", type=float, default=2.0, help="points within which 'A ~ B' holds")
     parser.add_argument("--per-round", action="store_true", help="also the metric's mean over seeds at every round")
+    parser.add_argument("--per-seed", action="store_true", help="also the final metric and its floor of every seed")
     args = parser.parse_args()
     bad = [c for c in args.claim if len(c) not in (3, 4) or c[1] not in (">", "<", "~")]
     if bad:
@@ -151,6 +165,10 @@ def main() -> None:
         text = per_round_table(table, args.metric)
         print(text)
         (args.out / f"per-round-{args.metric}.md").write_text(text + "\n")
+    if args.per_seed:
+        text = per_seed_table(table, args.metric, args.seeds)
+        print(text)
+        (args.out / f"per-seed-{args.metric}.md").write_text(text + "\n")
     if args.claim:
         claims = "\n".join(claim_row(c, table, args.metric, args.margin, args.out) for c in args.claim)
         print(claims)

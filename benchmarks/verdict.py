@@ -37,13 +37,15 @@ class Comparison:
         mean: mean of the per-seed differences A - B.
         low: lower end of the 95% t-interval of that mean (-inf with one seed).
         high: upper end (+inf with one seed).
-        signal: (mean of A and B - floor) / pooled seed std (inf when the std is 0; None
+        spread: the seed std pooled over the rows the claim reads (nan with one seed).
+        signal: (mean of A and B - floor) / ``spread`` (inf when the std is 0; None
             without a floor).
     """
 
     mean: float
     low: float
     high: float
+    spread: float
     signal: float | None
 
 
@@ -72,7 +74,7 @@ def compare(a: np.ndarray, b: np.ndarray, floor: float | None, rows: list[np.nda
         gain = float(np.concatenate(rows).mean() - floor)
         signal = gain / spread if spread > 0 else (math.inf if gain > 0 else math.nan)
     mean = float(diff.mean())
-    return Comparison(mean, mean - half, mean + half, signal)
+    return Comparison(mean, mean - half, mean + half, spread, signal)
 
 
 def verdict(op: str, c: Comparison, margin: float = 2.0) -> str:

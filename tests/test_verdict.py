@@ -21,6 +21,7 @@ def test_interval_and_signal_by_hand() -> None:
     half = T_975_2 / math.sqrt(3)
     assert (c.mean, c.low, c.high) == pytest.approx((3, 3 - half, 3 + half))
     # pooled spread sqrt((1 + 0) / 2); mean of A and B 2.5; gain 12.5 over the floor
+    assert c.spread == pytest.approx(math.sqrt(0.5))
     assert c.signal == pytest.approx(12.5 / math.sqrt(0.5))
     assert verdict(">", c) == "holds"
     assert verdict("<", c) == "does not hold"
