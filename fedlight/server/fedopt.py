@@ -121,7 +121,14 @@ class FedAdagrad(FedOpt):
 
 
 class _WithBeta2(FedOpt):
-    """A server optimizer whose second moment decays with ``beta2`` in [0, 1) (0.99)."""
+    """A server optimizer whose second moment decays with ``beta2``.
+
+    Args:
+        server_lr: eta.
+        beta1: first-moment decay.
+        beta2: second-moment decay, in [0, 1) (0.99).
+        tau: adaptivity.
+    """
 
     def __init__(self, server_lr: Annotated[float, positive] = 1e-2, beta1: Annotated[float, decay] = 0.9,
                  beta2: Annotated[float, decay] = 0.99, tau: Annotated[float, positive] = 1e-3) -> None:
@@ -130,13 +137,9 @@ class _WithBeta2(FedOpt):
 
 
 class FedAdam(_WithBeta2):
-    """FedAdam: v_t = beta2 v_{t-1} + (1 - beta2) Delta_t^2 (Reddi et al. 2021, Algorithm 2).
+    """FedAdam: v_t = beta2 v_{t-1} + (1 - beta2) Delta_t^2.
 
-    Args:
-        server_lr: eta.
-        beta1: first-moment decay.
-        beta2: second-moment decay.
-        tau: adaptivity.
+    Reddi et al. 2021, Algorithm 2; the options are ``_WithBeta2``'s.
     """
 
     def second_moment(self, v: torch.Tensor, delta_sq: torch.Tensor) -> torch.Tensor:
@@ -144,13 +147,9 @@ class FedAdam(_WithBeta2):
 
 
 class FedYogi(_WithBeta2):
-    """FedYogi: v_t = v_{t-1} - (1 - beta2) Delta_t^2 sign(v_{t-1} - Delta_t^2) (Reddi et al. 2021, Algorithm 2).
+    """FedYogi: v_t = v_{t-1} - (1 - beta2) Delta_t^2 sign(v_{t-1} - Delta_t^2).
 
-    Args:
-        server_lr: eta.
-        beta1: first-moment decay.
-        beta2: second-moment decay.
-        tau: adaptivity.
+    Reddi et al. 2021, Algorithm 2; the options are ``_WithBeta2``'s.
     """
 
     def second_moment(self, v: torch.Tensor, delta_sq: torch.Tensor) -> torch.Tensor:
