@@ -8,6 +8,7 @@ new test's ensemble, section 3.1 footnote), each its own ``bytes_*`` / ``params_
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import cache
 
 import torch
 
@@ -22,6 +23,7 @@ def payload_bytes(payload: dict[str, torch.Tensor]) -> dict[str, int]:
     return dict(out)
 
 
+@cache  # called for every ledger row when totals are summed
 def element_size(dtype: str) -> int:
     """Bytes per element of a ledger dtype name such as ``float32``."""
     return torch.empty(0, dtype=getattr(torch, dtype)).element_size()
@@ -39,12 +41,13 @@ class CommLedger:
         for dtype, n in sorted(payload_bytes(payload).items()):
             self.rows.append([round_, client, direction, dtype, n])
 
-    def totals(self, round_: int | None = None) -> dict[str, int]:
+    def totals(self, round_: int | None = None, rows: list[list] | None = None) -> dict[str, int]:
         """``bytes_<direction>`` for every direction (``bytes_up``, ..., ``bytes_new_test``) and the same
         as tensor elements (``params_*``; LG-FedAvg's "# params communicated" is ``params_up +
-        params_down + params_new_test``) for one round, or the whole run if None."""
+        params_down + params_new_test``) for one round, or the whole run if None; ``rows`` (e.g. the
+        round's own) instead of the ledger's, so a round's totals need not rescan the whole run."""
         out = {f"{unit}_{d}": 0 for unit in ("bytes", "params") for d in DIRECTIONS}
-        for r, _, d, dtype, n in self.rows:
+        for r, _, d, dtype, n in self.rows if rows is None else rows:
             if round_ is None or r == round_:
                 out[f"bytes_{d}"] += n
                 out[f"params_{d}"] += n // element_size(dtype)

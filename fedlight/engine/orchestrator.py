@@ -209,7 +209,7 @@ class Federation:
             eval_seconds = time.perf_counter() - t_eval
             answered = [rep["loss"] for rep in reports if rep["status"] == "ok"]
             row = {"round": s.rounds_done, "train_loss": float(np.mean(answered)) if answered else None,
-                   "lr": self._lr(round_), **metrics, **s.ledger.totals(round_),
+                   "lr": self._lr(round_), **metrics, **s.ledger.totals(round_, rows),
                    "seconds": time.perf_counter() - t0, "eval_seconds": eval_seconds,
                    "train_seconds": sum(rep.get("seconds", 0.0) for rep in reports) / (self.world * len(self.workers)),
                    "clients": [rep["client"] for rep in reports]}
