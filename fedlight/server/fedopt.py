@@ -37,7 +37,8 @@ import torch
 
 from fedlight.config.checks import decay, positive
 from fedlight.server import ops
-from fedlight.server.base import Aggregator, State
+from fedlight.server.base import State
+from fedlight.server.fedavg import FedAvg
 
 RUNNING_STATISTICS = ("running_mean", "running_var")
 
@@ -47,8 +48,8 @@ def takes_adaptive_step(key: str, tensor: torch.Tensor) -> bool:
     return tensor.is_floating_point() and key.rpartition(".")[2] not in RUNNING_STATISTICS
 
 
-class FedOpt(Aggregator):
-    """The FedAvg accumulator with an adaptive server step; subclasses give the second moment.
+class FedOpt(FedAvg):
+    """FedAvg's accumulator with an adaptive server step; subclasses give the second moment.
 
     Args:
         server_lr: eta, the server learning rate.
@@ -66,9 +67,6 @@ class FedOpt(Aggregator):
         """v_t from v_{t-1} and Delta_t^2 (both float64, the tensor's shape)."""
         raise NotImplementedError
 
-    def accumulate(self, acc: State | None, payload: State, weight: float) -> State:
-        return ops.weighted_sum(acc, payload, weight)
-
     def finalize(self, global_state: State, acc: State | None) -> State:
         """x_{t+1} from x_t and the summed client models; unchanged (moments too) without answers.
 
@@ -80,9 +78,9 @@ class FedOpt(Aggregator):
             the entries that take the adaptive step (same shapes, the model's dtype but at least float32;
             the step itself is computed in float64).
         """
-        if acc is None or float(acc[ops.WEIGHT_KEY]) == 0:
-            return global_state
-        out = ops.finish_average(acc, global_state)  # FedAvg's result: kept for the statistics and ints
+        out = super().finalize(global_state, acc)  # FedAvg's result: kept for the statistics and ints
+        if out is global_state:  # no answer: the model and the moments stay
+            return out
         m_new, v_new = {}, {}
         for k, x in global_state.items():
             if not takes_adaptive_step(k, x):
