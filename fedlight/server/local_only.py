@@ -24,7 +24,6 @@ class LocalOnly(Aggregator):
     keeps_models_local = True
 
     def __init__(self, budget: Literal["per_round", "once"] = "per_round") -> None:
-        self.budget = budget
         self.trains_once = budget == "once"
 
     def accumulate(self, acc: State | None, payload: State, weight: float) -> State:
