@@ -271,7 +271,8 @@ def _declared_ranges(cls: type) -> dict[str, bool]:
             continue
         base = typing.get_args(hint)[0] if typing.get_origin(hint) is typing.Annotated else hint
         if {int, float} & {base, *typing.get_args(base)}:
-            out[name] = typing.get_origin(hint) is typing.Annotated
+            # declared = an Annotated marker coerce will call (a bare note such as "a rate" checks nothing)
+            out[name] = typing.get_origin(hint) is typing.Annotated and any(map(callable, typing.get_args(hint)[1:]))
     return out
 
 

@@ -69,28 +69,22 @@ def test_the_readme_method_trains_through_fedlight_fit(tmp_path: Path, tiny_reci
     assert wrong.returncode == 2 and f"{name}, " in wrong.stderr and "simclr" in wrong.stderr  # listed among the valid
 
 
-def test_a_broken_entry_point_is_one_line_naming_it(tmp_path: Path) -> None:
+def test_a_broken_entry_point_is_one_line_naming_it(tmp_path: Path, monkeypatch) -> None:
     site = tmp_path / "site"
     install(site, "broken_pkg", {"bad.py": "raise ImportError('no such thing')\n"},
             "[fedlight.methods]\nbroken = broken_pkg.bad:Nothing\n")
-    sys.path.insert(0, str(site))
-    try:
-        table = Table("fedlight.methods", {})
-        assert "broken" in table
-        with pytest.raises(UserError, match="entry point 'broken' .*broken_pkg.bad:Nothing.* failed to load"):
-            table["broken"]
-    finally:
-        sys.path.remove(str(site))
+    monkeypatch.syspath_prepend(str(site))  # undone after the test
+    table = Table("fedlight.methods", {})
+    assert "broken" in table
+    with pytest.raises(UserError, match="entry point 'broken' .*broken_pkg.bad:Nothing.* failed to load"):
+        table["broken"]
 
 
-def test_a_builtin_name_wins_over_an_entry_point(tmp_path: Path) -> None:
+def test_a_builtin_name_wins_over_an_entry_point(tmp_path: Path, monkeypatch) -> None:
     site = tmp_path / "site"
     install(site, "shadow_pkg", {"m.py": "class X:\n    '''Not the real one.'''\n"},
             "[fedlight.methods]\nsimclr = shadow_pkg.m:X\nextra = shadow_pkg.m:X\n")
-    sys.path.insert(0, str(site))
-    try:
-        table = Table("fedlight.methods", {"simclr": int})
-        assert table["simclr"] is int and list(table) == ["extra", "simclr"]
-        assert table.description("extra") == "Not the real one." and table.origin("extra") == "shadow_pkg.m:X"
-    finally:
-        sys.path.remove(str(site))
+    monkeypatch.syspath_prepend(str(site))
+    table = Table("fedlight.methods", {"simclr": int})
+    assert table["simclr"] is int and list(table) == ["extra", "simclr"]
+    assert table.description("extra") == "Not the real one." and table.origin("extra") == "shadow_pkg.m:X"
