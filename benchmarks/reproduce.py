@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from verdict import compare, verdict
+from verdict import OPS, compare, verdict
 
 
 def run(label: str, recipe: Path, seed: int, out: Path, overrides: list[str]) -> dict:
@@ -128,7 +128,7 @@ def main() -> None:
     parser.add_argument("--per-round", action="store_true", help="also the metric's mean over seeds at every round")
     parser.add_argument("--per-seed", action="store_true", help="also the final metric and its floor of every seed")
     args = parser.parse_args()
-    bad = [c for c in args.claim if len(c) not in (3, 4) or c[1] not in (">", "<", "~")]
+    bad = [c for c in args.claim if len(c) not in (3, 4) or c[1] not in OPS]
     if bad:
         parser.error(f"--claim takes A OP B [PAPER] with OP one of > < ~, got {' '.join(bad[0])}")
     rows = [(r.stem, r, []) for r in args.recipes] + [(label, Path(recipe), list(more))

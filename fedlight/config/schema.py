@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fedlight.config.checks import (at_least, fraction, non_negative, positive, probabilities,
+from fedlight.config.checks import (at_least, decay, fraction, non_negative, positive, probabilities,
                                     probability)
 
 
@@ -56,7 +56,7 @@ class LocalConfig:
     # over the rounds of the method's current phase (engine/orchestrator.py, Federation._round_lr):
     # cosine (FedU / FedEMA) or exponential, lr x (1 - lr_decay)^t (LG-FedAvg, Table 6)
     lr_schedule: Literal["constant", "cosine", "exponential"] = "constant"
-    lr_decay: float = check(lambda v: None if 0 <= v < 1 else "must be in [0, 1)", 0.0)
+    lr_decay: float = check(decay, 0.0)
     momentum: float = check(probability, 0.9)
     weight_decay: float = check(non_negative, 1e-6)
     # a round is this many SGD iterations instead of ``epochs`` epochs (CF-CL's Ta; its exchange needs it)
