@@ -31,6 +31,7 @@ from fedlight.engine.plugins.exchange import ExchangeSchedule
 from fedlight.engine.plugins.faults import SimulatedFaults
 from fedlight.engine.plugins.local_test import LocalTests
 from fedlight.engine.plugins.stream import StreamSchedule
+from fedlight.engine.sampling import owner
 from fedlight.errors import UserError
 from fedlight.methods.base import FederatedModule
 from fedlight.server.base import Aggregator
@@ -88,7 +89,7 @@ def build_schedule(fabric: Fabric, recipe: Recipe, data: ImageData, module: Fede
                    trainable: list[int]) -> ClientSchedule:
     """How the recipe's clients spend a round (``schedule_name``)."""
     l, s, name = recipe.local, recipe.stream, schedule_name(recipe)
-    mine = [c for c in trainable if c % fabric.world_size == fabric.global_rank]
+    mine = [c for c in trainable if owner(c, fabric.world_size) == fabric.global_rank]  # as ClientRunner.owns
     if name == "exchange":  # CF-CL: rounds of Ta SGD iterations, D2D exchange
         return ExchangeSchedule(fabric, module, images, data.train_y.numpy(), parts, views, mine, recipe.exchange,
                                 l.iterations, recipe.rounds, l.batch_size, data.num_classes, recipe.seed)

@@ -19,7 +19,7 @@ from fedlight.engine import preemption
 from fedlight.engine.faults import ClientFault
 from fedlight.engine.ledger import CommLedger
 from fedlight.engine.plugin import ClientSchedule, FaultModel, Report, RoundPlugin, State
-from fedlight.engine.sampling import deal_clients
+from fedlight.engine.sampling import deal_clients, owner
 from fedlight.engine.store import ClientStateStore
 from fedlight.engine.workers import Workers
 from fedlight.methods.base import FederatedModule
@@ -58,7 +58,7 @@ class ClientRunner:
 
     def owns(self, client: int) -> bool:
         """Whether this rank keeps ``client``'s state."""
-        return client % self.world == self.rank
+        return owner(client, self.world) == self.rank
 
     def hands(self, sampled: list[int], module: FederatedModule) -> list[list[int]]:
         """The sampled clients this rank trains, one list per worker (where clients keep state, on

@@ -16,6 +16,11 @@ def sample_clients(seed: int, round_: int, num_clients: int, fraction: float) ->
     return sorted(numpy_rng(seed, "sample", round_).choice(num_clients, m, replace=False).tolist())
 
 
+def owner(client: int, world: int) -> int:
+    """The rank that keeps ``client``'s state (a stateful client never moves between ranks)."""
+    return client % world
+
+
 def deal_clients(sampled: list[int], sizes: list[int], world: int) -> list[list[int]]:
     """Deal a round's sampled clients to ``world`` ranks so each trains about as many samples.
 
