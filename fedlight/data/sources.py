@@ -112,7 +112,11 @@ def _torchvision(name: str, root: Path, download: bool) -> ImageData:
         with warnings_if_it_works():
             (train_x, train_y), (test_x, test_y) = split(True), split(False)
     except RuntimeError as exc:
-        if "not found" in str(exc) or "corrupted" in str(exc):
+        if "not found" in str(exc) or "corrupted" in str(exc):  # torchvision says "not found or corrupted"
+            damaged = _first_damaged(name, root)
+            if damaged is not None:
+                raise UserError(f"{name} file '{damaged}' fails its checksum: re-download it (delete it and set "
+                                "data.download=true, or replace it)") from None
             raise UserError(
                 f"{name} not found in data.root '{root}'; point data.root at a folder holding it "
                 "or set data.download=true (needs internet)"
@@ -123,6 +127,26 @@ def _torchvision(name: str, root: Path, download: bool) -> ImageData:
                         "re-download it (data.download=true) or replace the files") from None
     num_classes = {"cifar10": 10, "cifar100": 100, "svhn": 10, "stl10": 10}[name]
     return ImageData(train_x, train_y, test_x, test_y, num_classes)
+
+
+def _first_damaged(name: str, root: Path) -> Path | None:
+    """The first of torchvision's files for dataset ``name`` under ``root`` that is there but fails its
+    published MD5 (torchvision's ``check_integrity``), or None when every file there passes.
+
+    torchvision reports a missing file and a damaged one alike ("not found or corrupted"); its
+    dataset classes list the files and their checksums, which this reads to tell them apart.
+    """
+    import torchvision.datasets as tvd
+    from torchvision.datasets.utils import check_integrity
+
+    cls = {"cifar10": tvd.CIFAR10, "cifar100": tvd.CIFAR100, "svhn": tvd.SVHN, "stl10": tvd.STL10}[name]
+    if hasattr(cls, "split_list"):  # SVHN: one .mat file a split, in root itself
+        files = [(root / cls.split_list[s][1], cls.split_list[s][2]) for s in ("train", "test")]
+    else:  # CIFAR, STL-10: a folder of batches (and CIFAR's meta file)
+        listed = [*cls.train_list, *cls.test_list, *([[cls.meta["filename"], cls.meta["md5"]]]
+                                                      if hasattr(cls, "meta") else [])]
+        files = [(root / cls.base_folder / file, md5) for file, md5 in listed]
+    return next((path for path, md5 in files if path.is_file() and not check_integrity(str(path), md5)), None)
 
 
 def synthetic(seed: int = 0, train: int = 1200, test: int = 300, classes: int = 10,
