@@ -102,7 +102,10 @@ def _recipes(args: argparse.Namespace) -> int:
 def _fit(args: argparse.Namespace) -> int:
     from fedlight.config import load_recipe
 
+    from fedlight.engine.preflight import preflight
+
     recipe = load_recipe(args.recipe, args.overrides)  # recipe errors come before torch is imported
+    preflight(recipe, args.resume, args.overwrite)  # and so do those of the data paths and the run folder
     ranks = launch.start_local_ranks(recipe.fabric.devices, recipe.fabric.num_nodes, args.argv)
     code = USER_ERROR_EXIT
     try:
