@@ -13,6 +13,7 @@ from pathlib import Path
 
 from fedlight.config.schema import Recipe
 from fedlight.data.locate import check_data_root
+from fedlight.engine import launch
 from fedlight.engine.rundir import check_run_dir
 
 
@@ -20,8 +21,10 @@ def preflight(recipe: Recipe, resume: bool, overwrite: bool) -> None:
     """Raise the UserError ``fit`` would raise for ``recipe``'s data or run folder, reading only.
 
     Raises:
-        UserError: the data is not under ``data.root``, or the run folder is refused.
+        UserError: the data is not under ``data.root``, or the run folder is refused (rank 0 only:
+            the ranks it starts may look while it is already writing there).
     """
     d = recipe.data
     check_data_root(d.name, d.root, d.download)
-    check_run_dir(Path(recipe.run_dir), asdict(recipe), resume, overwrite, recipe.run.min_free_mb)
+    if not launch.is_child():  # rank 0 owns the run folder (it alone claims it)
+        check_run_dir(Path(recipe.run_dir), asdict(recipe), resume, overwrite, recipe.run.min_free_mb)
