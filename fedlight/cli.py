@@ -1,4 +1,9 @@
-"""Command line: ``fedlight fit``, ``sweep``, ``report`` and ``methods`` (argument parsing only; the work lives elsewhere)."""
+"""Command line: ``fedlight fit``, ``sweep``, ``report``, ``methods`` and ``recipes`` (argument parsing only;
+the work lives elsewhere).
+
+Torch and Lightning are imported inside the commands that train, after every check that needs
+neither (recipe keys and types, data paths, the run folder): those errors come within a second.
+"""
 
 from __future__ import annotations
 
@@ -36,7 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fedlight", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     fit = sub.add_parser("fit", help="run a federated simulation from a recipe")
-    fit.add_argument("--recipe", required=True, help="recipe YAML file (see recipes/)")
+    fit.add_argument("--recipe", required=True,
+                     help="recipe YAML file, or the name of one fedlight ships (fedlight recipes lists them)")
     fit.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. rounds=5 partition.alpha=0.1")
     group = fit.add_mutually_exclusive_group()
     group.add_argument("--resume", action="store_true", help="continue the run folder from its last checkpoint")
@@ -56,7 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--out", default=None, help="where report.md goes (default: the one folder given, else ./report)")
     methods = sub.add_parser("methods", help="list every method, aggregator, backbone and client schedule, "
                              "fedlight's and those other packages add through entry points")
-    for command in (fit, sweep, report, methods):
+    recipes = sub.add_parser("recipes", help="list the recipes fedlight ships, each with its first comment line; "
+                             "run one from any folder with fedlight fit --recipe NAME")
+    for command in (fit, sweep, report, methods, recipes):
         command.set_defaults(command_parser=command)  # refuses what it does not take, in its own name
     return parser
 
@@ -84,10 +92,20 @@ def _methods(args: argparse.Namespace) -> int:
     return 0
 
 
+def _recipes(args: argparse.Namespace) -> int:
+    from fedlight.config.bundled import describe_recipes
+
+    print(describe_recipes())
+    return 0
+
+
 def _fit(args: argparse.Namespace) -> int:
     from fedlight.config import load_recipe
 
+    from fedlight.engine.preflight import preflight
+
     recipe = load_recipe(args.recipe, args.overrides)  # recipe errors come before torch is imported
+    preflight(recipe, args.resume, args.overwrite)  # and so do those of the data paths and the run folder
     ranks = launch.start_local_ranks(recipe.fabric.devices, recipe.fabric.num_nodes, args.argv)
     code = USER_ERROR_EXIT
     try:
@@ -125,6 +143,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         args.command_parser.unrecognized(unknown or extra)
     if args.command == "fit":
         args.overrides += extra
+    if getattr(args, "recipe", None) is not None:  # fit and sweep: a shipped recipe's name is its path
+        from fedlight.config.bundled import resolve_recipe
+
+        args.recipe = resolve_recipe(args.recipe)
     return args
 
 
@@ -132,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = _parse(argv)
-        return {"fit": _fit, "sweep": _sweep, "report": _report, "methods": _methods}[args.command](args)
+        return {"fit": _fit, "sweep": _sweep, "report": _report, "methods": _methods,
+                "recipes": _recipes}[args.command](args)
     except UserError as exc:
         if not launch.is_child():  # rank 0 says it once
             print(f"fedlight: error: {one_line(str(exc))}", file=sys.stderr)

@@ -28,14 +28,15 @@ def test_nothing_started_for_one_process_many_nodes_or_an_external_launcher(
 
 
 def test_a_user_error_after_launch_is_said_once_and_every_rank_exits(tmp_path: Path, tiny_recipe: Path) -> None:
-    """Missing data is found once both ranks run: one line, exit 2, no rank left waiting."""
+    """A method option the method refuses is found once both ranks run (missing data is refused
+    before they start, with no torch imported): one line, exit 2, no rank left waiting."""
     env = {k: v for k, v in os.environ.items() if k not in launch.EXTERNAL_LAUNCH}
     cmd = [sys.executable, "-m", "fedlight", "fit", "--recipe", str(tiny_recipe), "fabric.devices=2",
-           "fabric.threads=1", "data.name=fashion_mnist", f"data.root={tmp_path / 'nowhere'}"]
+           "fabric.threads=1", "method.no_such_option=1"]
     proc = subprocess.run(cmd, env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("fedlight: error:")]
-    assert len(errors) == 1 and "data.root" in errors[0], proc.stderr[-2000:]
+    assert len(errors) == 1 and "method.no_such_option" in errors[0], proc.stderr[-2000:]
 
 
 def test_a_failed_rank_ends_rank_zero_instead_of_leaving_it_waiting(tmp_path: Path) -> None:

@@ -87,10 +87,11 @@ def _pickle(path: Path, obj: dict) -> None:
     path.write_bytes(pickle.dumps(obj))
 
 
-@pytest.mark.parametrize("name", ["cifar10", "cifar100"])
-def test_cifar_pickles(tmp_path: Path, no_md5, name: str) -> None:
+def _tiny_cifar(root: Path, name: str) -> tuple[Path, list[str]]:
+    """CIFAR-10 / -100 as torchvision stores it (pickled batches of 3 images each, a meta file)
+    under ``root``; returns the folder and its batch files, training ones first."""
     rng = np.random.default_rng(0)
-    folder = tmp_path / ("cifar-10-batches-py" if name == "cifar10" else "cifar-100-python")
+    folder = root / ("cifar-10-batches-py" if name == "cifar10" else "cifar-100-python")
     folder.mkdir()
     label_key = "labels" if name == "cifar10" else "fine_labels"
     batches = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"] if name == "cifar10" else ["train", "test"]
@@ -98,11 +99,37 @@ def test_cifar_pickles(tmp_path: Path, no_md5, name: str) -> None:
         _pickle(folder / b, {"data": rng.integers(0, 256, (3, 3072), dtype=np.uint8), label_key: [0, 1, 2]})
     meta = ("batches.meta", "label_names") if name == "cifar10" else ("meta", "fine_label_names")
     _pickle(folder / meta[0], {meta[1]: [f"c{i}" for i in range(10)]})
+    return folder, batches
+
+
+@pytest.mark.parametrize("name", ["cifar10", "cifar100"])
+def test_cifar_pickles(tmp_path: Path, no_md5, name: str) -> None:
+    folder, batches = _tiny_cifar(tmp_path, name)
     data = load_dataset(name, str(tmp_path), download=False)
     assert data.train_x.shape == ((15 if name == "cifar10" else 3), 3, 32, 32)
     # the channel-first layout is right: pixel (0, 0) of channel 1 is byte 1024 of the row
     raw = pickle.loads((folder / batches[0]).read_bytes())["data"]
     assert int(data.train_x[0, 1, 0, 0]) == int(raw[0, 1024])
+
+
+@pytest.mark.parametrize("name", ["cifar10", "cifar100"])
+def test_a_cifar_file_that_fails_its_checksum_is_named(tmp_path: Path, name: str) -> None:
+    """Files in the real on-disk format whose MD5 is not torchvision's are damaged, not missing."""
+    folder, batches = _tiny_cifar(tmp_path, name)
+    with pytest.raises(UserError) as caught:
+        load_dataset(name, str(tmp_path), download=False)
+    message = str(caught.value)
+    assert f"'{folder / batches[0]}' fails its checksum: re-download" in message, message
+    assert "not found" not in message
+
+
+def test_a_cifar_folder_without_its_files_is_not_found(tmp_path: Path) -> None:
+    folder, batches = _tiny_cifar(tmp_path, "cifar10")
+    for b in batches:  # only the empty folder is left: nothing fails a checksum
+        (folder / b).unlink()
+    (folder / "batches.meta").unlink()
+    with pytest.raises(UserError, match="cifar10 not found in data.root"):
+        load_dataset("cifar10", str(tmp_path), download=False)
 
 
 def test_svhn_mat(tmp_path: Path, no_md5) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from fedlight.data.idx import read_idx
+from fedlight.data.locate import IDX_FILES, find_idx, missing_idx, not_found
 from fedlight.errors import UserError, warnings_if_it_works
 from fedlight.seeding import torch_generator
 
@@ -54,37 +55,19 @@ class ImageData:
         return x.mean(dim=(0, 2, 3)), x.std(dim=(0, 2, 3))
 
 
-_FMNIST_FILES = {
-    "train_x": "train-images-idx3-ubyte",
-    "train_y": "train-labels-idx1-ubyte",
-    "test_x": "t10k-images-idx3-ubyte",
-    "test_y": "t10k-labels-idx1-ubyte",
-}
-
-
-def _find_idx(root: Path, stem: str, torchvision_folder: str = "FashionMNIST") -> Path | None:
-    for folder in (root, root / torchvision_folder / "raw"):
-        for name in (stem, stem + ".gz"):
-            if (folder / name).is_file():
-                return folder / name
-    return None
-
-
 def _fashion_mnist(root: Path, download: bool, mnist: bool = False) -> ImageData:
     """Fashion-MNIST, or MNIST (same IDX file names) when ``mnist``."""
-    label, folder = ("MNIST", "MNIST") if mnist else ("Fashion-MNIST", "FashionMNIST")
-    if _find_idx(root, _FMNIST_FILES["train_x"], folder) is None and download:
+    label = "MNIST" if mnist else "Fashion-MNIST"
+    if find_idx(root, IDX_FILES["train_x"], mnist) is None and download:
         import torchvision.datasets as tvd
 
         for train in (True, False):
             (tvd.MNIST if mnist else tvd.FashionMNIST)(str(root), train=train, download=True)
     arrays = {}
-    for key, stem in _FMNIST_FILES.items():
-        path = _find_idx(root, stem, folder)
+    for key, stem in IDX_FILES.items():
+        path = find_idx(root, stem, mnist)
         if path is None:
-            hint = ("" if mnist else "run 'apt-get install dataset-fashion-mnist' and set "
-                    "data.root=/usr/share/datasets/fashion-mnist, or ")
-            raise UserError(f"data.root '{root}' has no {label} file '{stem}[.gz]'; {hint}set data.download=true")
+            raise missing_idx(root, stem, mnist)
         arrays[key] = read_idx(path)
     for split in ("train", "test"):
         x, y = arrays[f"{split}_x"], arrays[f"{split}_y"]
@@ -112,17 +95,38 @@ def _torchvision(name: str, root: Path, download: bool) -> ImageData:
         with warnings_if_it_works():
             (train_x, train_y), (test_x, test_y) = split(True), split(False)
     except RuntimeError as exc:
-        if "not found" in str(exc) or "corrupted" in str(exc):
-            raise UserError(
-                f"{name} not found in data.root '{root}'; point data.root at a folder holding it "
-                "or set data.download=true (needs internet)"
-            ) from None
+        if "not found" in str(exc) or "corrupted" in str(exc):  # torchvision says "not found or corrupted"
+            damaged = _first_damaged(name, root)
+            if damaged is not None:
+                raise UserError(f"{name} file '{damaged}' fails its checksum: re-download it (delete it and set "
+                                "data.download=true, or replace it)") from None
+            raise not_found(name, root) from None
         raise UserError(f"{name} in data.root '{root}' cannot be read ({exc}); re-download it") from None
     except Exception as exc:  # malformed pickles / .mat / binaries raise anything
         raise UserError(f"{name} in data.root '{root}' cannot be read ({type(exc).__name__}: {exc}); "
                         "re-download it (data.download=true) or replace the files") from None
     num_classes = {"cifar10": 10, "cifar100": 100, "svhn": 10, "stl10": 10}[name]
     return ImageData(train_x, train_y, test_x, test_y, num_classes)
+
+
+def _first_damaged(name: str, root: Path) -> Path | None:
+    """The first of torchvision's files for dataset ``name`` under ``root`` that is there but fails its
+    published MD5 (torchvision's ``check_integrity``), or None when every file there passes.
+
+    torchvision reports a missing file and a damaged one alike ("not found or corrupted"); its
+    dataset classes list the files and their checksums, which this reads to tell them apart.
+    """
+    import torchvision.datasets as tvd
+    from torchvision.datasets.utils import check_integrity
+
+    cls = {"cifar10": tvd.CIFAR10, "cifar100": tvd.CIFAR100, "svhn": tvd.SVHN, "stl10": tvd.STL10}[name]
+    if hasattr(cls, "split_list"):  # SVHN: one .mat file a split, in root itself
+        files = [(root / cls.split_list[s][1], cls.split_list[s][2]) for s in ("train", "test")]
+    else:  # CIFAR, STL-10: a folder of batches (and CIFAR's meta file)
+        listed = [*cls.train_list, *cls.test_list, *([[cls.meta["filename"], cls.meta["md5"]]]
+                                                      if hasattr(cls, "meta") else [])]
+        files = [(root / cls.base_folder / file, md5) for file, md5 in listed]
+    return next((path for path, md5 in files if path.is_file() and not check_integrity(str(path), md5)), None)
 
 
 def synthetic(seed: int = 0, train: int = 1200, test: int = 300, classes: int = 10,

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from fedlight.data.sources import ImageData
+from fedlight.optional import require_sklearn
 from fedlight.seeding import numpy_rng
 
 
@@ -35,6 +36,7 @@ def diabetes(seed: int = 0, test_fraction: float = 0.2) -> ImageData:
     the inputs, as race and gender do in LG-FedAvg's UCI adult experiment (section 3.3).
     The train / test split is a seeded ``test_fraction`` draw.
     """
+    require_sklearn("data.name=diabetes (scikit-learn's table, and the fairness probe on it)")
     from sklearn.datasets import load_diabetes
 
     table = load_diabetes(scaled=False)

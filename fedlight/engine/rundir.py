@@ -28,9 +28,8 @@ from typing import Any
 
 import yaml
 
-from fedlight.config.files import read_yaml_mapping
+from fedlight.config.files import output_folder_problem, read_yaml_mapping
 from fedlight.config.schema import Recipe
-from fedlight.engine.checkpoint import atomic_write_bytes
 from fedlight.errors import UserError
 
 CHECKPOINT = "checkpoints/last.pt"
@@ -285,9 +284,7 @@ def claim_run_dir(path: Path, recipe: dict[str, Any], resume: bool, overwrite: b
         UserError: the flags contradict each other or do not fit the folder, it is held by another
             run, it is not writable, or its disk is too full.
     """
-    if resume and overwrite:
-        raise UserError("--resume and --overwrite contradict each other; pass only one")
-    check_free_space(path, min_free_mb)
+    _check_flags_and_disk(path, resume, overwrite, min_free_mb)
     created = _first_missing(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -310,6 +307,31 @@ def claim_run_dir(path: Path, recipe: dict[str, Any], resume: bool, overwrite: b
         folder.release()
         raise
     return folder
+
+
+def check_run_dir(path: Path, recipe: dict[str, Any], resume: bool, overwrite: bool, min_free_mb: int = 0) -> None:
+    """Refuse ``path`` as ``claim_run_dir`` would, only reading: no lock taken, no folder made, nothing moved.
+
+    ``fedlight fit`` asks before it imports torch, so a wrong flag or a folder in the way is one
+    line within a second, not after the 7-9 s of imports. Two refusals stay the claim's: a folder
+    another run holds (only the lock tells) and one a killed run left half replaced (the claim
+    finishes that move first, under the lock, which can change what the folder holds).
+
+    Raises:
+        UserError: as ``claim_run_dir``.
+    """
+    _check_flags_and_disk(path, resume, overwrite, min_free_mb)
+    problem = output_folder_problem(path)
+    if problem:
+        raise UserError(f"run folder: {problem}; set run.dir to a writable folder")
+    if not (path / MOVING).exists() and not (path / REPLACED).exists():
+        _plan(path, recipe, resume, overwrite)
+
+
+def _check_flags_and_disk(path: Path, resume: bool, overwrite: bool, min_free_mb: int) -> None:
+    if resume and overwrite:
+        raise UserError("--resume and --overwrite contradict each other; pass only one")
+    check_free_space(path, min_free_mb)
 
 
 def _probe_writes(path: Path) -> None:
@@ -336,8 +358,14 @@ def check_free_space(path: Path, min_free_mb: int) -> None:
 
 
 def write_json(path: Path, obj: Any) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2) + "\n").encode())
+    _write_atomically(path, (json.dumps(obj, indent=2) + "\n").encode())
 
 
 def write_yaml(path: Path, obj: Any) -> None:
-    atomic_write_bytes(path, yaml.safe_dump(obj, sort_keys=False).encode())
+    _write_atomically(path, yaml.safe_dump(obj, sort_keys=False).encode())
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    from fedlight.engine.checkpoint import atomic_write_bytes  # here: checkpoint imports torch; this module does not
+
+    atomic_write_bytes(path, data)

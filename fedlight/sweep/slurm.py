@@ -11,14 +11,14 @@ from pathlib import Path
 
 from fedlight.errors import UserError
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "slurm"
+TEMPLATES = Path(__file__).resolve().parents[1] / "bundled" / "slurm"  # package data (pyproject.toml)
 
 
 def render_array_script(out: Path, name: str, python: str = sys.executable, cwd: Path | None = None) -> str:
     """``slurm/array.sbatch`` with the sweep folder, job name, Python and working folder filled in."""
     template = TEMPLATES / "array.sbatch"
     if not template.is_file():
-        raise UserError(f"SLURM template '{template}' is missing; run fedlight from its source checkout")
+        raise UserError(f"SLURM template '{template}' is missing; reinstall fedlight (its package data holds it)")
     fields = {"@OUT@": str(out), "@NAME@": name, "@PYTHON@": python, "@CWD@": str(cwd or Path.cwd())}
     text = template.read_text()
     for placeholder, value in fields.items():

@@ -31,6 +31,7 @@ from fedlight.exchange.delay import period_delay
 from fedlight.exchange.exchange import Exchange
 from fedlight.exchange.graph import build_graph, graph_figure
 from fedlight.methods.base import FederatedModule
+from fedlight.optional import require_sklearn
 from fedlight.seeding import numpy_rng
 
 EXCHANGE = "exchange."  # store keys of a device's exchange state
@@ -45,6 +46,8 @@ def validate_exchange(cfg: ExchangeConfig, iterations: int | None, method: str |
                         "set it, or set exchange.policy=none")
     if policy == "smart" and method != "triplet":
         raise UserError("exchange.policy=smart scores points with the triplet loss; set method.name=triplet")
+    if policy == "smart":
+        require_sklearn("exchange.policy=smart (CF-CL's K-means push and pull)")
     if aggregate_every is not None and streaming:
         raise UserError("local.iterations and stream.velocity are two different schedules; drop one")
     n, degree = num_clients, cfg.avg_degree
