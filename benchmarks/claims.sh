@@ -87,6 +87,17 @@ if [ -z "$ARGS" ] || want cfcl; then
     --claim smart '>' none 'no exchange slower still'
 fi
 
+# CF-CL Fig. 3(e): importance (eq. 10) from the period's global model (CF-CL) against the
+# receivers' latest local models, sent to every neighbour at each pull inside a period (the
+# "ideal substitute"): CF-CL "consistently stays on par" at far lower transmission cost. The
+# twin of the cfcl block (kNN after T = 800 iterations); rule: within 2 points; bytes_d2d shows
+# the cost (images + the local models, comm.csv's d2d float32 rows).
+if [ -z "$ARGS" ] || want cfcl_local; then
+  $R --out runs/repro/cfcl_local --metric knn_acc --extra linear_probe_acc --extra bytes_d2d --per-round --per-seed \
+    recipes/cfcl_fmnist_small.yaml recipes/cfcl_local_fmnist_small.yaml \
+    --claim cfcl_fmnist_small '~' cfcl_local_fmnist_small 'Fig. 3(e): global-model importance on par with local models'
+fi
+
 # SOFed Tables I, III, VI (CIFAR-10: SOFed 78.66 > FedU-IS 77.71 > FedSimCLR-IS 73.39; importance
 # scoring > Random Replacement ~ FIFO; lazy scoring T = 50 keeps accuracy). The twin streams each
 # device's data 16 times (rounds = 16): a seed-0 pilot showed BYOL's kNN 34.3 -> 48.2 there, while

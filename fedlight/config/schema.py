@@ -103,6 +103,9 @@ class ExchangeConfig:
     pull_size: int = check(positive, 100)  # n: points each neighbour sends per pull
     pull_every: int = check(positive, 10)  # Tp, in SGD iterations
     kmeans_iters: int = check(positive, 100)  # Lloyd iterations of the push K-means
+    # eq. 10's model for a pull inside a period: the period's global model, or the receiver's latest
+    # local model (Fig. 3(e); sent to each neighbour at every such pull, counted as d2d float bytes)
+    importance_model: Literal["global", "local"] = "global"
 
 
 @dataclass

@@ -121,6 +121,7 @@ class ClientRunner:
             ledger.record(round_, client, "up", payload)
         if work.d2d_bytes:  # images received from other clients, 8 bits per pixel
             ledger.rows.append([round_, client, "d2d", "uint8", work.d2d_bytes])
+        ledger.rows.extend([round_, client, direction, dtype, n] for direction, dtype, n in work.sent)
         report.update(loss=work.result.mean_loss, steps=work.result.steps, samples=int(work.weight), **work.report)
         problem = self.faults.problem(work.result.mean_loss, payload)
         if problem:  # excluded; its private state is not saved

@@ -89,6 +89,8 @@ class ClientWork:
         report: the schedule's entries of the client's report (lists and numbers only).
         state: store entries the schedule keeps for the client, under its ``state_prefix``.
         d2d_bytes: bytes the client received from other clients this round.
+        sent: other transmissions of the client this round, as (direction, dtype, bytes) ledger
+            entries (e.g. CF-CL's local models sent to its neighbours, Fig. 3(e)).
     """
 
     result: LocalResult
@@ -96,6 +98,7 @@ class ClientWork:
     report: Report = field(default_factory=dict)
     state: State = field(default_factory=dict)
     d2d_bytes: int = 0
+    sent: list[tuple[str, str, int]] = field(default_factory=list)
 
 
 class ClientSchedule(RoundPlugin):
