@@ -64,6 +64,8 @@ class ClientRunner:
         """The sampled clients this rank trains, one list per worker (where clients keep state, on
         their own rank; else dealt to every worker of every rank by sample count, so none waits
         long for another: cross-silo, 2 processes, 13.6% -> 1.8% of a round)."""
+        for plugin in self.plugins:
+            sampled = plugin.participants(sampled)
         stateful = module.private_state() or self.aggregator.keeps_models_local or self.schedule.keeps_clients
         w = len(self.workers)
         if stateful:

@@ -36,6 +36,11 @@ class RoundPlugin:
     def on_round_start(self, round_: int, global_state: State) -> None:
         """Before any client of (0-based) ``round_`` trains; ``global_state`` is the round's model."""
 
+    def participants(self, sampled: list[int]) -> list[int]:
+        """The clients that train in the round ``on_round_start`` last announced, given the loop's
+        ``sampled`` clients (e.g. a device that arrives online, with a share of the others)."""
+        return sampled
+
     def client_payload(self, module: FederatedModule) -> State | None:
         """What a client that just trained on ``module`` sends, if not ``module.payload()`` (None)."""
         return None
