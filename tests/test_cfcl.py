@@ -370,3 +370,45 @@ def test_two_processes_exchange_as_one(tmp_path: Path) -> None:
     assert sorted(a["ledger"]) == sorted(b["ledger"])
     for c in a["clients"]:
         assert a["clients"][c][EXCHANGE + "pulled"].tolist() == b["clients"][c][EXCHANGE + "pulled"].tolist()
+
+
+def test_importance_model_local_plans_later_pulls_with_the_receivers_trained_model(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fig. 3(e): ``exchange.importance_model=local`` plans a pull inside a period with the receiver's
+    model as trained so far, and the ledger charges that model once per neighbour and such pull.
+
+    Ta = 10, Tp = 5: pulls at steps 0 (still the global model: the period's global plan) and 5
+    (re-planned with the local model), so each device sends its model to every neighbour once a period.
+    """
+    plans: dict[str, list[tuple[int, int, bool, torch.Tensor]]] = {"global": [], "local": []}
+    plan = ExchangeSchedule._plan
+    results = {}
+    for mode in ("global", "local"):
+        def spy(self, receiver, round_, module, fresh=False, mode=mode):
+            weights = torch.cat([p.detach().flatten().clone() for p in module.parameters()])
+            plans[mode].append((round_, receiver, fresh, weights))
+            plan(self, receiver, round_, module, fresh)
+
+        monkeypatch.setattr(ExchangeSchedule, "_plan", spy)
+        _, recipe = _recipe(tmp_path / mode, f"exchange.importance_model={mode}")
+        results[mode] = fit(recipe)
+    assert not any(fresh for _, _, fresh, _ in plans["global"])
+    fresh_plans = [p for p in plans["local"] if p[2]]
+    assert sorted((r, c) for r, c, _, _ in fresh_plans) == [(r, c) for r in range(2) for c in range(5)]
+    period_start = {(r, c): w for r, c, fresh, w in plans["local"] if not fresh}
+    for r, c, _, weights in fresh_plans:  # scored by a model that has left the period's global model
+        assert not torch.equal(weights, period_start[(r, c)])
+    graph = json.loads((tmp_path / "local/run/graph.json").read_text())
+    links = sum(len(n) for n in graph["neighbours"])
+    model_bytes = sum(p.numel() for p in CFCLCNN(3, 16).parameters()) * 4  # the model a device uploads
+    g, l = results["global"]["comm"], results["local"]["comm"]
+    assert l["bytes_up"] == g["bytes_up"]
+    assert l["bytes_d2d"] - g["bytes_d2d"] == model_bytes * links * 2  # 2 periods, one re-planned pull each
+    rows = [line.split(",") for line in (tmp_path / "local/run/comm.csv").read_text().splitlines()[1:]]
+    assert sum(int(r[4]) for r in rows if r[2] == "d2d" and r[3] == "float32") == model_bytes * links * 2
+
+
+def test_importance_model_local_needs_the_smart_pull(tmp_path: Path) -> None:
+    _, recipe = _recipe(tmp_path, "exchange.importance_model=local", "exchange.policy=uniform")
+    with pytest.raises(UserError, match="exchange.importance_model=local.*exchange.policy=smart"):
+        fit(recipe)

@@ -103,6 +103,20 @@ class ExchangeConfig:
     pull_size: int = check(positive, 100)  # n: points each neighbour sends per pull
     pull_every: int = check(positive, 10)  # Tp, in SGD iterations
     kmeans_iters: int = check(positive, 100)  # Lloyd iterations of the push K-means
+    # eq. 10's model for a pull inside a period: the period's global model, or the receiver's latest
+    # local model (Fig. 3(e); sent to each neighbour at every such pull, counted as d2d float bytes)
+    importance_model: Literal["global", "local"] = "global"
+
+
+@dataclass
+class NewDeviceConfig:
+    """LG-FedAvg sec. 3.2 / Table 3: a device with rotated data arriving online (off unless ``rotation``)."""
+
+    rotation: float | None = None  # degrees the new device's images are turned (the paper: 90); None: no device
+    train: int = check(positive, 3000)  # its training images, drawn from the training set (sec. 7.2: 3,000)
+    test: int = check(positive, 500)  # its test images, drawn from the test set (sec. 7.2: 500)
+    goal_acc: float = check(probability, 0.975)  # it arrives after the original devices' mean accuracy reaches this
+    fraction: float = check(probability, 0.0)  # p: share of the original devices that train beside it (0: none)
 
 
 @dataclass
@@ -189,6 +203,7 @@ class Recipe:
     stream: StreamConfig = field(default_factory=StreamConfig)
     buffer: BufferConfig = field(default_factory=BufferConfig)
     exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
+    new_device: NewDeviceConfig = field(default_factory=NewDeviceConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     views: ViewsConfig = field(default_factory=ViewsConfig)
     method: dict[str, Any] = field(default_factory=lambda: {"name": "simclr"})

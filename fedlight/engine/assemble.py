@@ -19,6 +19,7 @@ from lightning.fabric import Fabric
 
 from fedlight import registry
 from fedlight.config.schema import Recipe
+from fedlight.data.rotated import add_rotated_device
 from fedlight.data.sources import ImageData
 from fedlight.data.views import ViewMaker, ViewParams
 from fedlight.engine.evaluator import Evaluator
@@ -30,6 +31,7 @@ from fedlight.engine.plugins.epochs import EpochSchedule
 from fedlight.engine.plugins.exchange import ExchangeSchedule
 from fedlight.engine.plugins.faults import SimulatedFaults
 from fedlight.engine.plugins.local_test import LocalTests
+from fedlight.engine.plugins.new_device import NewDevice
 from fedlight.engine.plugins.stream import StreamSchedule
 from fedlight.engine.sampling import owner
 from fedlight.errors import UserError
@@ -53,6 +55,11 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
     declared = {**module.shared_state(), **module.private_state(), **module.transient_state()}
     undeclared = sorted(set(module.state_dict()) - set(declared))
     assert not undeclared, f"{type(module).__name__} state not declared shared/private/transient: {undeclared[:3]}"
+    original, views = data, build_views(recipe, data)  # normalised, probed and tested on the original data
+    new_device, rotated = recipe.new_device, None
+    if new_device.rotation is not None:  # LG-FedAvg sec. 3.2: a device of rotated images, online
+        rotated = add_rotated_device(data, parts, new_device.rotation, new_device.train, new_device.test, recipe.seed)
+        data, parts = rotated.data, rotated.parts
     if aggregator.pools_clients:
         parts = [np.sort(np.concatenate(parts))]
     tensors = [torch.as_tensor(p, dtype=torch.long) for p in parts]
@@ -63,8 +70,7 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
     if getattr(module, "uses_protected", False):  # fair LG-FedAvg: batches carry (class, attribute)
         labels = torch.stack([data.train_y, data.train_a], dim=1)
     labels = fabric.to_device(labels)
-    views = build_views(recipe, data)
-    evaluator = Evaluator(fabric, module, data, views, recipe.eval, recipe.seed)
+    evaluator = Evaluator(fabric, module, original, views, recipe.eval, recipe.seed)
     plugins: list[RoundPlugin] = []
     if recipe.eval.local_test:
         plugins.append(LocalTests(fabric, evaluator, trainable, [parts[c] for c in trainable], data.train_y.numpy(),
@@ -73,6 +79,12 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
         public_images = images[tensors[public].to(images.device)]
         plugins.append(PublicSetDistillation(fabric, module, public_images, views, aggregator, evaluator.apply,
                                              recipe.seed))
+    if rotated is not None:
+        device = len(parts) - 1
+        originals = [c for c in trainable if c != device]
+        plugins.append(NewDevice(fabric, evaluator, originals, device, [parts[c] for c in originals],
+                                 original.train_y.numpy(), rotated.test_x, rotated.test_y, new_device,
+                                 recipe.clients.fraction, recipe.seed))
     schedule = build_schedule(fabric, recipe, data, module, images, labels, tensors, views, trainable)
     faults = SimulatedFaults(recipe.faults, recipe.seed, run_dir, fabric.global_rank)
     l = recipe.local

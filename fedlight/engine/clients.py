@@ -64,6 +64,8 @@ class ClientRunner:
         """The sampled clients this rank trains, one list per worker (where clients keep state, on
         their own rank; else dealt to every worker of every rank by sample count, so none waits
         long for another: cross-silo, 2 processes, 13.6% -> 1.8% of a round)."""
+        for plugin in self.plugins:
+            sampled = plugin.participants(sampled)
         stateful = module.private_state() or self.aggregator.keeps_models_local or self.schedule.keeps_clients
         w = len(self.workers)
         if stateful:
@@ -121,6 +123,7 @@ class ClientRunner:
             ledger.record(round_, client, "up", payload)
         if work.d2d_bytes:  # images received from other clients, 8 bits per pixel
             ledger.rows.append([round_, client, "d2d", "uint8", work.d2d_bytes])
+        ledger.rows.extend([round_, client, direction, dtype, n] for direction, dtype, n in work.sent)
         report.update(loss=work.result.mean_loss, steps=work.result.steps, samples=int(work.weight), **work.report)
         problem = self.faults.problem(work.result.mean_loss, payload)
         if problem:  # excluded; its private state is not saved

@@ -18,6 +18,7 @@ from fedlight.data.sources import ImageData, load_dataset, take_subset
 from fedlight.engine import launch, preemption
 from fedlight.engine.assemble import build_federation, schedule_name
 from fedlight.engine.plugins.exchange import validate_exchange
+from fedlight.engine.plugins.new_device import validate_new_device
 from fedlight.engine.rundir import RECIPE, RunFolder, claim_run_dir, write_yaml
 from fedlight.errors import UserError, warnings_if_it_works
 from fedlight.methods.base import FederatedModule, OptimizerSpec
@@ -109,6 +110,7 @@ def check_recipe(recipe: Recipe) -> Aggregator:
                         f"{', '.join(registry.BACKBONES)}")
     validate_exchange(recipe.exchange, recipe.local.iterations, recipe.method.get("name"),
                       recipe.stream.velocity is not None, recipe.clients.num)
+    validate_new_device(recipe)
     schedule = schedule_name(recipe)
     l = recipe.local
     if l.lr_decay and l.lr_schedule != "exponential":

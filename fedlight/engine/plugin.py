@@ -36,6 +36,11 @@ class RoundPlugin:
     def on_round_start(self, round_: int, global_state: State) -> None:
         """Before any client of (0-based) ``round_`` trains; ``global_state`` is the round's model."""
 
+    def participants(self, sampled: list[int]) -> list[int]:
+        """The clients that train in the round ``on_round_start`` last announced, given the loop's
+        ``sampled`` clients (e.g. a device that arrives online, with a share of the others)."""
+        return sampled
+
     def client_payload(self, module: FederatedModule) -> State | None:
         """What a client that just trained on ``module`` sends, if not ``module.payload()`` (None)."""
         return None
@@ -89,6 +94,8 @@ class ClientWork:
         report: the schedule's entries of the client's report (lists and numbers only).
         state: store entries the schedule keeps for the client, under its ``state_prefix``.
         d2d_bytes: bytes the client received from other clients this round.
+        sent: other transmissions of the client this round, as (direction, dtype, bytes) ledger
+            entries (e.g. CF-CL's local models sent to its neighbours, Fig. 3(e)).
     """
 
     result: LocalResult
@@ -96,6 +103,7 @@ class ClientWork:
     report: Report = field(default_factory=dict)
     state: State = field(default_factory=dict)
     d2d_bytes: int = 0
+    sent: list[tuple[str, str, int]] = field(default_factory=list)
 
 
 class ClientSchedule(RoundPlugin):

@@ -110,10 +110,11 @@ class Exchange:
         return np.sort(rng.choice(own, size=min(self.approx_size, len(own)), replace=False))
 
     def plan(self, receivers: list[int], round_: int, embed: Embed,
-             embed_views: Callable[[np.ndarray, int], torch.Tensor], margin: float) -> None:
-        """Algorithm 2, lines 2-7, for every (receiver, neighbour) pair, with the global model.
+             embed_views: Callable[[np.ndarray, int], torch.Tensor], margin: float, fresh: bool = False) -> None:
+        """Algorithm 2, lines 2-7, for every (receiver, neighbour) pair, with the global model (or, with
+        ``fresh``, the receivers' own latest local model: Fig. 3(e)).
 
-        Plans of earlier periods are replaced pair by pair.
+        Plans of earlier periods (or pulls) are replaced pair by pair.
 
         Args:
             receivers: devices that will pull in this aggregation period.
@@ -121,12 +122,14 @@ class Exchange:
             embed: global-model embeddings of image indices, (n,) -> (n, d).
             embed_views: embeddings of augmented views of image indices, keyed by a seed.
             margin: the triplet margin m of eq. 10.
+            fresh: ``embed`` is not the period's global model: embed the transmitters' candidates
+                again rather than reuse the period's global-model embeddings.
         """
         if self.policy != "smart":
             return
         if self._approx_round != round_:  # a transmitter's candidates are embedded once per period
             self._approx, self._approx_round = {}, round_
-        approx = self._approx
+        approx: dict[int, tuple[np.ndarray, torch.Tensor]] = {} if fresh else self._approx
         for i in receivers:
             reserve = self.reserve[i]
             anchors = embed(reserve)

@@ -16,7 +16,7 @@ authors' code does; Figure 1 draws local representation layers below a global he
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -72,12 +72,16 @@ class LocalGlobal(ObjectiveWrapper):
         warmup_rounds: FedAvg rounds before the LG rounds start.
         warmup_goal_acc: end the FedAvg phase early once an evaluated global ``test_acc``
             reaches this value (the paper's "FedAvg until a goal accuracy").
+        warmup_goal_metric: the history column ``warmup_goal_acc`` is compared with
+            (``normal_acc``: the original devices' mean accuracy when a new device arrives,
+            sec. 3.2, ``fedlight.engine.plugins.new_device``).
     """
 
     def __init__(self, objective: FederatedModule, num_classes: int,
                  global_layers: list[str] | None = None,  # [] is valid: every layer local (local only)
                  warmup_rounds: Annotated[int, non_negative] = 0,
-                 warmup_goal_acc: Annotated[float | None, probability] = None) -> None:
+                 warmup_goal_acc: Annotated[float | None, probability] = None,
+                 warmup_goal_metric: Literal["test_acc", "normal_acc"] = "test_acc") -> None:
         super().__init__(objective)
         self.head: nn.Linear | None = None
         if not objective.has_classifier:
@@ -85,7 +89,7 @@ class LocalGlobal(ObjectiveWrapper):
             self.has_classifier = self.uses_labels = True
         names = ["classifier"] if global_layers is None else list(global_layers)
         self.global_layers = tuple(self._resolve(n) for n in names)
-        self.warmup_rounds, self.warmup_goal_acc = warmup_rounds, warmup_goal_acc
+        self.warmup_rounds, self.warmup_goal_acc, self.warmup_goal_metric = warmup_rounds, warmup_goal_acc, warmup_goal_metric
         self.local_phase = False
         self.shared_modules = (*self.shared_modules, *(("head",) if self.head is not None else ()))
         self.private_modules = complement(self, (*self.shared_modules, *self.transient_modules))
@@ -105,7 +109,7 @@ class LocalGlobal(ObjectiveWrapper):
     def in_local_phase(self, round_: int, history: list[dict[str, Any]]) -> bool:
         """True once the FedAvg phase is over at the start of (0-based) ``round_``."""
         goal = self.warmup_goal_acc
-        reached = goal is not None and any((row.get("test_acc") or 0) >= goal for row in history)
+        reached = goal is not None and any((row.get(self.warmup_goal_metric) or 0) >= goal for row in history)
         return round_ >= self.warmup_rounds or reached
 
     def on_round_start(self, round_: int, history: list[dict[str, Any]]) -> bool:

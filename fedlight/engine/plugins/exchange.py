@@ -3,7 +3,10 @@
 A round is one aggregation period of Ta SGD iterations (``local.iterations``); global
 iteration t = round * Ta + step. Before a step with t % Tp == 0 (``exchange.pull_every``) the
 device pulls from its neighbours, so with Tp dividing Ta every period opens with a pull.
-Pull plans (eq. 7-10) use the global model of the period, computed before any client trains.
+Pull plans (eq. 7-10) use the global model of the period, computed before any client trains;
+with ``exchange.importance_model=local`` (Fig. 3(e)) a pull inside the period is planned again
+with the receiver's latest local model, which it sends to each neighbour first (ledger: ``d2d``
+rows of the model's dtype, the size of its upload, once per neighbour and such pull).
 The device's pulled set is kept in the client store (``exchange.pulled``) so a resumed run
 continues exactly. Nothing here reads a label for training: the objective must be label-free
 (asserted) and training batches carry a placeholder; labels only measure the variance of the
@@ -24,6 +27,7 @@ from fedlight.config.schema import ExchangeConfig
 from fedlight.data.partition import class_counts
 from fedlight.data.views import ViewMaker
 from fedlight.engine.iteration_loop import train_client_iterations
+from fedlight.engine.ledger import payload_bytes
 from fedlight.engine.plugin import ClientSchedule, ClientWork, Report, State
 from fedlight.engine.rundir import write_json
 from fedlight.errors import UserError
@@ -44,6 +48,9 @@ def validate_exchange(cfg: ExchangeConfig, iterations: int | None, method: str |
     if policy != "none" and aggregate_every is None:
         raise UserError(f"exchange.policy={policy} needs local.iterations (CF-CL's Ta, e.g. 50); "
                         "set it, or set exchange.policy=none")
+    if cfg.importance_model == "local" and policy != "smart":
+        raise UserError(f"exchange.importance_model=local scores the smart pull; exchange.policy={policy} scores "
+                        "nothing: set exchange.policy=smart or drop exchange.importance_model")
     if policy == "smart" and method != "triplet":
         raise UserError("exchange.policy=smart scores points with the triplet loss; set method.name=triplet")
     if policy == "smart":
@@ -104,12 +111,23 @@ class ExchangeSchedule(ClientSchedule):
         self.pixels = int(np.prod(images.shape[1:]))  # bytes of one uint8 image: 8 bits per pixel
 
     @torch.no_grad()
-    def _embed(self, ids: np.ndarray, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Global-model embeddings (n, d) of images ``ids``, of augmented views if a generator is given."""
+    def _embed(self, ids: np.ndarray, generator: torch.Generator | None = None,
+               module: FederatedModule | None = None) -> torch.Tensor:
+        """Embeddings (n, d) of images ``ids`` by ``module`` (default: the worker model, holding the
+        global model), of augmented views if a generator is given."""
         x = self.images[torch.as_tensor(ids).to(self.images.device)]
         x = self.views.normalize(x) if generator is None else self.views.view(x, 0, generator)
         with self.fabric.autocast():
-            return self.module.embed(x).float()
+            return (module or self.module).embed(x).float()
+
+    def _plan(self, receiver: int, round_: int, module: FederatedModule, fresh: bool = False) -> None:
+        """Plan ``receiver``'s pulls with ``module`` as it is now (eval mode while it embeds)."""
+        training = module.training
+        module.eval()
+        self.exchange.plan([receiver], round_, lambda ids: self._embed(ids, None, module),
+                           lambda ids, seed: self._embed(ids, torch.Generator().manual_seed(seed), module),
+                           float(module.margin), fresh=fresh)
+        module.train(training)
 
     def begin_round(self, round_: int, global_state: State, receivers: list[int]) -> None:
         """Plan every pull of the period for ``receivers`` with the global model (Algorithm 2, lines 2-7)."""
@@ -117,12 +135,9 @@ class ExchangeSchedule(ClientSchedule):
         if self.cfg.policy != "smart":
             return
         self.module.load_partial(global_state)
-        self.module.eval()
         for i in receivers:
             start = time.perf_counter()
-            self.exchange.plan([i], round_, self._embed,
-                               lambda ids, seed: self._embed(ids, torch.Generator().manual_seed(seed)),
-                               float(self.module.margin))
+            self._plan(i, round_, self.module)
             self.plan_seconds[i] = time.perf_counter() - start
 
     def train(self, module: FederatedModule, client: int, round_: int, generator: torch.Generator,
@@ -130,9 +145,13 @@ class ExchangeSchedule(ClientSchedule):
         """One period of ``client``: pull when due, one SGD step per iteration.
 
         Its weight is eq. 5's (mean local set size); its report holds the label counts of its
-        training set at each pull (measurement) and the exchange's compute seconds.
+        training set at each pull (measurement) and the exchange's compute seconds. With
+        ``importance_model=local`` a pull after the period's first step is planned with ``module``
+        as trained so far (at step 0 it still equals the global model), sent to every neighbour.
         """
         ex, tp = self.exchange, self.cfg.pull_every
+        by_local_model = self.cfg.importance_model == "local" and self.cfg.policy == "smart"
+        models_sent = 0
         if EXCHANGE + "pulled" in private:
             ex.pulled[client] = private[EXCHANGE + "pulled"].numpy()
         sets: list[np.ndarray] = []
@@ -141,10 +160,13 @@ class ExchangeSchedule(ClientSchedule):
         current = torch.as_tensor(ex.local_set(client))
 
         def local_set(step: int) -> torch.Tensor:
-            nonlocal received, seconds, current
+            nonlocal received, seconds, current, models_sent
             t = round_ * self.aggregate_every + step
             if t % tp == 0 and self.cfg.policy != "none":
                 start = time.perf_counter()
+                if by_local_model and step > 0:  # the receiver's model has left the global one
+                    self._plan(client, round_, module, fresh=True)
+                    models_sent += len(ex.neighbours[client])
                 received += self.pixels * sum(len(s) for s in ex.pull(client, t, self.total))
                 seconds += time.perf_counter() - start
                 current = torch.as_tensor(ex.local_set(client))
@@ -156,8 +178,10 @@ class ExchangeSchedule(ClientSchedule):
         if not sets:  # no pull this period: measure the set it trained on
             sets.append(current.numpy())
         counts = class_counts(self.train_labels, sets, self.num_classes).tolist()
+        sent = [("d2d", dtype, n * models_sent) for dtype, n in sorted(payload_bytes(module.payload()).items())
+                if models_sent]
         return ClientWork(result, weight, {"exchange_seconds": seconds, "label_counts": counts},
-                          {EXCHANGE + "pulled": torch.as_tensor(ex.pulled[client])}, d2d_bytes=received)
+                          {EXCHANGE + "pulled": torch.as_tensor(ex.pulled[client])}, d2d_bytes=received, sent=sent)
 
     def columns(self, round_: int, reports: list[Report], ledger_rows: list[list],
                 history: list[dict[str, Any]]) -> dict[str, Any]:
