@@ -138,11 +138,10 @@ def _fit_ranks(recipe: Recipe, args: argparse.Namespace) -> int:
     except Preempted as stop:  # SIGUSR1 / SIGTERM: checkpointed (and requeued inside SLURM)
         print(f"fedlight: {stop.describe(recipe.run_dir)}", file=sys.stderr)
         return PREEMPTED_EXIT
-    final, base = results["final"] or {}, results["baseline"] or {}
-    if final and not launch.is_child():
-        print(f"final: linear probe {final['linear_probe_acc']:.4f} (random init {base.get('linear_probe_acc', float('nan')):.4f}), "
-              f"kNN {final['knn_acc']:.4f} (random init {base.get('knn_acc', float('nan')):.4f}); "
-              f"{results['wall_seconds']:.1f} s; run folder {results['recipe']['run']['dir'] or 'runs/' + results['recipe']['name']}")
+    if results["final"] and not launch.is_child():
+        from fedlight.engine.console import final_line
+
+        print(final_line(results))
     return 0
 
 
