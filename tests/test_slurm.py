@@ -135,7 +135,8 @@ def test_sweep_on_slurm_with_a_preempted_task_then_report(cluster: SlurmCluster,
     report = (out / "report.md").read_text()
     assert "| partition.alpha | seeds |" in report
     assert all(f"| {a} | 1 |" in report for a in ("0.5", "5.0", "50.0"))
-    assert (out / "accuracy_vs_round.png").stat().st_size > 0 and (out / "accuracy_vs_bytes.png").stat().st_size > 0
+    assert all((out / f"{m}_vs_{kind}.png").stat().st_size > 0 for m in ("linear_probe_acc@1", "knn_acc@1")
+               for kind in ("round", "bytes"))
 
 
 def test_srun_over_two_ranks_matches_one_process(cluster: SlurmCluster, tmp_path: Path) -> None:
