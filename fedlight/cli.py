@@ -91,7 +91,14 @@ def _sweep(args: argparse.Namespace) -> int:
 
     options = SweepOptions(args.executor, args.submit, args.resubmit_failed, args.slurm_args, args.max_running,
                            args.parallel)
-    outcome = run_sweep(args.recipe, args.grid, args.seeds, args.out, options, args.overrides)
+    try:
+        outcome = run_sweep(args.recipe, args.grid, args.seeds, args.out, options, args.overrides)
+    except KeyboardInterrupt:  # --executor local: Ctrl-C or SIGTERM, passed on to the tasks as SIGTERM
+        if args.executor != "local":
+            raise
+        print("fedlight: sweep stopped (its running tasks got SIGTERM and keep their last checkpoint); "
+              "the same command resumes them", file=sys.stderr)
+        return PREEMPTED_EXIT
     if outcome.failed:
         print(f"fedlight: {len(outcome.failed)} task(s) failed: {', '.join(outcome.failed)}; see "
               f"{os.path.join(args.out, 'logs', '<name>.out')}, then run the same command to retry them", file=sys.stderr)
