@@ -47,8 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     group = fit.add_mutually_exclusive_group()
     group.add_argument("--resume", action="store_true", help="continue the run folder from its last checkpoint")
     group.add_argument("--overwrite", action="store_true", help="replace a non-empty run folder")
-    sweep = sub.add_parser("sweep", help="a recipe x a grid x seeds as one SLURM array job")
+    sweep = sub.add_parser("sweep", help="a recipe x a grid x seeds: one SLURM array job, or processes here")
     sweep.add_argument("--recipe", required=True, help="base recipe YAML file")
+    sweep.add_argument("overrides", nargs="*", help="dotted key=value overrides every task shares, as fit takes them")
     sweep.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                        help="a recipe key and its values (repeatable), e.g. partition.alpha=0.01,1,100")
     sweep.add_argument("--seeds", type=int, default=1, help="seeds per grid point: the recipe's seed and the next ones")
@@ -57,9 +58,17 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--resubmit-failed", action="store_true", help="submit every task without final results")
     sweep.add_argument("--slurm-args", default="", help='extra sbatch options, e.g. "--partition=gpu --gres=gpu:1"')
     sweep.add_argument("--max-running", type=int, default=None, metavar="M", help="at most M tasks at once (%%M)")
-    report = sub.add_parser("report", help="compare finished runs: report.md and PNG plots")
+    sweep.add_argument("--executor", default="slurm", choices=("slurm", "local"),
+                       help="slurm: an array job (default); local: run the tasks now, as processes on this machine")
+    sweep.add_argument("--parallel", type=int, default=1, metavar="N", help="--executor local: N tasks at once")
+    report = sub.add_parser("report", help="compare finished runs: report.md, .csv and .tex tables, PNG plots")
     report.add_argument("paths", nargs="+", help="run folders, or folders to search for results.json (a sweep)")
-    report.add_argument("--out", default=None, help="where report.md goes (default: the one folder given, else ./report)")
+    report.add_argument("--out", default=None, help="where the report goes (default: the one folder given, else ./report)")
+    report.add_argument("--group-by", default=None, metavar="KEYS",
+                        help="comma-separated recipe keys to group runs by (default: every key that varies, seed excepted)")
+    report.add_argument("--metric", action="append", default=None, metavar="NAME",
+                        help="a metric to tabulate and plot (repeatable; linear_probe_acc means every label fraction); "
+                             "default: all")
     methods = sub.add_parser("methods", help="list every method, aggregator, backbone and client schedule, "
                              "fedlight's and those other packages add through entry points")
     recipes = sub.add_parser("recipes", help="list the recipes fedlight ships, each with its first comment line; "
@@ -69,11 +78,39 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _sweep(args: argparse.Namespace) -> int:
-    from fedlight.sweep.command import run_sweep
+# options whose value may itself start with "-" (`--slurm-args "--cpus-per-task=1"`), which argparse
+# would otherwise take for an unknown flag
+DASH_VALUED = ("--slurm-args",)
 
-    run_sweep(args.recipe, args.grid, args.seeds, args.out, submit_now=args.submit,
-              resubmit_failed=args.resubmit_failed, slurm_args=args.slurm_args, max_running=args.max_running)
+
+def _glue_dash_values(argv: list[str]) -> list[str]:
+    """``['--slurm-args', '--time=5']`` -> ``['--slurm-args=--time=5']`` for the ``DASH_VALUED`` options."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] in DASH_VALUED:
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from fedlight.sweep.command import SweepOptions, run_sweep
+
+    options = SweepOptions(args.executor, args.submit, args.resubmit_failed, args.slurm_args, args.max_running,
+                           args.parallel)
+    try:
+        outcome = run_sweep(args.recipe, args.grid, args.seeds, args.out, options, args.overrides)
+    except KeyboardInterrupt:  # --executor local: Ctrl-C or SIGTERM, passed on to the tasks as SIGTERM
+        if args.executor != "local":
+            raise
+        print("fedlight: sweep stopped (its running tasks got SIGTERM and keep their last checkpoint); "
+              "the same command resumes them", file=sys.stderr)
+        return PREEMPTED_EXIT
+    if outcome.failed:
+        print(f"fedlight: {len(outcome.failed)} task(s) failed: {', '.join(outcome.failed)}; see "
+              f"{os.path.join(args.out, 'logs', '<name>.out')}, then run the same command to retry them", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -81,7 +118,8 @@ def _report(args: argparse.Namespace) -> int:
     from fedlight.report.write import write_report
 
     out = args.out or (args.paths[0] if len(args.paths) == 1 else "report")
-    print(f"wrote {write_report(args.paths, out)}")
+    group_by = None if args.group_by is None else [k.strip() for k in args.group_by.split(",") if k.strip()]
+    print(f"wrote {write_report(args.paths, out, group_by, args.metric)}")
     return 0
 
 
@@ -125,23 +163,22 @@ def _fit_ranks(recipe: Recipe, args: argparse.Namespace) -> int:
     except Preempted as stop:  # SIGUSR1 / SIGTERM: checkpointed (and requeued inside SLURM)
         print(f"fedlight: {stop.describe(recipe.run_dir)}", file=sys.stderr)
         return PREEMPTED_EXIT
-    final, base = results["final"] or {}, results["baseline"] or {}
-    if final and not launch.is_child():
-        print(f"final: linear probe {final['linear_probe_acc']:.4f} (random init {base.get('linear_probe_acc', float('nan')):.4f}), "
-              f"kNN {final['knn_acc']:.4f} (random init {base.get('knn_acc', float('nan')):.4f}); "
-              f"{results['wall_seconds']:.1f} s; run folder {results['recipe']['run']['dir'] or 'runs/' + results['recipe']['name']}")
+    if results["final"] and not launch.is_child():
+        from fedlight.engine.console import final_line
+
+        print(final_line(results))
     return 0
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = _parser()
-    args, extra = parser.parse_known_args(argv)
+    args, extra = parser.parse_known_args(_glue_dash_values(argv))
     args.argv = argv  # the local ranks a multi-process run starts get the same command
     # overrides may also follow the flags (`fit --recipe r.yaml --resume rounds=5`)
     unknown = [e for e in extra if e.startswith("-") or "=" not in e]
-    if unknown or (extra and args.command != "fit"):
+    if unknown or (extra and args.command not in ("fit", "sweep")):
         args.command_parser.unrecognized(unknown or extra)
-    if args.command == "fit":
+    if args.command in ("fit", "sweep"):
         args.overrides += extra
     if getattr(args, "recipe", None) is not None:  # fit and sweep: a shipped recipe's name is its path
         from fedlight.config.bundled import resolve_recipe

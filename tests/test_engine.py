@@ -39,7 +39,11 @@ def tiny_run(tmp_path_factory) -> Path:
     # as a user runs it: the process ends at once after success (cli.run), nothing may be lost
     proc = subprocess.run([sys.executable, "-m", "fedlight", "fit", "--recipe", str(recipe)], capture_output=True,
                           text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
-    assert proc.returncode == 0 and "final: linear probe" in proc.stdout, proc.stderr[-2000:]
+    assert proc.returncode == 0 and "final: linear probe, 100% labels" in proc.stdout, proc.stderr[-2000:]
+    # off a terminal: one plain line per round, no carriage-return progress bars
+    assert [line.split(":")[0] for line in proc.stdout.splitlines() if line.startswith("round ")] == ["round 1/2",
+                                                                                                     "round 2/2"]
+    assert "\r" not in proc.stdout + proc.stderr and "it/s" not in proc.stderr
     return tmp / "run"
 
 

@@ -72,12 +72,12 @@ def test_the_first_of_two_keys_is_not_dropped_when_yaml_merges_on_purpose(tmp_pa
     ["fit"],
     ["sweep", "--recipe", "r.yaml", "--out", "o", "--seeds", "abc"],
     ["sweep", "--recipe", "r.yaml", "--out", "o", "--max-running", "x"],
-    ["sweep", "--recipe", "r.yaml", "--out", "o", "rounds=3"],
+    ["sweep", "--recipe", "r.yaml", "--out", "o", "--parallel", "x"],
     ["report", "--out"],
     ["report", "runs", "--bogus"],
     ["nosuch"],
     [],
-], ids=["resume-and-overwrite", "misspelt-flag", "no-recipe", "seeds-abc", "max-running-x", "sweep-override",
+], ids=["resume-and-overwrite", "misspelt-flag", "no-recipe", "seeds-abc", "max-running-x", "parallel-x",
         "report-no-value", "report-unknown-flag", "unknown-command", "no-command"])
 def test_a_command_line_mistake_is_one_line_not_a_usage_block(args: list[str], capsys) -> None:
     err = _one_line(capsys, main(args))

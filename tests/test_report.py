@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -17,16 +18,18 @@ RUNS = [(0.1, 0, 0.50, 0.40, 250_000), (0.1, 1, 0.60, 0.40, 250_000), (0.1, 2, 0
         (1.0, 0, 0.80, 0.70, 500_000), (1.0, 1, 0.90, 0.70, 750_000)]
 
 
-def _write_run(folder: Path, alpha: float, seed: int, probe: float | None, knn: float | None, up: int) -> None:
+def _write_run(folder: Path, alpha: float, seed: int, probe: float | None, knn: float | None, up: int,
+               label_fraction: float = 1.0) -> None:
     folder.mkdir(parents=True)
     recipe = {"name": "tiny", "seed": seed, "rounds": 2, "partition": {"kind": "dirichlet", "alpha": alpha},
-              "method": {"name": "simclr"}, "run": {"dir": str(folder)}}
+              "method": {"name": "simclr"}, "eval": {"label_fraction": label_fraction}, "run": {"dir": str(folder)}}
     history = [{"round": r, "train_loss": 1.0, "linear_probe_acc": probe and probe - 0.1 * (2 - r),
                 "knn_acc": knn, "test_acc": None, "bytes_up": up, "bytes_down": up, "bytes_d2d": 0,
                 "seconds": 0.1, "clients": [0, 1]} for r in (1, 2)]
     final = None if probe is None else {"linear_probe_acc": probe, "knn_acc": knn, "test_acc": None}
     (folder / "results.json").write_text(json.dumps({
-        "recipe": recipe, "rounds_completed": 2, "history": history, "final": final, "baseline": None,
+        "recipe": recipe, "rounds_completed": 2, "history": history, "final": final,
+        "baseline": {"linear_probe_acc": 0.1, "knn_acc": 0.1, "test_acc": None},
         "comm": {"bytes_up": 2 * up, "bytes_down": 2 * up, "bytes_d2d": 0,
                  "params_up": up // 2, "params_down": up // 2, "params_d2d": 0}, "wall_seconds": 1.0}))
 
@@ -55,14 +58,16 @@ def test_report_tables_and_plots(tmp_path: Path, capsys) -> None:
     assert main(["report", str(sweep)]) == 0
     assert str(sweep / "report.md") in capsys.readouterr().out
     text = (sweep / "report.md").read_text()
-    assert "| partition.alpha | seeds | linear probe (%) | kNN (%) | MB communicated |" in text
+    assert ("| partition.alpha | seeds | linear probe, 100% labels (%) | kNN, 100% labels (%) | MB communicated |"
+            in text)
     # bytes per run: 2 rounds x (up + down); alpha 1.0 runs send 2 MB and 3 MB
     assert "| 0.1 | 3 | 60.00 ± 10.00 | 42.00 ± 3.46 | 1.00 |" in text
     assert "| 1.0 | 2 | 85.00 ± 7.07 | 70.00 ± 0.00 | 2.50 |" in text
     assert "5 finished runs" in text and "seeds [0, 1, 2]" in text
     assert "Not finished (left out)" in text and "0099" in text
     assert "test (%)" not in text  # no run has a classifier
-    for name in ("accuracy_vs_round.png", "accuracy_vs_bytes.png"):
+    for name in ("linear_probe_acc@1_vs_round.png", "linear_probe_acc@1_vs_bytes.png", "knn_acc@1_vs_round.png",
+                 "knn_acc@1_vs_bytes.png"):
         assert f"]({name})" in text
         image = matplotlib.image.imread(sweep / name)
         assert image.shape[0] > 100 and image.shape[1] > 100 and image.std() > 0
@@ -150,3 +155,72 @@ def test_report_out_that_is_or_is_under_a_file(tmp_path: Path, capsys, where: st
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(blocker) in err and "--out" in err, err
     assert blocker.read_text() == "mine" and not (sweep / "report.md").exists()
+
+
+# ---------------------------------------------------------------- issue 22: headers, formats, options, plots
+
+def test_headers_name_the_label_fraction_and_never_mix_two(tmp_path: Path) -> None:
+    """Today one 'linear probe' column averaged a 10%-label run with a 1%-label one."""
+    _write_run(tmp_path / "runs/ten", 0.1, 0, 0.60, 0.50, 1000, label_fraction=0.1)
+    _write_run(tmp_path / "runs/one", 0.1, 0, 0.40, 0.30, 1000, label_fraction=0.01)
+    assert main(["report", str(tmp_path / "runs")]) == 0
+    text = (tmp_path / "runs/report.md").read_text()
+    assert ("| eval.label_fraction | seeds | linear probe, 10% labels (%) | linear probe, 1% labels (%) | "
+            "kNN, 10% labels (%) | kNN, 1% labels (%) | MB communicated |") in text
+    assert "| 0.1 | 1 | 60.00 | - | 50.00 | - | 0.00 |" in text and "| 0.01 | 1 | - | 40.00 | - | 30.00 | 0.00 |" in text
+
+
+def test_csv_and_latex_tables(tmp_path: Path) -> None:
+    sweep = _sweep(tmp_path)
+    assert main(["report", str(sweep)]) == 0
+    rows = list(csv.reader((sweep / "report.csv").read_text().splitlines()))
+    assert rows[0] == ["partition.alpha", "seeds", "linear probe, 100% labels mean (%)",
+                       "linear probe, 100% labels std (%)", "kNN, 100% labels mean (%)", "kNN, 100% labels std (%)",
+                       "MB communicated"]
+    assert rows[1] == ["0.1", "3", "60.0000", "10.0000", "42.0000", "3.4641", "1.0000"]
+    assert rows[2] == ["1.0", "2", "85.0000", "7.0711", "70.0000", "0.0000", "2.5000"]
+    tex = (sweep / "report.tex").read_text()
+    assert tex.startswith("\\begin{tabular}{llrrr}\n\\toprule\n") and tex.endswith("\\bottomrule\n\\end{tabular}\n")
+    assert "partition.alpha & seeds & linear probe, 100\\% labels (\\%) & kNN, 100\\% labels (\\%)" in tex
+    assert "0.1 & 3 & $60.00 \\pm 10.00$ & $42.00 \\pm 3.46$ & 1.00 \\\\" in tex
+
+
+def test_group_by_and_metric_options(tmp_path: Path, capsys) -> None:
+    sweep = _sweep(tmp_path)
+    out = tmp_path / "by-method"
+    assert main(["report", str(sweep), "--group-by", "method.name", "--metric", "knn_acc", "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    # all five finished runs in one group; kNN only: (40 + 40 + 46 + 70 + 70) / 5 = 53.2
+    assert "| method.name | seeds | kNN, 100% labels (%) | MB communicated |" in text
+    assert "| simclr | 5 | 53.20 ± " in text and "linear probe" not in text
+    assert sorted(p.name for p in out.glob("*.png")) == ["knn_acc@1_vs_bytes.png", "knn_acc@1_vs_round.png"]
+    for bad, fragment in ((["--group-by", "partition.alpah"], "--group-by partition.alpah: not a recipe key"),
+                          (["--metric", "f1"], "--metric f1: no finished run measured it; choose from")):
+        capsys.readouterr()
+        assert main(["report", str(sweep), *bad, "--out", str(tmp_path / "bad")]) == 2
+        err = capsys.readouterr().err
+        assert fragment in err and err.count("\n") == 1, err
+        assert not (tmp_path / "bad").exists()
+
+
+def test_plots_start_at_random_init_with_integer_rounds_and_the_legend_outside(tmp_path: Path, monkeypatch) -> None:
+    from fedlight.report import plots
+
+    runs = find_runs([_sweep(tmp_path)])
+    rounds, sent, acc, _ = plots.curve([r for r in runs if r.finished][:3], "knn_acc@1")
+    assert rounds.tolist() == [0, 1, 2] and sent[0] == 0 and acc[0] == pytest.approx(0.1)  # baseline, nothing sent
+    figures = []
+    monkeypatch.setattr(plots.plt, "close", figures.append)
+    (tmp_path / "plots").mkdir()
+    done = [r for r in runs if r.finished]
+    files = plots.write_plots([((0.1,), done[:3]), ((1.0,), done[3:])], ["partition.alpha"],
+                              ["linear_probe_acc@1", "knn_acc@1"], tmp_path / "plots")
+    assert len(files) == len(figures) == 4
+    for fig in figures:
+        ax = fig.axes[0]
+        assert ax.get_lines()[0].get_xdata()[0] == 0  # the random-init point
+        legend = ax.get_legend()
+        fig.canvas.draw()
+        assert legend.get_window_extent().x0 >= ax.get_window_extent().x1  # right of the data
+    round_axis = figures[0].axes[0]
+    assert all(float(t).is_integer() for t in round_axis.get_xticks())

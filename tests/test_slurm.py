@@ -106,25 +106,27 @@ def test_sweep_on_slurm_with_a_preempted_task_then_report(cluster: SlurmCluster,
     assert "0 to submit now" in capsys.readouterr().out
 
     # task 0 gets what `#SBATCH --signal=B:USR1@120` sends 120 s before its time limit
-    checkpoint = out / "runs/0000/checkpoints/last.pt"
+    names = [f"alpha={a}_seed=1" for a in ("0.5", "5", "50")]  # run folders named by their grid values
+    assert (out / "tasks.txt").read_text().splitlines() == names
+    checkpoint = out / "runs" / names[0] / "checkpoints/last.pt"
     deadline = time.time() + TIMEOUT
     while time.time() < deadline and not checkpoint.exists():
         time.sleep(0.05)
     subprocess.run(["scancel", "--batch", "--signal=USR1", f"{job}_0"], env=cluster.env, check=True, timeout=30)
-    fit(load_recipe(out / "recipes/0000.yaml", [f"run.dir={tmp_path / 'straight'}"]))  # meanwhile, uninterrupted
+    fit(load_recipe(out / "recipes" / f"{names[0]}.yaml", [f"run.dir={tmp_path / 'straight'}"]))  # meanwhile, uninterrupted
     _wait_until_gone(cluster, job)
 
     log = (out / f"logs/{job}_0.out").read_text()
     assert "preempted: checkpoint after round" in log and "SLURM job" in log and "requeued" in log, log[-3000:]
     assert "restart 1" in log and "--resume" in log, log[-3000:]
     assert _job_field(cluster, f"{job}_0", "Restarts") == "1"
-    straight, resumed = _global(tmp_path / "straight"), _global(out / "runs/0000")
+    straight, resumed = _global(tmp_path / "straight"), _global(out / "runs" / names[0])
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)  # requeued = uninterrupted, bit for bit
     for i, alpha in enumerate((0.5, 5.0, 50.0)):
-        res = _results(out / f"runs/{i:04d}")
+        res = _results(out / "runs" / names[i])
         assert res["final"] is not None and res["rounds_completed"] == rounds
         assert [row["round"] for row in res["history"]] == list(range(1, rounds + 1))
-        assert res["recipe"]["partition"]["alpha"] == alpha and res["recipe"]["run"]["dir"] == str(out / f"runs/{i:04d}")
+        assert res["recipe"]["partition"]["alpha"] == alpha and res["recipe"]["run"]["dir"] == str(out / "runs" / names[i])
 
     assert main([*sweep, "--resubmit-failed"]) == 0  # nothing left to run: nothing submitted
     assert "3 finished" in capsys.readouterr().out
@@ -133,7 +135,8 @@ def test_sweep_on_slurm_with_a_preempted_task_then_report(cluster: SlurmCluster,
     report = (out / "report.md").read_text()
     assert "| partition.alpha | seeds |" in report
     assert all(f"| {a} | 1 |" in report for a in ("0.5", "5.0", "50.0"))
-    assert (out / "accuracy_vs_round.png").stat().st_size > 0 and (out / "accuracy_vs_bytes.png").stat().st_size > 0
+    assert all((out / f"{m}_vs_{kind}.png").stat().st_size > 0 for m in ("linear_probe_acc@1", "knn_acc@1")
+               for kind in ("round", "bytes"))
 
 
 def test_srun_over_two_ranks_matches_one_process(cluster: SlurmCluster, tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import pytest
 from fedlight.cli import main
 from fedlight.config import load_recipe
 from fedlight.sweep.grid import expand, parse_grid, split_values
+from fedlight.sweep.names import MAX_LENGTH, key_labels, run_names, safe_name
 from fedlight.sweep.plan import to_submit
 from fedlight.sweep.slurm import array_spec
 
@@ -23,6 +24,11 @@ def _sweep(recipe: Path, out: Path, *extra: str) -> int:
 
 def _tree(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _names(out: Path) -> list[str]:
+    """The sweep's run names in task order (tasks.txt, which the array script reads)."""
+    return (out / "tasks.txt").read_text().splitlines()
 
 
 def _finish(run_dir: Path, rounds: int) -> None:
@@ -63,29 +69,31 @@ def test_sweep_writes_recipes_manifest_and_script(tmp_path: Path, tiny_recipe: P
     assert (recipe.partition.alpha, recipe.method["name"], recipe.seed) == (100.0, "simclr", 4)
     assert recipe.method == {"name": "simclr", "hidden_dim": 64, "output_dim": 32}  # the base recipe's section
     assert load_recipe(manifest["tasks"][10]["recipe"]).method == {"name": "byol"}  # another name resets it
-    assert recipe.run_dir == task["run_dir"] == str(out / "runs/0009")
+    assert task["name"] == _names(out)[9] == "alpha=100_name=simclr_seed=4"
+    assert recipe.run_dir == task["run_dir"] == str(out / "runs/alpha=100_name=simclr_seed=4")
+    assert task["recipe"] == str(out / "recipes/alpha=100_name=simclr_seed=4.yaml")
     assert recipe.rounds == load_recipe(tiny_recipe).rounds
     script = (out / "array.sbatch").read_text()
     assert "#SBATCH --signal=B:USR1@120" in script and "#SBATCH --requeue" in script
-    assert f'recipe="{out}/recipes/$task.yaml"' in script and "@" + "OUT@" not in script
+    assert f'recipe="{out}/recipes/$name.yaml"' in script and f'"{out}/tasks.txt"' in script and "@" + "OUT@" not in script
     assert (out / "logs").is_dir()
 
 
 def test_rerun_keeps_finished_tasks_and_submits_the_rest(tmp_path: Path, tiny_recipe: Path, capsys) -> None:
     out = tmp_path / "sweep"
     assert _sweep(tiny_recipe, out) == 0
-    rounds = load_recipe(tiny_recipe).rounds
+    rounds, names = load_recipe(tiny_recipe).rounds, _names(out)
     for i in (0, 1, 5):
-        _finish(out / f"runs/{i:04d}", rounds)
-    (out / "recipes/0005.yaml").write_text("edited by hand\n")  # a finished task's files are left alone
-    _finish(out / "runs/0006", rounds - 1)  # not all rounds: not finished
-    before = {i: (out / f"runs/{i:04d}/results.json").read_bytes() for i in (0, 1, 5)}
+        _finish(out / "runs" / names[i], rounds)
+    (out / f"recipes/{names[5]}.yaml").write_text("edited by hand\n")  # a finished task's files are left alone
+    _finish(out / "runs" / names[6], rounds - 1)  # not all rounds: not finished
+    before = {i: (out / "runs" / names[i] / "results.json").read_bytes() for i in (0, 1, 5)}
     capsys.readouterr()
     assert _sweep(tiny_recipe, out) == 0
     printed = capsys.readouterr().out
     assert "3 finished" in printed and " --array=2-4,6-11 " in printed
-    assert (out / "recipes/0005.yaml").read_text() == "edited by hand\n"
-    assert all((out / f"runs/{i:04d}/results.json").read_bytes() == b for i, b in before.items())
+    assert (out / f"recipes/{names[5]}.yaml").read_text() == "edited by hand\n"
+    assert all((out / "runs" / names[i] / "results.json").read_bytes() == b for i, b in before.items())
     assert len(json.loads((out / "manifest.json").read_text())["tasks"]) == 12
 
 
@@ -214,8 +222,127 @@ def test_a_garbage_results_json_is_an_unfinished_task(tmp_path: Path, tiny_recip
     (its --resume rewrites the file) instead of the sweep ending in a traceback."""
     out = tmp_path / "sweep"
     assert _sweep(tiny_recipe, out) == 0
-    (out / "runs/0000").mkdir(parents=True)
-    (out / "runs/0000/results.json").write_bytes(results)
+    run = out / "runs" / _names(out)[0]
+    run.mkdir(parents=True)
+    (run / "results.json").write_bytes(results)
     capsys.readouterr()
     assert _sweep(tiny_recipe, out, "--resubmit-failed") == 0
     assert "0 finished" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- issue 22: overrides, run names, executors
+
+def test_run_names_are_readable_safe_and_unique() -> None:
+    assert key_labels(["partition.alpha", "method.name"]) == {"partition.alpha": "alpha", "method.name": "name"}
+    assert key_labels(["method.name", "server.name", "data.seed"]) == {  # shared last parts keep their whole key
+        "method.name": "method.name", "server.name": "server.name", "data.seed": "data.seed"}
+    assert safe_name("weights=[0.5, 0.5]") == "weights=-0.5-0.5-"
+    long = safe_name("x=" + "9" * 500)
+    assert len(long) == MAX_LENGTH and long != safe_name("x=" + "9" * 499)  # cut, but the digest tells them apart
+    tasks = expand(parse_grid(["partition.alpha=0.1,1", "method.name=simclr,byol"]), [0])
+    assert list(run_names(tasks).values()) == ["alpha=0.1_name=simclr_seed=0", "alpha=0.1_name=byol_seed=0",
+                                               "alpha=1_name=simclr_seed=0", "alpha=1_name=byol_seed=0"]
+    alike = expand(parse_grid(["data.root=a/b,a:b"]), [0])  # both become root=a-b_seed=0
+    assert run_names(alike) == {0: "root=a-b_seed=0_task0", 1: "root=a-b_seed=0_task1"}
+
+
+def test_sweep_takes_overrides_as_fit_does(tmp_path: Path, tiny_recipe: Path, capsys) -> None:
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--recipe", str(tiny_recipe), "rounds=1", "--grid", "partition.alpha=0.1,1",
+                 "--out", str(out), "clients.num=3"]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["overrides"] == ["rounds=1", "clients.num=3"]
+    recipes = [load_recipe(t["recipe"]) for t in manifest["tasks"]]
+    assert [(r.rounds, r.clients.num, r.partition.alpha) for r in recipes] == [(1, 3, 0.1), (1, 3, 1.0)]
+    capsys.readouterr()
+    assert main(["sweep", "--recipe", str(tiny_recipe), "--grid", "partition.alpha=0.1,1", "--out", str(out)]) == 2
+    assert "holds another sweep" in capsys.readouterr().err  # other overrides: other recipes
+
+
+@pytest.mark.parametrize("override, fragment", [
+    ("run.dir=/tmp/x", "override 'run.dir=/tmp/x': the sweep puts each run under --out"),
+    ("partition.alpha=3", "sets the --grid key 'partition.alpha'"),
+    ("rounds=-1", "must be"),
+    ("=1", "override '=1' must look like key=value"),
+])
+def test_a_bad_sweep_override_is_one_line_and_nothing_written(tmp_path: Path, tiny_recipe: Path, capsys,
+                                                              override: str, fragment: str) -> None:
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--recipe", str(tiny_recipe), "--grid", "partition.alpha=0.1,1", override,
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and err.count("\n") == 1, err
+    assert not out.exists()
+
+
+def test_slurm_args_value_may_start_with_a_dash(tmp_path: Path, tiny_recipe: Path, capsys) -> None:
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--recipe", str(tiny_recipe), "--out", str(out), "--slurm-args", "--cpus-per-task=1"]) == 0
+    assert " --cpus-per-task=1 " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flags, fragment", [
+    (["--executor", "local", "--submit"], "--submit is for --executor slurm"),
+    (["--executor", "local", "--slurm-args", "--time=5"], "--slurm-args is for --executor slurm"),
+    (["--executor", "local", "--parallel", "0"], "--parallel 0: give at least 1"),
+    (["--parallel", "2"], "--parallel is for --executor local"),
+    (["--executor", "cloud"], "invalid choice: 'cloud'"),
+])
+def test_executor_options_that_do_not_fit(tmp_path: Path, tiny_recipe: Path, capsys, flags: list[str],
+                                          fragment: str) -> None:
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--recipe", str(tiny_recipe), "--out", str(out), *flags]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and err.count("\n") == 1, err
+    assert not out.exists()
+
+
+def test_a_sweep_from_before_keeps_its_index_names(tmp_path: Path, tiny_recipe: Path, capsys, monkeypatch) -> None:
+    """A format-1 sweep folder (runs/0003, no tasks.txt) is refreshed, not refused or renamed."""
+    import fedlight.sweep.command as command
+    import fedlight.sweep.manifest as mf
+
+    out = tmp_path / "sweep"
+    with monkeypatch.context() as old_fedlight:
+        old_fedlight.setattr(mf, "FORMAT", mf.INDEX_NAMES)
+        old_fedlight.setattr(command, "run_names", lambda tasks: mf.index_names([t.index for t in tasks]))
+        assert _sweep(tiny_recipe, out) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["tasks"] = [{k: v for k, v in t.items() if k != "name"} for t in manifest["tasks"]]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    (out / "tasks.txt").unlink()
+    _finish(out / "runs/0002", load_recipe(tiny_recipe).rounds)
+    capsys.readouterr()
+    assert _sweep(tiny_recipe, out) == 0
+    assert "1 finished" in capsys.readouterr().out
+    assert json.loads((out / "manifest.json").read_text())["fedlight_sweep"] == mf.INDEX_NAMES
+    assert _names(out) == [f"{i:04d}" for i in range(12)] and (out / "recipes/0011.yaml").is_file()
+    assert not (out / "runs/alpha=0.01_name=simclr_seed=3").exists()
+
+
+def test_local_executor_runs_skips_finished_and_resumes(tmp_path: Path, tiny_recipe: Path, capsys) -> None:
+    """A tiny 2-run sweep as 2 processes here: the same manifest and files as SLURM's, finished
+    tasks skipped on a re-run, and a task whose results are gone continued with --resume."""
+    out = tmp_path / "sweep"
+    sweep = ["sweep", "--recipe", str(tiny_recipe), "--grid", "partition.alpha=0.5,5", "--out", str(out),
+             "--executor", "local", "rounds=1", "eval.projector_samples=0"]
+    assert main([*sweep, "--parallel", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "2 to run now" in printed and printed.count(": finished") == 2, printed
+    names = _names(out)
+    assert names == ["alpha=0.5_seed=3", "alpha=5_seed=3"]
+    for name, alpha in zip(names, (0.5, 5.0)):
+        results = json.loads((out / "runs" / name / "results.json").read_text())
+        assert results["rounds_completed"] == 1 and results["final"] is not None
+        assert results["recipe"]["partition"]["alpha"] == alpha
+        assert "--overwrite" in (out / "logs" / f"{name}.out").read_text()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["submissions"] == [{"job_id": "local", "tasks": [0, 1], "executor": "local", "parallel": 2}]
+
+    assert main(sweep) == 0  # both finished: nothing runs
+    assert "2 finished" in capsys.readouterr().out
+    (out / "runs" / names[1] / "results.json").unlink()  # as if killed after its checkpoint
+    assert main(sweep) == 0
+    printed = capsys.readouterr().out
+    assert "1 finished" in printed and "1 to run now" in printed and f"{names[1]}: started (--resume)" in printed
+    assert json.loads((out / "runs" / names[1] / "results.json").read_text())["final"] is not None

@@ -23,7 +23,6 @@ from typing import Any, Callable
 import numpy as np
 import torch
 from lightning.fabric import Fabric
-from tqdm.auto import tqdm
 
 from fedlight.data.partition import class_counts
 from fedlight.data.sources import ImageData
@@ -31,7 +30,7 @@ from fedlight.engine import preemption, resumable
 from fedlight.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedlight.engine.clients import ClientRunner
 from fedlight.engine.collectives import gather, gather_dicts, sum_across_ranks
-from fedlight.engine.console import say
+from fedlight.engine.console import RoundProgress, say
 from fedlight.engine.evaluator import METRICS, Evaluator
 from fedlight.engine.lr_schedule import round_lr
 from fedlight.engine.options import RoundOptions
@@ -182,12 +181,10 @@ class Federation:
         self.log.open(s.rounds_done, s.ledger.rows, counts, s.baseline)
         wall, evaluated = s.wall_before, [row for row in s.history if row["knn_acc"] is not None]
         last_eval = evaluated[-1] if evaluated else None
-        bar = tqdm(range(s.rounds_done, o.rounds), initial=s.rounds_done, total=o.rounds, desc="rounds",
-                   disable=self.rank != 0, dynamic_ncols=True)
-        for round_ in bar:
+        bar = RoundProgress(s.rounds_done, o.rounds, self.rank == 0, o.record["eval"]["label_fraction"])
+        for round_ in range(s.rounds_done, o.rounds):
             t0 = time.perf_counter()
-            clients_bar = tqdm(total=clients_per_round(len(self.trainable), o.fraction), leave=False,
-                               desc=f"round {round_ + 1} clients", disable=self.rank != 0, dynamic_ncols=True)
+            clients_bar = bar.clients(round_, clients_per_round(len(self.trainable), o.fraction))
             try:
                 reports = self._train_round(round_, clients_bar)
             finally:  # a stopped run's last line is its message, not a progress bar
@@ -221,8 +218,7 @@ class Federation:
             self.log.round(row, rows)
             if self.rank == 0:
                 write_json(self.run_dir / "results.json", s.results(o.record, wall, None))
-                bar.set_postfix(loss=f"{row['train_loss']:.3f}" if answered else "-",
-                                probe=f"{last_eval['linear_probe_acc']:.3f}" if last_eval else "-")
+                bar.round_done(row, last_eval)
             if failure is not None:
                 bar.close()
                 self.log.finish("failed")

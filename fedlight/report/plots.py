@@ -1,8 +1,10 @@
-"""PNG plots of a report: accuracy vs round and accuracy vs bytes communicated, one line per group.
+"""PNG plots of a report: for every metric, accuracy vs round and accuracy vs bytes communicated.
 
-Each line is the mean over the group's seeds (shaded: ± sample std where there are two or
-more) of the linear-probe accuracy (kNN where no probe was run) at the rounds every seed
-evaluated; its x for the bytes plot is the mean cumulative bytes sent by that round.
+One line per group: the mean over the group's seeds (shaded: ± sample std where there are
+two or more) at the rounds every seed evaluated, starting from round 0, the random-init
+model (``results.json``'s ``baseline``, 0 bytes sent). The x of the bytes plot is the mean
+cumulative bytes sent by that round. Round ticks are integers; the legend sits outside the
+axes, right of the data, so no curve hides behind it.
 """
 
 from __future__ import annotations
@@ -15,50 +17,66 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from fedlight.eval import metric_names  # noqa: E402
 from fedlight.report.runs import Run  # noqa: E402
 
-FILES = ("accuracy_vs_round.png", "accuracy_vs_bytes.png")
+Group = tuple[tuple[Any, ...], list[Run]]
+KINDS = ("round", "bytes")
 
 
-def metric_of(groups: list[tuple[Any, list[Run]]]) -> str:
-    """linear_probe_acc when any run has it, else knn_acc."""
-    has_probe = any(row.get("linear_probe_acc") is not None for _, g in groups for r in g for row in r.results["history"])
-    return "linear_probe_acc" if has_probe else "knn_acc"
+def plot_file(metric: str, kind: str) -> str:
+    """``('linear_probe_acc@0.1', 'round')`` -> ``'linear_probe_acc@0.1_vs_round.png'``."""
+    return f"{metric}_vs_{kind}.png"
 
 
 def curve(runs: list[Run], metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(rounds, mean cumulative bytes, mean accuracy, std accuracy) at rounds every run evaluated."""
+    """(rounds, mean cumulative bytes, mean accuracy, std accuracy) at the rounds every run evaluated,
+    round 0 (the random-init baseline, no bytes) included where every run has it."""
     per_run = []
     for r in runs:
         history = r.results["history"]
         cumulative = np.cumsum([sum(v for k, v in row.items() if k.startswith("bytes_")) for row in history])
-        per_run.append({row["round"]: (float(b), row[metric]) for row, b in zip(history, cumulative)
-                        if row.get(metric) is not None})
+        points = {row["round"]: (float(b), value) for row, b in zip(history, cumulative)
+                  if (value := r.named(row).get(metric)) is not None}
+        start = r.named(r.results.get("baseline")).get(metric)
+        if start is not None:
+            points[0] = (0.0, start)
+        per_run.append(points)
     rounds = sorted(set.intersection(*(set(p) for p in per_run)))
-    acc = np.array([[p[t][1] for t in rounds] for p in per_run])
-    sent = np.array([[p[t][0] for t in rounds] for p in per_run])
+    acc = np.array([[p[t][1] for t in rounds] for p in per_run], dtype=float).reshape(len(runs), len(rounds))
+    sent = np.array([[p[t][0] for t in rounds] for p in per_run], dtype=float).reshape(len(runs), len(rounds))
     std = acc.std(axis=0, ddof=1) if len(runs) > 1 else np.zeros(len(rounds))
     return np.array(rounds), sent.mean(axis=0), acc.mean(axis=0), std
 
 
-def write_plots(groups: list[tuple[tuple[Any, ...], list[Run]]], keys: list[str], out: Path) -> list[str]:
-    """Write the two PNGs into ``out``; returns their file names."""
-    metric = metric_of(groups)
-    label = {"linear_probe_acc": "linear probe accuracy (%)", "knn_acc": "kNN accuracy (%)"}[metric]
-    figures = [plt.subplots(figsize=(6, 4)) for _ in FILES]
-    for values, runs in groups:
-        name = ", ".join(f"{k}={v}" for k, v in zip(keys, values)) or "all runs"
-        rounds, sent, acc, std = curve(runs, metric)
-        for (_, ax), x in zip(figures, (rounds, sent / 1e6)):
-            ax.plot(x, 100 * acc, marker="o", markersize=3, label=name)
-            ax.fill_between(x, 100 * (acc - std), 100 * (acc + std), alpha=0.2)
-    for (fig, ax), xlabel, file in zip(figures, ("round", "MB communicated (cumulative)"), FILES):
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(label)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(out / file, dpi=120)
-        plt.close(fig)
-    return list(FILES)
+def plotted_metrics(groups: list[Group], metrics: list[str]) -> list[str]:
+    """The ``metrics`` some run's history has a value of (a final-only one has no curve)."""
+    return [m for m in metrics
+            if any(r.named(row).get(m) is not None for _, g in groups for r in g for row in r.results["history"])]
+
+
+def write_plots(groups: list[Group], keys: list[str], metrics: list[str], out: Path) -> list[str]:
+    """Two PNGs per metric with a history into ``out``; returns their file names."""
+    files = []
+    for metric in plotted_metrics(groups, metrics):
+        figures = {kind: plt.subplots(figsize=(7.5, 4)) for kind in KINDS}
+        for values, runs in groups:
+            name = ", ".join(f"{k}={v}" for k, v in zip(keys, values)) or "all runs"
+            rounds, sent, acc, std = curve(runs, metric)
+            for kind, x in (("round", rounds), ("bytes", sent / 1e6)):
+                ax = figures[kind][1]
+                ax.plot(x, 100 * acc, marker="o", markersize=3, label=name)
+                ax.fill_between(x, 100 * (acc - std), 100 * (acc + std), alpha=0.2)
+        for kind, (fig, ax) in figures.items():
+            ax.set_xlabel("round (0 = random init)" if kind == "round" else "MB communicated (cumulative)")
+            if kind == "round":
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_ylabel(f"{metric_names.title(metric)} (%)")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+            fig.savefig(out / plot_file(metric, kind), dpi=120, bbox_inches="tight")
+            plt.close(fig)
+            files.append(plot_file(metric, kind))
+    return files

@@ -14,6 +14,7 @@ from typing import Any
 
 from fedlight.config.files import read_json
 from fedlight.errors import UserError
+from fedlight.eval import metric_names
 
 RESULTS = "results.json"
 IGNORED = ("run.dir",)
@@ -50,6 +51,22 @@ class Run:
     @property
     def seed(self) -> int:
         return int(self.keys.get("seed", 0))
+
+    @property
+    def label_fraction(self) -> float:
+        """``eval.label_fraction``: the labels the probe and kNN accuracies were measured with."""
+        value = self.keys.get("eval.label_fraction", 1.0)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 1.0
+
+    def named(self, metrics: dict[str, Any] | None) -> dict[str, Any]:
+        """``metrics`` (a history row, ``final``, ``baseline``) with the label fraction in the probe and
+        kNN names (``linear_probe_acc@0.1``), so runs with 10% and 1% labels never share a column."""
+        return metric_names.with_fraction(metrics or {}, self.label_fraction)
+
+    @property
+    def final(self) -> dict[str, Any]:
+        """The final metrics that have a value, named with their label fraction."""
+        return {k: v for k, v in self.named(self.results.get("final")).items() if v is not None}
 
     @property
     def total_bytes(self) -> int:
@@ -107,6 +124,9 @@ def results_problem(results: Any) -> str | None:
         return f"final is a {type(final).__name__}"
     if final is not None and any(v is not None and not _is_number(v) for v in final.values()):
         return "final holds an accuracy that is not a number"
+    baseline = results.get("baseline")  # the plots' round-0 point
+    if baseline is not None and not (isinstance(baseline, dict) and not _metrics_problem(baseline, "baseline")):
+        return "baseline is not a mapping of accuracies"
     if comm is not None and not (isinstance(comm, dict) and all(_is_number(v) for v in comm.values())):
         return "comm is not a mapping of byte counts"
     return None

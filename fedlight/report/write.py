@@ -1,34 +1,56 @@
-"""``report.md``: finished runs grouped by the recipe keys that vary (seed excepted).
+"""``fedlight report``: finished runs grouped by recipe keys, as ``report.md``, ``report.csv``,
+``report.tex`` and two PNG plots per metric.
 
-Each group's row gives, per final accuracy, the mean and the sample standard deviation
-(n - 1) over its seeds, in percent, and the bytes communicated per run (up + down + device
-to device + LG-FedAvg's new-test upload, mean over seeds), in MB (10^6 bytes). Below: one row
-per run, and the plots.
+Runs are grouped by ``--group-by KEYS`` (default: every recipe key that varies, seed
+excepted). Each group's row gives, per final metric (``--metric NAME`` picks some), the mean
+and the sample standard deviation (n - 1) over its seeds, in percent, and the bytes
+communicated per run (up + down + device to device + LG-FedAvg's new-test upload, mean over
+seeds), in MB (10^6 bytes); see ``fedlight.report.tables``. Below, in ``report.md``: one row
+per run, and the plots (``fedlight.report.plots``).
 """
 
 from __future__ import annotations
 
 import os
-import statistics
 from pathlib import Path
 from typing import Any
 
 from fedlight.config.files import output_folder_problem
 from fedlight.errors import UserError
+from fedlight.eval import metric_names
 from fedlight.report.plots import write_plots
 from fedlight.report.runs import Run, find_runs, varying_keys
+from fedlight.report.tables import Cell, GroupTable, markdown_table
 
-METRIC_NAMES = {"linear_probe_acc": "linear probe (%)", "knn_acc": "kNN (%)", "test_acc": "test (%)"}
 REPORT = "report.md"
+TABLES = {"report.csv": GroupTable.csv, "report.tex": GroupTable.latex}
 
 Group = tuple[tuple[Any, ...], list[Run]]
 
 
-def metric_keys(runs: list[Run]) -> list[str]:
-    """Final metrics any run has a value for: probe, kNN, test accuracy, then the rest by name."""
-    present = {k for r in runs for k, v in r.results["final"].items() if v is not None}
-    known = [k for k in METRIC_NAMES if k in present]
-    return known + sorted(present - set(known))
+def metric_keys(runs: list[Run], wanted: list[str] | None = None) -> list[str]:
+    """Final metrics any run has a value of (main one first), each named with its label fraction;
+    only those ``wanted`` names select (``linear_probe_acc`` selects every label fraction)."""
+    present = metric_names.order(sorted({k for r in runs for k in r.final}))
+    if not wanted:
+        return present
+    unknown = [w for w in wanted if not any(metric_names.matches(k, w) for k in present)]
+    if unknown:
+        raise UserError(f"--metric {unknown[0]}: no finished run measured it; choose from {', '.join(present) or 'none'}")
+    return [k for k in present if any(metric_names.matches(k, w) for w in wanted)]
+
+
+def grouping_keys(runs: list[Run], group_by: list[str] | None) -> list[str]:
+    """``group_by`` checked against the runs' recipe keys, or every key that varies (seed excepted)."""
+    varying = [k for k in varying_keys(runs) if k != "seed"]
+    if group_by is None:
+        return varying
+    known = {k for r in runs for k in r.keys}
+    unknown = [k for k in group_by if k not in known]
+    if unknown:
+        raise UserError(f"--group-by {unknown[0]}: not a recipe key of these runs; keys that vary: "
+                        f"{', '.join(varying) or 'none'}")
+    return group_by
 
 
 def group_runs(runs: list[Run], keys: list[str]) -> list[Group]:
@@ -41,49 +63,32 @@ def group_runs(runs: list[Run], keys: list[str]) -> list[Group]:
 
 def mean_std(values: list[float]) -> str:
     """``'85.31 ± 0.42'`` (percent; sample std), ``'85.31'`` for one value, ``'-'`` for none."""
-    if not values:
-        return "-"
-    mean = 100 * statistics.fmean(values)
-    if len(values) == 1:
-        return f"{mean:.2f}"
-    return f"{mean:.2f} ± {100 * statistics.stdev(values):.2f}"
-
-
-def megabytes(runs: list[Run]) -> str:
-    return f"{statistics.fmean(r.total_bytes for r in runs) / 1e6:.2f}"
+    return Cell.of(values).text()
 
 
 def _cell(value: Any) -> str:
     return "-" if value is None else str(value).replace("|", "\\|")
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-            *("| " + " | ".join(row) + " |" for row in rows)]
-
-
-def render(runs: list[Run], sources: list[str], plots: list[str], out: Path) -> str:
+def render(runs: list[Run], sources: list[str], table: GroupTable, plots: list[str], out: Path) -> str:
     """The markdown text of the report (run folders relative to ``out``, where it is written)."""
     done = [r for r in runs if r.finished]
-    keys = [k for k in varying_keys(done) if k != "seed"]
-    metrics = metric_keys(done)
+    keys, metrics = table.keys, table.metrics
     lines = ["# fedlight report", "",
              f"{len(done)} finished runs from {', '.join(f'`{s}`' for s in sources)}; grouped by "
              + (", ".join(f"`{k}`" for k in keys) or "nothing (no recipe key varies)")
              + f"; seeds {sorted({r.seed for r in done})}.",
-             "Accuracies: mean ± sample std over seeds, in %. Bytes: sent per run (up + down + device to device), "
-             "mean over seeds, in MB (10^6 bytes).", ""]
-    header = [*keys, "seeds", *(METRIC_NAMES.get(m, f"{m} (%)") for m in metrics), "MB communicated"]
-    rows = [[*map(_cell, values), str(len(group)),
-             *(mean_std([r.results["final"][m] for r in group if r.results["final"].get(m) is not None]) for m in metrics),
-             megabytes(group)] for values, group in group_runs(done, keys)]
-    lines += _table(header, rows) + [""]
+             "Accuracies: mean ± sample std over seeds, in %; probe and kNN headers name the labels they were fit on. "
+             "Bytes: sent per run (up + down + device to device), mean over seeds, in MB (10^6 bytes). "
+             "The same table: `report.csv`, `report.tex`.", ""]
+    lines += table.markdown() + [""]
     lines += [f"![{p.removesuffix('.png').replace('_', ' ')}]({p})" for p in plots] + [""]
     lines += ["## Runs", ""]
     run_rows = [[f"`{os.path.relpath(r.path, out.resolve())}`", *(_cell(r.keys.get(k)) for k in keys), str(r.seed),
-                 *(mean_std([r.results["final"][m]] if r.results["final"].get(m) is not None else []) for m in metrics),
+                 *(mean_std([r.final[m]] if m in r.final else []) for m in metrics),
                  f"{r.total_bytes / 1e6:.2f}", str(r.results["rounds_completed"])] for r in done]
-    lines += _table(["run", *keys, "seed", *(METRIC_NAMES.get(m, m) for m in metrics), "MB", "rounds"], run_rows)
+    lines += markdown_table(["run", *keys, "seed", *(metric_names.title(m) for m in metrics), "MB", "rounds"],
+                            run_rows)
     unfinished = [r for r in runs if not r.finished]
     if unfinished:
         listed = ", ".join(f"`{r.path}` ({r.results.get('rounds_completed', 0)} rounds)" for r in unfinished)
@@ -91,19 +96,23 @@ def render(runs: list[Run], sources: list[str], plots: list[str], out: Path) -> 
     return "\n".join(lines) + "\n"
 
 
-def write_report(paths: list[str], out: str | Path) -> Path:
-    """Read the runs under ``paths``; write ``report.md`` and the plots into ``out``; returns the report path."""
+def write_report(paths: list[str], out: str | Path, group_by: list[str] | None = None,
+                 metrics: list[str] | None = None) -> Path:
+    """Read the runs under ``paths``; write the report, its tables and plots into ``out``; returns report.md's path."""
     out = Path(out)
     blocked = output_folder_problem(out)
     if blocked:
         raise UserError(f"--out {blocked}; give --out a folder to write the report into")
     runs = find_runs(paths)  # every results.json is read and checked before anything is written
     done = [r for r in runs if r.finished]
+    keys = grouping_keys(done, group_by)
+    table = GroupTable.build(group_runs(done, keys), keys, metric_keys(done, metrics))
     out.mkdir(parents=True, exist_ok=True)
-    keys = [k for k in varying_keys(done) if k != "seed"]
-    plots = write_plots(group_runs(done, keys), keys, out) if done else []
-    path = out / REPORT
-    tmp = out / f".{REPORT}.tmp"  # report.md is the old one or the new one, never half of one
-    tmp.write_text(render(runs, [str(p) for p in paths], plots, out))
-    os.replace(tmp, path)
-    return path
+    plots = write_plots(group_runs(done, keys), keys, table.metrics, out) if done else []
+    texts = {name: write(table) for name, write in TABLES.items()}
+    texts[REPORT] = render(runs, [str(p) for p in paths], table, plots, out)
+    for name, text in texts.items():  # each file is the old one or the new one, never half of one
+        tmp = out / f".{name}.tmp"
+        tmp.write_text(text)
+        os.replace(tmp, out / name)
+    return out / REPORT

@@ -1,88 +1,163 @@
-"""``fedlight sweep``: grid x seeds -> resolved recipes, manifest, array script, ``sbatch``.
+"""``fedlight sweep``: grid x seeds -> resolved recipes, manifest, then SLURM (``sbatch``) or local processes.
 
-Every task's recipe is composed, overridden and type-checked (method and server keys against
-their classes) before anything is written, so a bad grid writes nothing. Files are written
-in this order: manifest, recipes, array script; finished tasks' files are left alone.
+Every task's recipe is composed, overridden (the command's ``key=value`` overrides, then the
+task's grid values and seed) and type-checked (method and server keys against their classes)
+before anything is written, so a bad grid writes nothing. Files are written in this order:
+manifest, recipes, ``tasks.txt``, array script; finished tasks' files are left alone.
 """
 
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from fedlight.engine.fit import check_recipe
 from fedlight.config import load_recipe
 from fedlight.config.files import output_folder_problem
+from fedlight.config.loader import parse_override
 from fedlight.engine.rundir import write_json
 from fedlight.errors import UserError
 from fedlight.sweep import manifest as mf
-from fedlight.sweep.grid import expand, parse_grid
+from fedlight.sweep.grid import OWNED, Axis, expand, parse_grid
+from fedlight.sweep.local import LocalTask, run_local
+from fedlight.sweep.names import run_names
 from fedlight.sweep.plan import is_finished, summary, to_submit
 from fedlight.sweep.slurm import (queued_tasks, render_array_script, require_sbatch, sbatch_command,
                                   split_slurm_args, submit)
 
 SCRIPT = "array.sbatch"
+EXECUTORS = ("slurm", "local")
 
 
-def run_sweep(recipe: str, grid: list[str], seeds: int, out: str, submit_now: bool = False,
-              resubmit_failed: bool = False, slurm_args: str = "", max_running: int | None = None,
-              echo: Callable[[str], None] = print) -> dict:
-    """Write (or refresh) the sweep in ``out``; submit it with ``submit_now``. Returns the manifest."""
+@dataclass(frozen=True)
+class SweepOptions:
+    """How to run a sweep: the executor and its options (the SLURM ones are refused with ``local``)."""
+
+    executor: str = "slurm"
+    submit_now: bool = False
+    resubmit_failed: bool = False
+    slurm_args: str = ""
+    max_running: int | None = None
+    parallel: int = 1
+
+    def problem(self) -> str | None:
+        """The first option that does not fit the executor, with the fix; None if all do."""
+        if self.executor not in EXECUTORS:
+            return f"--executor {self.executor}: choose one of {', '.join(EXECUTORS)}"
+        if self.max_running is not None and self.max_running < 1:
+            return f"--max-running {self.max_running}: give at least 1 (or leave it out: no limit)"
+        if self.parallel < 1:
+            return f"--parallel {self.parallel}: give at least 1"
+        slurm_only = [flag for flag, given in (("--submit", self.submit_now), ("--slurm-args", self.slurm_args),
+                                               ("--max-running", self.max_running is not None)) if given]
+        if self.executor == "local" and slurm_only:
+            return f"{slurm_only[0]} is for --executor slurm; --executor local runs the tasks now, --parallel N at once"
+        if self.executor == "slurm" and self.parallel != 1:
+            return "--parallel is for --executor local; with SLURM, --max-running M limits the tasks running at once"
+        return None
+
+
+@dataclass
+class SweepOutcome:
+    """The manifest as written, and the names of the tasks a local run saw fail."""
+
+    manifest: dict[str, Any]
+    failed: list[str]
+
+
+def check_overrides(overrides: list[str], axes: list[Axis]) -> None:
+    """Refuse an override of a key the sweep sets (``run.dir``) or that a ``--grid`` also sets."""
+    grid_keys = {a.key for a in axes}
+    for text in overrides:
+        key = ".".join(parse_override(text)[0])  # fit's own parser: the same syntax, the same errors
+        if key == "run.dir":
+            raise UserError(f"override '{text}': {OWNED['run.dir']}; drop it")
+        if key in grid_keys:
+            raise UserError(f"override '{text}' sets the --grid key '{key}'; give its values in --grid only")
+
+
+def run_sweep(recipe: str, grid: list[str], seeds: int, out: str, options: SweepOptions = SweepOptions(),
+              overrides: list[str] = (), echo: Callable[[str], None] = print) -> SweepOutcome:
+    """Write (or refresh) the sweep in ``out``; submit it (SLURM, ``submit_now``) or run it (local)."""
     base = Path(recipe).resolve()
     out_dir = Path(out).resolve()
+    overrides = list(overrides)
     blocked = output_folder_problem(out_dir)
     if blocked:
         raise UserError(f"--out {blocked}; choose another --out")
-    extra_sbatch = split_slurm_args(slurm_args)
+    problem = options.problem()
+    if problem:
+        raise UserError(problem)
+    extra_sbatch = split_slurm_args(options.slurm_args)
     axes = parse_grid(grid)
+    check_overrides(overrides, axes)
     if seeds < 1:
         raise UserError(f"--seeds {seeds}: give at least 1")
-    if max_running is not None and max_running < 1:
-        raise UserError(f"--max-running {max_running}: give at least 1 (or leave it out: no limit)")
-    first = load_recipe(base)
+    first = load_recipe(base, overrides)
     seed_list = [first.seed + i for i in range(seeds)]  # the recipe's seed, then the next ones
     tasks = expand(axes, seed_list)
+    old = mf.read_manifest(out_dir)
+    version = mf.FORMAT if old is None else old["fedlight_sweep"]  # a sweep from before keeps its run names
+    names = run_names(tasks) if version == mf.FORMAT else mf.index_names([t.index for t in tasks])
     entries, texts = [], {}
     for task in tasks:
-        overrides = [*task.overrides, f"run.dir={mf.run_path(out_dir, task.index)}"]
-        resolved = load_recipe(base, overrides)
+        run_dir = mf.run_path(out_dir, names[task.index])
+        resolved = load_recipe(base, [*overrides, *task.overrides, f"run.dir={run_dir}"])
         check_recipe(resolved)  # what fit would refuse, each task refuses here, before anything is written
-        entries.append(mf.task_entry(out_dir, task.index, task.overrides, resolved))
+        entries.append(mf.task_entry(out_dir, task.index, names[task.index], task.overrides, resolved))
         texts[task.index] = (mf.recipe_text(resolved), resolved.rounds)
     grid_record = [{"key": a.key, "values": list(a.raw)} for a in axes]
-    manifest = mf.new_manifest(base, grid_record, seed_list, entries)
-    old = mf.read_manifest(out_dir)
+    manifest = mf.new_manifest(base, overrides, grid_record, seed_list, entries, version)
     if old is not None:
         mf.check_same_sweep(old, manifest, out_dir)
         manifest["submissions"] = old.get("submissions", [])
-    if submit_now:
+    local = options.executor == "local"
+    if options.submit_now:
         require_sbatch()
 
-    finished = {i for i, (_, rounds) in texts.items() if is_finished(mf.run_path(out_dir, i), rounds)}
-    queued = queued_tasks([sub["job_id"] for sub in manifest["submissions"]]) if resubmit_failed else set()
+    finished = {i for i, (_, rounds) in texts.items() if is_finished(mf.run_path(out_dir, names[i]), rounds)}
+    slurm_jobs = [sub["job_id"] for sub in manifest["submissions"] if sub.get("executor") != mf.LOCAL]
+    queued = queued_tasks(slurm_jobs) if options.resubmit_failed or local else set()
     if queued is None:
-        echo("warning: squeue cannot tell which earlier tasks are still queued; they may be submitted twice")
-    chosen = to_submit(manifest, finished, resubmit_failed, queued or set())
+        echo("warning: squeue cannot tell which earlier tasks are still queued; they may be run twice")
+    # a local run is over when its command returns: every unfinished task is run again (and resumed)
+    chosen = to_submit(manifest, finished, options.resubmit_failed or local, queued or set())
     script_text = render_array_script(out_dir, f"fedlight-{first.name}")  # its own errors come before any write
     (out_dir / "logs").mkdir(parents=True, exist_ok=True)
     write_json(out_dir / mf.MANIFEST, manifest)
     for index, (text, _) in texts.items():
-        path = mf.recipe_path(out_dir, index)
+        path = mf.recipe_path(out_dir, names[index])
         if index not in finished and not (path.is_file() and path.read_text() == text):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
+    (out_dir / mf.NAMES).write_text(mf.names_text(names))
     script = out_dir / SCRIPT
     script.write_text(script_text)
-    echo(f"sweep {out_dir}: {summary(manifest, finished, chosen)}")
+    echo(f"sweep {out_dir}: {summary(manifest, finished, chosen, 'run' if local else 'submit')}")
     if not chosen:
-        return manifest
-    command = sbatch_command(script, chosen, max_running, extra_sbatch)
-    if not submit_now:
-        echo("submit with: " + shlex.join(command))
-        return manifest
+        return SweepOutcome(manifest, [])
+    if local:
+        return _run_here(out_dir, manifest, names, chosen, options.parallel, echo)
+    command = sbatch_command(script, chosen, options.max_running, extra_sbatch)
+    if not options.submit_now:
+        echo("submit with: " + shlex.join(command) + "   (or run it here: --executor local --parallel N)")
+        return SweepOutcome(manifest, [])
     job = submit(command)
     manifest["submissions"].append({"job_id": job, "tasks": chosen, "command": shlex.join(command)})
     write_json(out_dir / mf.MANIFEST, manifest)
     echo(f"submitted array job {job} ({len(chosen)} tasks); logs in {out_dir / 'logs'}")
-    return manifest
+    return SweepOutcome(manifest, [])
+
+
+def _run_here(out_dir: Path, manifest: dict[str, Any], names: dict[int, str], chosen: list[int], parallel: int,
+              echo: Callable[[str], None]) -> SweepOutcome:
+    """Run the ``chosen`` tasks as local processes, recorded in the manifest as one submission."""
+    tasks = [LocalTask(i, names[i], mf.recipe_path(out_dir, names[i]), mf.run_path(out_dir, names[i]),
+                       out_dir / "logs" / f"{names[i]}.out") for i in chosen]
+    manifest["submissions"].append({"job_id": mf.LOCAL, "tasks": chosen, "executor": mf.LOCAL, "parallel": parallel})
+    write_json(out_dir / mf.MANIFEST, manifest)
+    echo(f"running {len(tasks)} tasks here, {parallel} at once; logs in {out_dir / 'logs'}")
+    failed = run_local(tasks, parallel, echo)
+    return SweepOutcome(manifest, [t.name for t in failed])

@@ -1,9 +1,14 @@
 """``manifest.json`` in a sweep's ``--out``: which task is which.
 
-For every task it records the index, the resolved recipe file, the run folder, the overrides
-that made it and a digest of the resolved recipe; and every submission (job id and tasks).
-The digests are the sweep's identity: an ``--out`` whose manifest lists other tasks or other
-recipes holds another sweep and is refused.
+For every task it records the index, its run name, the resolved recipe file, the run folder,
+the overrides that made it and a digest of the resolved recipe; and every submission (job
+id and tasks; ``executor: local`` for the runs ``--executor local`` made). The digests are
+the sweep's identity: an ``--out`` whose manifest lists other tasks or other recipes holds
+another sweep and is refused.
+
+Format 2 names runs by their grid values (``runs/alpha=0.1_seed=0``, ``fedlight.sweep.names``);
+a format-1 manifest, from before, named them by index (``runs/0003``) and its sweep keeps those
+names, so an old sweep folder is still refreshed, resumed and reported.
 """
 
 from __future__ import annotations
@@ -20,17 +25,29 @@ from fedlight.config.schema import Recipe
 from fedlight.errors import UserError
 
 MANIFEST = "manifest.json"
-FORMAT = 1
+NAMES = "tasks.txt"  # line i: task i's run name, for the array script (which reads no JSON)
+FORMAT = 2
+INDEX_NAMES = 1  # the format that named runs by their index
 
 
-def recipe_path(out: Path, index: int) -> Path:
-    """Where task ``index``'s resolved recipe lives (the array script computes the same path)."""
-    return out / "recipes" / f"{index:04d}.yaml"
+def index_names(indices: list[int]) -> dict[int, str]:
+    """The run names of a format-1 sweep: ``{3: '0003'}``."""
+    return {i: f"{i:04d}" for i in indices}
 
 
-def run_path(out: Path, index: int) -> Path:
-    """Task ``index``'s run folder (the array script computes the same path)."""
-    return out / "runs" / f"{index:04d}"
+def recipe_path(out: Path, name: str) -> Path:
+    """Where the task named ``name`` keeps its resolved recipe (the array script computes the same path)."""
+    return out / "recipes" / f"{name}.yaml"
+
+
+def run_path(out: Path, name: str) -> Path:
+    """The run folder of the task named ``name`` (the array script computes the same path)."""
+    return out / "runs" / name
+
+
+def names_text(names: dict[int, str]) -> str:
+    """``tasks.txt``: the run names in task order, one a line."""
+    return "".join(f"{names[i]}\n" for i in sorted(names))
 
 
 def recipe_text(recipe: Recipe) -> str:
@@ -38,13 +55,15 @@ def recipe_text(recipe: Recipe) -> str:
     return yaml.safe_dump(asdict(recipe), sort_keys=False)
 
 
-def new_manifest(base: Path, grid: list[dict[str, Any]], seeds: list[int], tasks: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"fedlight_sweep": FORMAT, "base_recipe": str(base), "grid": grid, "seeds": seeds,
-            "tasks": tasks, "submissions": []}
+def new_manifest(base: Path, overrides: list[str], grid: list[dict[str, Any]], seeds: list[int],
+                 tasks: list[dict[str, Any]], version: int = FORMAT) -> dict[str, Any]:
+    """A manifest with no submissions; ``overrides`` are the ones every task shares."""
+    return {"fedlight_sweep": version, "base_recipe": str(base), "overrides": overrides, "grid": grid,
+            "seeds": seeds, "tasks": tasks, "submissions": []}
 
 
-def task_entry(out: Path, index: int, overrides: list[str], recipe: Recipe) -> dict[str, Any]:
-    return {"index": index, "recipe": str(recipe_path(out, index)), "run_dir": str(run_path(out, index)),
+def task_entry(out: Path, index: int, name: str, overrides: list[str], recipe: Recipe) -> dict[str, Any]:
+    return {"index": index, "name": name, "recipe": str(recipe_path(out, name)), "run_dir": str(run_path(out, name)),
             "overrides": overrides, "digest": hashlib.sha256(recipe_text(recipe).encode()).hexdigest()[:16]}
 
 
@@ -59,7 +78,7 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
         return None
     keep = f"restore it, or choose a new --out (nothing under '{out}' is touched)"
     manifest = read_json(path, "sweep manifest", keep)
-    if not isinstance(manifest, dict) or manifest.get("fedlight_sweep") != FORMAT:
+    if not isinstance(manifest, dict) or manifest.get("fedlight_sweep") not in (INDEX_NAMES, FORMAT):
         raise UserError(f"'{path}' is not a fedlight sweep manifest; choose another --out")
     problem = manifest_problem(manifest)
     if problem:
@@ -70,6 +89,7 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
 # what a manifest's entries hold, as this module writes them
 TASK_FIELDS: dict[str, type] = {"index": int, "recipe": str, "run_dir": str, "overrides": list, "digest": str}
 SUBMISSION_FIELDS: dict[str, type] = {"job_id": str, "tasks": list}
+LOCAL = "local"  # a submission's executor when ``--executor local`` ran it (SLURM's have none)
 
 
 def manifest_problem(manifest: dict[str, Any]) -> str | None:

@@ -39,9 +39,10 @@ def to_submit(manifest: dict[str, Any], finished: set[int], resubmit_failed: boo
             and (resubmit_failed or t["index"] not in before)]
 
 
-def summary(manifest: dict[str, Any], finished: set[int], chosen: list[int]) -> str:
-    """One line: how many tasks are finished, waiting on an earlier submission, and chosen now."""
+def summary(manifest: dict[str, Any], finished: set[int], chosen: list[int], verb: str = "submit") -> str:
+    """One line: how many tasks are finished, waiting on an earlier submission, and chosen now
+    (``verb``: ``submit`` to SLURM, ``run`` here)."""
     n = len(manifest["tasks"])
     pending = len(submitted(manifest) - finished - set(chosen))
     again = " (--resubmit-failed submits them again)" if pending else ""
-    return f"{n} tasks: {len(finished)} finished, {pending} submitted before and not finished{again}, {len(chosen)} to submit now"
+    return f"{n} tasks: {len(finished)} finished, {pending} submitted before and not finished{again}, {len(chosen)} to {verb} now"

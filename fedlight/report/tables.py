@@ -1,0 +1,110 @@
+"""The report's group table in three formats: Markdown (``report.md``), CSV and LaTeX.
+
+One row per group of runs (the same values of the grouping keys): the keys' values, the
+number of seeds, each metric's mean and sample standard deviation (n - 1) over the seeds in
+percent, and the bytes communicated per run in MB (10^6 bytes). Column headers name the
+label fraction of the probe and kNN accuracies (``linear probe, 10% labels (%)``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from fedlight.eval import metric_names
+from fedlight.report.runs import Run
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A metric over a group's seeds, in percent: mean and sample std (None with fewer than two values)."""
+
+    mean: float | None
+    std: float | None
+
+    @classmethod
+    def of(cls, values: list[float]) -> Cell:
+        if not values:
+            return cls(None, None)
+        return cls(100 * statistics.fmean(values), 100 * statistics.stdev(values) if len(values) > 1 else None)
+
+    def text(self, plus_minus: str = " ± ") -> str:
+        """``'85.31 ± 0.42'``, ``'85.31'`` for one value, ``'-'`` for none."""
+        if self.mean is None:
+            return "-"
+        return f"{self.mean:.2f}" if self.std is None else f"{self.mean:.2f}{plus_minus}{self.std:.2f}"
+
+
+@dataclass(frozen=True)
+class GroupTable:
+    """The group table: grouping ``keys``, ``metrics`` (named with label fractions) and one row per group."""
+
+    keys: list[str]
+    metrics: list[str]
+    rows: list[tuple[tuple[Any, ...], int, list[Cell], float]]  # (key values, seeds, a cell per metric, MB)
+
+    @classmethod
+    def build(cls, groups: list[tuple[tuple[Any, ...], list[Run]]], keys: list[str], metrics: list[str]) -> GroupTable:
+        rows = [(values, len(runs), [Cell.of([r.final[m] for r in runs if m in r.final]) for m in metrics],
+                 statistics.fmean(r.total_bytes for r in runs) / 1e6) for values, runs in groups]
+        return cls(keys, metrics, rows)
+
+    def headers(self) -> list[str]:
+        return [*self.keys, "seeds", *(f"{metric_names.title(m)} (%)" for m in self.metrics), "MB communicated"]
+
+    def markdown(self) -> list[str]:
+        """The table's Markdown lines."""
+        rows = [[*map(_md_cell, values), str(seeds), *(c.text() for c in cells), f"{mb:.2f}"]
+                for values, seeds, cells, mb in self.rows]
+        return markdown_table(self.headers(), rows)
+
+    def csv(self) -> str:
+        """One column per key, then per metric a mean and a std column (in %, empty where there is none)."""
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        metric_columns = [f"{metric_names.title(m)} {part} (%)" for m in self.metrics for part in ("mean", "std")]
+        writer.writerow([*self.keys, "seeds", *metric_columns, "MB communicated"])
+        for values, seeds, cells, mb in self.rows:
+            numbers = [_number(x) for c in cells for x in (c.mean, c.std)]
+            writer.writerow([*("" if v is None else v for v in values), seeds, *numbers, f"{mb:.4f}"])
+        return buffer.getvalue()
+
+    def latex(self) -> str:
+        """A ``booktabs`` tabular, mean ± std as ``$85.31 \\pm 0.42$``.
+
+        Written by hand: the one library that writes LaTeX tables here would be pandas (with
+        jinja2), which fedlight does not depend on, for a dozen lines of text.
+        """
+        align = "l" * (len(self.keys) + 1) + "r" * (len(self.metrics) + 1)
+        lines = [f"\\begin{{tabular}}{{{align}}}", "\\toprule",
+                 " & ".join(latex_escape(h) for h in self.headers()) + " \\\\", "\\midrule"]
+        for values, seeds, cells, mb in self.rows:
+            metric_cells = ["$" + c.text(r" \pm ") + "$" if c.mean is not None else "--" for c in cells]
+            lines.append(" & ".join([*(latex_escape(_md_cell(v)) for v in values), str(seeds), *metric_cells,
+                                     f"{mb:.2f}"]) + " \\\\")
+        return "\n".join([*lines, "\\bottomrule", "\\end{tabular}"]) + "\n"
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(row) + " |" for row in rows)]
+
+
+def _md_cell(value: Any) -> str:
+    return "-" if value is None else str(value).replace("|", "\\|")
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None else f"{value:.4f}"
+
+
+LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def latex_escape(text: str) -> str:
+    """``'kNN, 10% labels (%)'`` -> ``'kNN, 10\\% labels (\\%)'``."""
+    return "".join(LATEX_SPECIAL.get(ch, ch) for ch in text)

@@ -1,0 +1,112 @@
+"""``fedlight sweep --executor local --parallel N``: a sweep's tasks as processes on this machine.
+
+The same files as the SLURM executor (manifest, resolved recipes, ``tasks.txt``, run
+folders) and the same rules: a finished task is skipped, and a task whose run folder holds a
+checkpoint continues with ``--resume`` (``--overwrite`` otherwise: a folder without a
+checkpoint holds nothing worth keeping), exactly as ``slurm/array.sbatch`` decides. Each
+task's output goes to ``<out>/logs/<name>.out`` (appended, like SLURM's ``--open-mode=append``).
+
+Ctrl-C (or SIGTERM to this process) sends SIGTERM to every running task: fedlight
+checkpoints it at its next client and exits 3, so running the same command again resumes it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, IO
+
+import fedlight
+
+POLL_SECONDS = 0.2
+
+
+@dataclass(frozen=True)
+class LocalTask:
+    """One task to run: its index and name, its resolved recipe, run folder and log file."""
+
+    index: int
+    name: str
+    recipe: Path
+    run_dir: Path
+    log: Path
+
+
+def resume_flag(run_dir: Path) -> str:
+    """``--resume`` where ``run_dir`` holds a checkpoint (``last.pt``, or the ``.prev`` that
+    ``load_checkpoint`` falls back to), else ``--overwrite``: the array script's rule."""
+    checkpoints = run_dir / "checkpoints"
+    has_one = (checkpoints / "last.pt").is_file() or (checkpoints / "last.pt.prev").is_file()
+    return "--resume" if has_one else "--overwrite"
+
+
+def fit_command(task: LocalTask, python: str = sys.executable) -> list[str]:
+    """``python -m fedlight fit --recipe <recipe> --resume|--overwrite`` for ``task``."""
+    return [python, "-m", "fedlight", "fit", "--recipe", str(task.recipe), resume_flag(task.run_dir)]
+
+
+def task_environment() -> dict[str, str]:
+    """This environment, with one OpenMP thread per task unless set (as the array script does) and
+    this fedlight importable from any working folder (a source checkout is not on ``sys.path`` there)."""
+    env = os.environ.copy()
+    env.setdefault("OMP_NUM_THREADS", "1")
+    source = str(Path(fedlight.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (source, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def run_local(tasks: list[LocalTask], parallel: int, echo: Callable[[str], None] = print) -> list[LocalTask]:
+    """Run ``tasks``, at most ``parallel`` at once, in order; returns those that failed.
+
+    Written with ``subprocess.Popen`` rather than a thread pool: on an interrupt the running
+    children must get SIGTERM (their checkpoint-and-stop signal), which a pool's futures cannot send.
+    Each child runs in its own session, so a terminal's Ctrl-C reaches only this process, which
+    passes it on as that SIGTERM.
+    """
+    waiting, running, failed = list(tasks), {}, []
+    env = task_environment()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        while waiting or running:
+            while waiting and len(running) < parallel:
+                task = waiting.pop(0)
+                command = fit_command(task)
+                log = open(task.log, "a")
+                log.write(f"fedlight sweep task {task.index} ({task.name}), local: {command[-1]}\n")
+                log.flush()
+                echo(f"task {task.index} {task.name}: started ({command[-1]}); log {task.log}")
+                running[task] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                                  stdin=subprocess.DEVNULL, start_new_session=True), log)
+            for task, (proc, log) in list(running.items()):
+                if proc.poll() is not None:
+                    log.close()
+                    del running[task]
+                    echo(f"task {task.index} {task.name}: {'finished' if proc.returncode == 0 else f'failed (exit {proc.returncode})'}")
+                    if proc.returncode != 0:
+                        failed.append(task)
+            time.sleep(POLL_SECONDS if running else 0)
+    except KeyboardInterrupt:
+        _stop(running, echo)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return failed
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop(running: dict[LocalTask, tuple[subprocess.Popen, IO[str]]], echo: Callable[[str], None]) -> None:
+    """SIGTERM to every running task, then wait for each to checkpoint and exit."""
+    for proc, _ in running.values():
+        proc.send_signal(signal.SIGTERM)
+    for task, (proc, log) in running.items():
+        proc.wait()
+        log.close()
+        echo(f"task {task.index} {task.name}: stopped (exit {proc.returncode}); the same command resumes it")

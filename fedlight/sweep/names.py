@@ -1,0 +1,47 @@
+"""Run names of a sweep's tasks, made of their grid values: ``alpha=0.1_seed=0``, not ``0003``.
+
+A name lists each grid key (its last dotted part, or the whole key where two keys share
+that part) with the task's value, then the seed, joined by ``_``. So TensorBoard pointed at
+``<out>/runs`` labels every curve by what it varies. Names are filesystem-safe (ASCII
+letters, digits and ``._=+-`` only; anything else becomes ``-``), at most ``MAX_LENGTH``
+characters, and unique within the sweep.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from fedlight.sweep.grid import Task
+
+MAX_LENGTH = 120  # well under the 255 bytes of a file name, with room for ".yaml" and an ".out" log
+UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]+")
+
+
+def key_labels(keys: list[str]) -> dict[str, str]:
+    """``['partition.alpha', 'method.name']`` -> ``{'partition.alpha': 'alpha', 'method.name': 'name'}``;
+    a last part two keys (or a key and ``seed``) share keeps its whole dotted key."""
+    last = [k.rsplit(".", 1)[-1] for k in keys] + ["seed"]
+    return {k: short if last.count(short) == 1 else k for k, short in zip(keys, last)}
+
+
+def safe_name(text: str) -> str:
+    """``'name=[0.5, 0.5]'`` -> ``'name=-0.5-0.5-'``; a long one is cut and keeps a digest of the whole."""
+    name = UNSAFE.sub("-", text)
+    if len(name) > MAX_LENGTH:
+        digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+        name = f"{name[:MAX_LENGTH - 9]}-{digest}"
+    return name
+
+
+def run_names(tasks: list[Task]) -> dict[int, str]:
+    """Every task's run name, by task index (deterministic for the same command)."""
+    keys = [key for key, _ in tasks[0].settings] if tasks else []
+    labels = key_labels(keys)
+    names = {t.index: safe_name("_".join([*(f"{labels[k]}={v}" for k, v in t.settings), f"seed={t.seed}"]))
+             for t in tasks}
+    clashing = {n for n in names.values() if list(names.values()).count(n) > 1}  # values alike once made safe
+    names = {i: f"{n}_task{i}" if n in clashing else n for i, n in names.items()}
+    if len(set(names.values())) < len(names):  # a value ending in "_task<i>" itself: the index goes first
+        names = {i: f"{i:04d}_{n}" for i, n in names.items()}
+    return names
