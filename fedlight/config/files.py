@@ -92,7 +92,7 @@ def _repeated_key(node: yaml.Node | None, prefix: str = "",
     return None
 
 
-def load_yaml(text: str, where: str) -> Any:
+def load_yaml(text: str, where: str, fix: str = "keep one of them") -> Any:
     """``text`` read as YAML in OmegaConf's dialect, refusing a key given twice in one mapping
     (PyYAML alone would keep the last one and drop the first without a word).
 
@@ -108,7 +108,7 @@ def load_yaml(text: str, where: str) -> Any:
             raise
     key, first, second = repeated
     lines = f" (lines {first} and {second})" if "\n" in text.strip() else ""
-    raise UserError(f"{where} gives key '{key}' twice{lines}; keep one of them")
+    raise UserError(f"{where} gives key '{key}' twice{lines}; {fix}")
 
 
 def yaml_value(text: str, where: str) -> Any:
@@ -119,8 +119,9 @@ def yaml_value(text: str, where: str) -> Any:
         return text
 
 
-def read_yaml_mapping(path: Path, what: str, fix: str) -> dict[str, Any]:
-    """The mapping a YAML file holds (an empty file holds ``{}``).
+def read_yaml_mapping(path: Path, what: str, fix: str, twice_fix: str | None = None) -> dict[str, Any]:
+    """The mapping a YAML file holds (an empty file holds ``{}``); ``twice_fix`` is the fix for a
+    key given twice (default: ``fix``).
 
     Raises:
         UserError: naming ``path`` and ``fix``: unreadable, not text, not YAML, a key given twice,
@@ -128,7 +129,7 @@ def read_yaml_mapping(path: Path, what: str, fix: str) -> dict[str, Any]:
     """
     text = read_text(path, what, fix)
     try:
-        data = load_yaml(text, f"{what} '{path}'")
+        data = load_yaml(text, f"{what} '{path}'", twice_fix or fix)
     except YAML_ERRORS as exc:
         raise UserError(f"{what} '{path}' is not valid YAML{yaml_problem(exc)}; {fix}") from None
     data = {} if data is None else data

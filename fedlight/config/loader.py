@@ -39,7 +39,7 @@ def _fragments(path: Path, _seen: tuple[Path, ...] = ()) -> list[tuple[dict[str,
         raise UserError(f"recipe fragment '{path}' includes itself; remove the cycle from 'defaults'")
     if not path.is_file():
         raise UserError(f"recipe file '{path}' not found; check the path")
-    data = read_yaml_mapping(path, "recipe file", RECIPE_FIX)
+    data = read_yaml_mapping(path, "recipe file", RECIPE_FIX, twice_fix="keep one of them")
     fragments = data.pop("defaults", []) or []
     if not isinstance(fragments, list):
         raise UserError(f"'defaults' in '{path}' must be a list of fragment paths")
