@@ -125,3 +125,20 @@ def test_asking_for_a_missing_gpu_is_a_user_error(tiny_recipe: Path, capsys) -> 
     assert main(["fit", "--recipe", str(tiny_recipe), "fabric.accelerator=gpu"]) == 2
     assert "fabric.accelerator" in capsys.readouterr().err
     assert not (tiny_recipe.parent / "run").exists()
+
+
+def test_a_resolved_recipe_reads_back_as_written(tiny_recipe: Path, tmp_path: Path) -> None:
+    """A run's recipe.yaml and a sweep's task recipes are read back in OmegaConf's YAML, where
+    ``1e3`` is a number: text that looks like one stays text through the round trip."""
+    from dataclasses import asdict
+
+    from fedlight.config.files import read_yaml_mapping
+    from fedlight.engine.rundir import write_yaml
+
+    recipe = asdict(load_recipe(tiny_recipe, ["name='1e3'", "data.root='1e-3'", "run.dir='2024-01-01'"]))
+    assert (recipe["name"], recipe["data"]["root"]) == ("1e3", "1e-3")
+    write_yaml(tmp_path / "recipe.yaml", recipe)
+    assert read_yaml_mapping(tmp_path / "recipe.yaml", "the run's recipe", "-") == recipe
+    copy = tmp_path / "copy.yaml"
+    copy.write_text((tmp_path / "recipe.yaml").read_text())
+    assert asdict(load_recipe(copy)) == recipe

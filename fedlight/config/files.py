@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-# OmegaConf's loader: the dialect its configs and dotlists are read in (it refuses a repeated key)
-from omegaconf._utils import get_yaml_loader
+# OmegaConf's loader (the dialect its configs and dotlists are read in; it refuses a repeated key)
+# and the dumper that quotes what that loader would read back as another type
+from omegaconf._utils import get_omega_conf_dumper, get_yaml_loader
 
 from fedlight.errors import UserError
 
@@ -109,6 +110,12 @@ def load_yaml(text: str, where: str, fix: str = "keep one of them") -> Any:
     key, first, second = repeated
     lines = f" (lines {first} and {second})" if "\n" in text.strip() else ""
     raise UserError(f"{where} gives key '{key}' twice{lines}; {fix}")
+
+
+def dump_yaml(obj: Any) -> str:
+    """``obj`` as block-style YAML that ``load_yaml`` reads back equal (``yaml.safe_dump``'s format,
+    but a string such as ``'1e-3'``, a number in OmegaConf's dialect, is quoted)."""
+    return yaml.dump(obj, Dumper=get_omega_conf_dumper(), sort_keys=False)
 
 
 def yaml_value(text: str, where: str) -> Any:

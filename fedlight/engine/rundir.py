@@ -26,9 +26,7 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from fedlight.config.files import read_yaml_mapping
+from fedlight.config.files import dump_yaml, read_yaml_mapping
 from fedlight.config.schema import Recipe
 from fedlight.engine.checkpoint import atomic_write_bytes
 from fedlight.errors import UserError
@@ -340,4 +338,4 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def write_yaml(path: Path, obj: Any) -> None:
-    atomic_write_bytes(path, yaml.safe_dump(obj, sort_keys=False).encode())
+    atomic_write_bytes(path, dump_yaml(obj).encode())

@@ -13,9 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from fedlight.config.files import read_json
+from fedlight.config.files import dump_yaml, read_json
 from fedlight.config.schema import Recipe
 from fedlight.errors import UserError
 
@@ -35,7 +33,7 @@ def run_path(out: Path, index: int) -> Path:
 
 def recipe_text(recipe: Recipe) -> str:
     """The resolved recipe as written to its file."""
-    return yaml.safe_dump(asdict(recipe), sort_keys=False)
+    return dump_yaml(asdict(recipe))  # read back by load_recipe: OmegaConf's dialect
 
 
 def new_manifest(base: Path, grid: list[dict[str, Any]], seeds: list[int], tasks: list[dict[str, Any]]) -> dict[str, Any]:
