@@ -29,6 +29,7 @@ from fedlight.config.coerce import apply_check, coerce
 from fedlight.config.schema import Recipe
 from fedlight.errors import UserError
 
+
 def _omegaconf_hint(hint: Any) -> Any:
     """``hint`` as OmegaConf 2.3 can type it: a ``Literal`` choice becomes ``str`` (checked later)."""
     if typing.get_origin(hint) is Literal:
@@ -81,6 +82,8 @@ def user_error(exc: OmegaConfBaseException, where: str, section: str = "") -> Us
     key = str(getattr(exc, "full_key", "") or getattr(exc, "key", "") or section)
     problem = str(getattr(exc, "msg", exc)).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if isinstance(exc, ConfigKeyError) or "not in" in problem:  # struct mode: a key the schema lacks
+        if exc.key == "" and key:  # an empty key: OmegaConf's full key stops at its section
+            key += "."
         section, _, name = key.rpartition(".")
         valid = section_keys(section)
         if valid is not None and name not in valid:
