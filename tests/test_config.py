@@ -2,10 +2,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from fedlight.cli import main
 from fedlight.config import load_recipe
-from fedlight.config.loader import apply_overrides, deep_merge
+from fedlight.config.loader import compose, override_layer
 from fedlight.errors import UserError
 
 
@@ -19,11 +20,36 @@ def test_fragments_merge_then_recipe_then_overrides(tiny_recipe: Path) -> None:
     assert r.name == "tiny"
 
 
-def test_deep_merge_and_override_values_are_yaml() -> None:
-    merged = deep_merge({"a": {"b": 1, "c": 2}}, {"a": {"c": 3}})
-    assert merged == {"a": {"b": 1, "c": 3}}
-    out = apply_overrides({}, ["x.y=[1, 2]", "flag=true", "name=abc", "none=null"])
-    assert out == {"x": {"y": [1, 2]}, "flag": True, "name": "abc", "none": None}
+def _composed(*layers: dict) -> dict:
+    return OmegaConf.to_container(compose([(layer, f"layer {i}") for i, layer in enumerate(layers)]))
+
+
+def test_layers_merge_key_by_key_and_override_values_are_yaml() -> None:
+    merged = _composed({"local": {"lr": 0.5, "epochs": 3}}, {"local": {"epochs": 4}})
+    assert (merged["local"]["lr"], merged["local"]["epochs"]) == (0.5, 4)
+    assert [override_layer(t) for t in ["x.y=[1, 2]", "flag=true", "name=abc", "none=null", "lr=1e-3", "e="]] == \
+        [{"x": {"y": [1, 2]}}, {"flag": True}, {"name": "abc"}, {"none": None}, {"lr": 0.001}, {"e": None}]
+
+
+def test_interpolation_resolves_against_the_whole_recipe(tiny_recipe: Path, tmp_path: Path, monkeypatch) -> None:
+    """``${data.root}`` (and OmegaConf's ``oc.env`` resolver) resolve after every layer and override."""
+    recipe = tmp_path / "interpolated.yaml"
+    recipe.write_text(f"defaults: [{tiny_recipe}]\ndata: {{root: /datasets}}\nrun: {{dir: '${{data.root}}/runs/${{name}}'}}\n")
+    assert load_recipe(recipe).run.dir == "/datasets/runs/interpolated"
+    assert load_recipe(recipe, ["data.root=/elsewhere"]).run.dir == "/elsewhere/runs/interpolated"
+    monkeypatch.setenv("FEDLIGHT_TEST_DATA", "/from/env")
+    assert load_recipe(recipe, ["data.root=${oc.env:FEDLIGHT_TEST_DATA}"]).run.dir == "/from/env/runs/interpolated"
+    assert load_recipe(recipe, ["rounds=${seed}"]).rounds == 3  # typed after resolving: an int
+    with pytest.raises(UserError, match=r"'run.dir'.*'data.rot' not found"):
+        load_recipe(recipe, ["run.dir=${data.rot}"])
+    with pytest.raises(UserError, match=r"'rounds'.*could not be converted to Integer"):
+        load_recipe(recipe, ["rounds=${data.root}"])
+
+
+def test_an_unknown_key_suggests_the_near_one(tiny_recipe: Path) -> None:
+    with pytest.raises(UserError, match=r"unknown recipe key 'local.lrr' in override 'local.lrr=1' "
+                                        r"\(did you mean 'local.lr'\?\); valid keys here: batch_size, epochs"):
+        load_recipe(tiny_recipe, ["local.lrr=1"])
 
 
 def test_int_is_accepted_for_float_but_not_the_reverse(tiny_recipe: Path) -> None:
@@ -80,12 +106,18 @@ def test_invalid_yaml_names_the_file(tmp_path: Path, capsys) -> None:
 
 
 def test_a_section_naming_another_class_replaces_the_inherited_one() -> None:
-    merged = deep_merge({"method": {"name": "moon", "mu": 5}}, {"method": {"name": "supervised"}})
-    assert merged["method"] == {"name": "supervised"}
-    assert deep_merge({"method": {"name": "moon", "mu": 5}}, {"method": {"tau": 1}})["method"] == \
+    assert _composed({"method": {"name": "moon", "mu": 5}}, {"method": {"name": "supervised"}})["method"] == \
+        {"name": "supervised"}
+    assert _composed({"method": {"name": "moon", "mu": 5}}, {"method": {"tau": 1}})["method"] == \
         {"name": "moon", "mu": 5, "tau": 1}
-    out = apply_overrides({"method": {"name": "simclr", "temperature": 0.5}}, ["method.momentum=0.9", "method.name=byol"])
-    assert out["method"] == {"name": "byol", "momentum": 0.9}
+    # a section no earlier layer named keeps its keys: only a change of class resets it
+    assert _composed({"data": {"root": "/x"}}, {"data": {"name": "cifar10"}})["data"]["root"] == "/x"
+    assert _composed({"data": {"name": "mnist", "root": "/x"}}, {"data": {"name": "cifar10"}})["data"]["root"] == "data"
+
+
+def test_an_override_naming_a_class_applies_first(tiny_recipe: Path) -> None:
+    r = load_recipe(tiny_recipe, ["method.momentum=0.9", "method.name=byol"])
+    assert r.method == {"name": "byol", "momentum": 0.9}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
@@ -93,3 +125,20 @@ def test_asking_for_a_missing_gpu_is_a_user_error(tiny_recipe: Path, capsys) -> 
     assert main(["fit", "--recipe", str(tiny_recipe), "fabric.accelerator=gpu"]) == 2
     assert "fabric.accelerator" in capsys.readouterr().err
     assert not (tiny_recipe.parent / "run").exists()
+
+
+def test_a_resolved_recipe_reads_back_as_written(tiny_recipe: Path, tmp_path: Path) -> None:
+    """A run's recipe.yaml and a sweep's task recipes are read back in OmegaConf's YAML, where
+    ``1e3`` is a number: text that looks like one stays text through the round trip."""
+    from dataclasses import asdict
+
+    from fedlight.config.files import read_yaml_mapping
+    from fedlight.engine.rundir import write_yaml
+
+    recipe = asdict(load_recipe(tiny_recipe, ["name='1e3'", "data.root='1e-3'", "run.dir='2024-01-01'"]))
+    assert (recipe["name"], recipe["data"]["root"]) == ("1e3", "1e-3")
+    write_yaml(tmp_path / "recipe.yaml", recipe)
+    assert read_yaml_mapping(tmp_path / "recipe.yaml", "the run's recipe", "-") == recipe
+    copy = tmp_path / "copy.yaml"
+    copy.write_text((tmp_path / "recipe.yaml").read_text())
+    assert asdict(load_recipe(copy)) == recipe

@@ -60,7 +60,7 @@ def test_a_key_given_twice_in_an_override_is_refused(tmp_path: Path, tiny_recipe
 
 
 def test_the_first_of_two_keys_is_not_dropped_when_yaml_merges_on_purpose(tmp_path: Path) -> None:
-    from fedlight.config.loader import load_yaml
+    from fedlight.config.files import load_yaml
 
     assert load_yaml("base: &b {lr: 1, epochs: 2}\nlocal:\n  <<: *b\n  lr: 0.5\n", "x")["local"] == {"lr": 0.5,
                                                                                                  "epochs": 2}

@@ -1,4 +1,4 @@
-"""Recipe schema, YAML composition and overrides."""
+"""Recipe schema, and its composition, overrides and interpolation through OmegaConf."""
 
 from fedlight.config.loader import load_recipe
 from fedlight.config.schema import Recipe

@@ -1,8 +1,13 @@
-"""Check a YAML value against a type hint, with errors that name the recipe key."""
+"""Check a value against a type hint, with errors that name the recipe key.
+
+OmegaConf types the schema's sections (``fedlight.config.structured``); what it cannot type is
+checked here: ``Literal`` choices, ``Annotated`` range markers, finite numbers, text without NUL,
+and the options of ``method`` / ``server``, whose types are their class's constructor hints
+(``fedlight.registry``).
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import types
 import typing
@@ -22,14 +27,6 @@ def _describe(hint: Any) -> str:
     if hint is type(None):
         return "null"
     return getattr(hint, "__name__", str(hint))
-
-
-def _number(text: str) -> float | str:
-    """``'1e-3'`` -> 0.001; anything that is not a number stays text."""
-    try:
-        return float(text)
-    except ValueError:
-        return text
 
 
 def coerce(value: Any, hint: Any, key: str) -> Any:
@@ -62,12 +59,7 @@ def coerce(value: Any, hint: Any, key: str) -> Any:
     elif origin is dict:
         if isinstance(value, dict):
             return value
-    elif dataclasses.is_dataclass(hint):
-        if isinstance(value, dict):
-            return build_dataclass(hint, value, key)
     elif hint is float:
-        if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as text
-            value = _number(value)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             if not math.isfinite(value):
                 raise UserError(f"recipe key '{key}': expected a finite number, got {value!r}; "
@@ -85,20 +77,6 @@ def coerce(value: Any, hint: Any, key: str) -> Any:
     elif isinstance(value, hint):
         return value
     raise UserError(f"recipe key '{key}': expected {_describe(hint)}, got {value!r}; fix the recipe or override")
-
-
-def build_dataclass(cls: type, values: dict[str, Any], prefix: str = "") -> Any:
-    """Build dataclass ``cls`` from ``values``: unknown keys, wrong types and failed checks raise."""
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for name, value in values.items():
-        key = f"{prefix}.{name}" if prefix else name
-        if name not in fields:
-            raise UserError(f"unknown recipe key '{key}'; valid keys here: {', '.join(sorted(fields))}")
-        kwargs[name] = coerce(value, hints[name], key)
-        apply_check(fields[name].metadata.get("check"), kwargs[name], value, key)
-    return cls(**kwargs)
 
 
 def apply_check(check: Callable[[Any], str | None] | None, value: Any, raw: Any, key: str) -> None:

@@ -1,6 +1,10 @@
 """Reading the text files users hand fedlight: recipes, a run's ``recipe.yaml``, a sweep's
 ``manifest.json``, a run's ``results.json``; and checking a folder fedlight is asked to write.
 
+Every YAML fedlight reads (recipe files, fragments, override values, a run's ``recipe.yaml``) goes
+through ``load_yaml``: OmegaConf's own YAML dialect (``1e-3`` is a number, no timestamps) with a key
+given twice refused in one line naming its dotted path and both lines.
+
 Each failure is a one-line ``UserError`` naming the file (what it is, why it cannot be read)
 and the caller's fix, instead of a ``UnicodeDecodeError`` or a parser's own exception.
 Torch-free: ``fedlight report`` uses it on a login node.
@@ -15,8 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+# OmegaConf's loader (the dialect its configs and dotlists are read in; it refuses a repeated key)
+# and the dumper that quotes what that loader would read back as another type
+from omegaconf._utils import get_omega_conf_dumper, get_yaml_loader
 
 from fedlight.errors import UserError
+
+MERGE_TAG = "tag:yaml.org,2002:merge"  # `<<: *anchor` merges keys on purpose
+_LOADER = get_yaml_loader()
 
 # a text editor's byte-order mark names the encoding (UTF-32's marks start like UTF-16's: first)
 _BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
@@ -53,15 +63,80 @@ def yaml_problem(exc: BaseException) -> str:
     return f" at line {line + 1}" if line is not None else ""
 
 
-def read_yaml_mapping(path: Path, what: str, fix: str) -> dict[str, Any]:
-    """The mapping a YAML file holds (an empty file holds ``{}``).
+def _repeated_key(node: yaml.Node | None, prefix: str = "",
+                  seen: set[int] | None = None) -> tuple[str, int, int] | None:
+    """The first mapping key that ``node`` (a composed YAML document) gives twice, as
+    (dotted key, first line, second line), or None.
+
+    OmegaConf's loader refuses the key but names neither its section nor its first line: this says both.
+    """
+    seen = set() if seen is None else seen
+    if node is None or id(node) in seen:  # aliases may point back at a node already walked
+        return None
+    seen.add(id(node))
+    children: list[tuple[str, yaml.Node]] = []
+    if isinstance(node, yaml.MappingNode):
+        lines: dict[str, int] = {}
+        for key, value in node.value:
+            name = str(key.value) if isinstance(key, yaml.ScalarNode) else "?"
+            if isinstance(key, yaml.ScalarNode) and key.tag != MERGE_TAG:
+                if name in lines:
+                    return prefix + name, lines[name], key.start_mark.line + 1
+                lines[name] = key.start_mark.line + 1
+            children.append((f"{prefix}{name}.", value))
+    elif isinstance(node, yaml.SequenceNode):
+        children = [(f"{prefix}{i}.", item) for i, item in enumerate(node.value)]
+    for child_prefix, child in children:
+        found = _repeated_key(child, child_prefix, seen)
+        if found:
+            return found
+    return None
+
+
+def load_yaml(text: str, where: str, fix: str = "keep one of them") -> Any:
+    """``text`` read as YAML in OmegaConf's dialect, refusing a key given twice in one mapping
+    (PyYAML alone would keep the last one and drop the first without a word).
 
     Raises:
-        UserError: naming ``path`` and ``fix``: unreadable, not text, not YAML, or not a mapping.
+        UserError: naming ``where``, the dotted key and, when ``text`` has several lines, both lines.
+        yaml.YAMLError: ``text`` is not YAML (also the other ``YAML_ERRORS``).
+    """
+    try:
+        return yaml.load(text, Loader=_LOADER)
+    except yaml.constructor.ConstructorError as exc:
+        repeated = _repeated_key(yaml.compose(text, Loader=yaml.SafeLoader))
+        if not repeated or "duplicate key" not in str(exc.problem):
+            raise
+    key, first, second = repeated
+    lines = f" (lines {first} and {second})" if "\n" in text.strip() else ""
+    raise UserError(f"{where} gives key '{key}' twice{lines}; {fix}")
+
+
+def dump_yaml(obj: Any) -> str:
+    """``obj`` as block-style YAML that ``load_yaml`` reads back equal (``yaml.safe_dump``'s format,
+    but a string such as ``'1e-3'``, a number in OmegaConf's dialect, is quoted)."""
+    return yaml.dump(obj, Dumper=get_omega_conf_dumper(), sort_keys=False)
+
+
+def yaml_value(text: str, where: str) -> Any:
+    """A value given on the command line, read as YAML (text that is not YAML stays text; '' is None)."""
+    try:
+        return load_yaml(text, where) if text else None
+    except YAML_ERRORS:  # not YAML (e.g. an unclosed bracket): the text itself
+        return text
+
+
+def read_yaml_mapping(path: Path, what: str, fix: str, twice_fix: str | None = None) -> dict[str, Any]:
+    """The mapping a YAML file holds (an empty file holds ``{}``); ``twice_fix`` is the fix for a
+    key given twice (default: ``fix``).
+
+    Raises:
+        UserError: naming ``path`` and ``fix``: unreadable, not text, not YAML, a key given twice,
+            or not a mapping.
     """
     text = read_text(path, what, fix)
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text, f"{what} '{path}'", twice_fix or fix)
     except YAML_ERRORS as exc:
         raise UserError(f"{what} '{path}' is not valid YAML{yaml_problem(exc)}; {fix}") from None
     data = {} if data is None else data

@@ -1,159 +1,134 @@
-"""Recipes: YAML files composed from fragments, plus dotted ``key=value`` overrides.
+"""Recipes: YAML files composed from fragments, plus dotted ``key=value`` overrides, through OmegaConf.
 
-A recipe may list ``defaults:``, paths (relative to the recipe file) of YAML fragments that
-are deep-merged in order before the recipe's own keys. YAML stops here: the rest of
-fedlight sees only the typed ``Recipe``.
+A recipe may list ``defaults:``, paths (relative to the recipe file) of YAML fragments merged
+in order before the recipe's own keys; ``key=value`` overrides come last. Each layer is merged
+into the recipe schema as an OmegaConf structured config (``fedlight.config.structured``), which
+refuses unknown keys and wrong types, then ``${...}`` interpolations resolve against the whole
+result. YAML stops here: the rest of fedlight sees only the typed ``Recipe``.
+
+OmegaConf has no include of its own (Hydra's defaults lists are config groups on a search path,
+not files beside the recipe), so ``defaults`` is walked here; and OmegaConf merges a section key
+by key, so the one rule it lacks is kept: a section naming another class (``method.name``,
+``server.name``, ``data.name``) replaces the section it overrides instead of inheriting its keys.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from fedlight.config.coerce import build_dataclass
-from fedlight.config.files import YAML_ERRORS, read_text, yaml_problem
+from fedlight.config.files import read_yaml_mapping, yaml_value
 from fedlight.config.schema import Recipe
+from fedlight.config.structured import new_config, to_recipe, user_error
 from fedlight.errors import UserError
 
+__all__ = ["compose", "load_recipe", "override_layer", "parse_override", "yaml_value"]
 
-MERGE_TAG = "tag:yaml.org,2002:merge"  # `<<: *anchor` merges keys on purpose
-
-
-def _repeated_key(node: yaml.Node | None, prefix: str = "",
-                  seen: set[int] | None = None) -> tuple[str, int, int] | None:
-    """The first mapping key that ``node`` (a composed YAML document) gives twice, as
-    (dotted key, first line, second line), or None."""
-    seen = set() if seen is None else seen
-    if node is None or id(node) in seen:  # aliases may point back at a node already walked
-        return None
-    seen.add(id(node))
-    children: list[tuple[str, yaml.Node]] = []
-    if isinstance(node, yaml.MappingNode):
-        lines: dict[str, int] = {}
-        for key, value in node.value:
-            name = str(key.value) if isinstance(key, yaml.ScalarNode) else "?"
-            if isinstance(key, yaml.ScalarNode) and key.tag != MERGE_TAG:
-                if name in lines:
-                    return prefix + name, lines[name], key.start_mark.line + 1
-                lines[name] = key.start_mark.line + 1
-            children.append((f"{prefix}{name}.", value))
-    elif isinstance(node, yaml.SequenceNode):
-        children = [(f"{prefix}{i}.", item) for i, item in enumerate(node.value)]
-    for child_prefix, child in children:
-        found = _repeated_key(child, child_prefix, seen)
-        if found:
-            return found
-    return None
+RECIPE_FIX = "fix the recipe file"
 
 
-def load_yaml(text: str, where: str) -> Any:
-    """``yaml.safe_load``, refusing a key given twice in one mapping (PyYAML would keep the last
-    one and drop the first without a word).
-
-    Raises:
-        UserError: naming ``where``, the key and, when ``text`` has several lines, both lines.
-        yaml.YAMLError: ``text`` is not YAML.
-    """
-    repeated = _repeated_key(yaml.compose(text, Loader=yaml.SafeLoader))
-    if repeated:
-        key, first, second = repeated
-        lines = f" (lines {first} and {second})" if "\n" in text.strip() else ""
-        raise UserError(f"{where} gives key '{key}' twice{lines}; keep one of them")
-    return yaml.safe_load(text)
-
-
-def yaml_value(text: str, where: str) -> Any:
-    """A value given on the command line, read as YAML (text that is not YAML stays text; '' is None)."""
-    try:
-        return load_yaml(text, where) if text else None
-    except YAML_ERRORS:  # not YAML (e.g. a date with month 13): the text itself
-        return text
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise UserError(f"recipe file '{path}' not found; check the path")
-    try:
-        data = load_yaml(read_text(path, "recipe file", "save it as UTF-8 text"), f"recipe file '{path}'")
-        data = {} if data is None else data  # an empty file is all defaults; 0 or [] is a mistake
-    except YAML_ERRORS as exc:
-        raise UserError(f"recipe file '{path}' is not valid YAML{yaml_problem(exc)}; fix its syntax") from None
-    if not isinstance(data, dict):
-        raise UserError(f"recipe file '{path}' must hold a mapping of keys; fix its top level")
-    return data
-
-
-def _renamed(old: Any, new: Any) -> bool:
-    """A section that names a different class (``method``, ``server``) replaces the old one whole."""
-    return isinstance(old, dict) and isinstance(new, dict) and "name" in new and old.get("name", new["name"]) != new["name"]
-
-
-def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    """``update`` merged into a copy of ``base``; nested mappings merge (unless their ``name``
-    differs: then the new section replaces the old), anything else replaces."""
-    out = copy.deepcopy(base)
-    for key, value in update.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict) and not _renamed(out[key], value):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def compose(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """The recipe at ``path`` with its ``defaults`` fragments merged in (recursively)."""
+def _fragments(path: Path, _seen: tuple[Path, ...] = ()) -> list[tuple[dict[str, Any], str]]:
+    """(mapping, where) of the recipe at ``path``: its ``defaults`` fragments (recursively) first."""
     path = path.resolve()
     if path in _seen:
         raise UserError(f"recipe fragment '{path}' includes itself; remove the cycle from 'defaults'")
-    data = _read_yaml(path)
+    if not path.is_file():
+        raise UserError(f"recipe file '{path}' not found; check the path")
+    data = read_yaml_mapping(path, "recipe file", RECIPE_FIX, twice_fix="keep one of them")
     fragments = data.pop("defaults", []) or []
     if not isinstance(fragments, list):
         raise UserError(f"'defaults' in '{path}' must be a list of fragment paths")
-    merged: dict[str, Any] = {}
+    layers: list[tuple[dict[str, Any], str]] = []
     for fragment in fragments:
         if not isinstance(fragment, str) or not fragment.strip() or "\x00" in fragment:
             raise UserError(f"'defaults' in '{path}' lists {fragment!r}, which is not a fragment path; "
                             "list YAML file paths (relative to the recipe)")
-        merged = deep_merge(merged, compose(path.parent / fragment, (*_seen, path)))
-    return deep_merge(merged, data)
+        layers += _fragments(path.parent / fragment, (*_seen, path))
+    return [*layers, (data, f"recipe file '{path}'")]
 
 
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """``'partition.alpha=0.1'`` -> ``(['partition', 'alpha'], 0.1)``; values are read as YAML."""
+def parse_override(text: str) -> tuple[str, Any]:
+    """``'partition.alpha=0.1'`` -> ``('partition.alpha', 0.1)``; the value is read as YAML.
+
+    Raises:
+        UserError: ``text`` is not ``key=value`` with a dotted key of non-empty parts.
+    """
     key, sep, raw = text.partition("=")
     if not sep or not key or any(not part for part in key.split(".")):
         raise UserError(f"override '{text}' must look like key=value (for example rounds=5)")
-    return key.split("."), yaml_value(raw, f"override '{text}'")
+    return key, yaml_value(raw, f"override '{text}'")
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """A copy of ``data`` with each ``key=value`` override set (missing sections are created)."""
-    out = copy.deepcopy(data)
-    parsed = [parse_override(text) + (text,) for text in overrides]
-    # `x.name=...` first: naming a different class resets its section, then its keys apply
-    for parts, value, text in sorted(parsed, key=lambda p: p[0][-1] != "name"):
-        node = out
-        for i, part in enumerate(parts[:-1]):
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise UserError(f"override '{text}': '{'.'.join(parts[: i + 1])}' is not a section")
-            node = child
-        if parts[-1] == "name" and len(parts) > 1 and node.get("name", value) != value:
-            node.clear()
-        node[parts[-1]] = value
-    return out
+def override_layer(text: str) -> dict[str, Any]:
+    """One ``key=value`` override as the nested mapping it sets: ``'a.b=1'`` -> ``{'a': {'b': 1}}``."""
+    key, value = parse_override(text)
+    layer = OmegaConf.create()
+    try:
+        OmegaConf.update(layer, key, value, merge=False)
+    except OmegaConfBaseException as exc:  # e.g. an interpolation that does not parse
+        raise user_error(exc, f"override '{text}'", key) from None
+    return OmegaConf.to_container(layer)
+
+
+def _renamed(config: DictConfig, layer: Mapping, named: set[str], defaults: DictConfig | None,
+             prefix: str = "") -> None:
+    """Reset each section of ``config`` to its default where ``layer`` names a different class
+    than an earlier layer did (the paths in ``named``); record the names ``layer`` gives."""
+    for key, value in layer.items():
+        path = f"{prefix}{key}"
+        if not isinstance(value, Mapping) or not isinstance(config.get(key) if key in config else None, DictConfig):
+            continue
+        default = defaults[key] if isinstance(defaults, DictConfig) and key in defaults else None
+        if "name" in value and path in named and config[key].get("name") != value["name"]:
+            config[key] = copy.deepcopy(default) if isinstance(default, DictConfig) else {}
+        else:
+            _renamed(config[key], value, named, default, path + ".")
+        if "name" in value:
+            named.add(path)
+
+
+def compose(layers: list[tuple[Mapping, str]]) -> DictConfig:
+    """``layers`` of (mapping, where it comes from) merged in order into the recipe schema.
+
+    Raises:
+        UserError: naming the layer and the key that OmegaConf refused (unknown, wrong type).
+    """
+    config, defaults, named = new_config(), new_config(), set()
+    for layer, where in layers:
+        _renamed(config, layer, named, defaults)
+        for key, value in layer.items():  # key by key: a refused section is named even where OmegaConf names none
+            try:
+                config.merge_with({key: value})
+            except OmegaConfBaseException as exc:
+                raise user_error(exc, where, key) from None
+    return config
+
+
+def resolve(config: DictConfig) -> dict[str, Any]:
+    """The plain values of ``config`` with its ``${...}`` interpolations resolved.
+
+    Raises:
+        UserError: an interpolation names no key, or resolves to a value of the wrong type.
+    """
+    try:
+        return OmegaConf.to_container(config, resolve=True)
+    except OmegaConfBaseException as exc:
+        raise user_error(exc, "the composed recipe") from None
 
 
 def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
-    """Compose, override and type-check a recipe file."""
-    path = Path(path)
-    data = apply_overrides(compose(path), list(overrides))
-    data.setdefault("name", path.stem)
-    for section in ("method", "server"):
-        if not isinstance(data.get(section, {}), dict):
-            raise UserError(f"recipe key '{section}' must be a section with a 'name' key")
-    return build_dataclass(Recipe, data)
+    """Compose, override, resolve and type-check a recipe file.
 
+    ``overrides`` that name a class (``method.name=byol``) apply first, so the keys given for the
+    new class land in a fresh section.
+    """
+    path = Path(path)
+    ordered = sorted(overrides, key=lambda text: text.partition("=")[0].rpartition(".")[2] != "name")
+    layers = [({"name": path.stem}, "the recipe's file name"), *_fragments(path),
+              *[(override_layer(text), f"override '{text}'") for text in ordered]]
+    return to_recipe(resolve(compose(layers)))

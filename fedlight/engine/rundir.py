@@ -26,9 +26,7 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from fedlight.config.files import output_folder_problem, read_yaml_mapping
+from fedlight.config.files import dump_yaml, output_folder_problem, read_yaml_mapping
 from fedlight.config.schema import Recipe
 from fedlight.errors import UserError
 
@@ -362,7 +360,7 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def write_yaml(path: Path, obj: Any) -> None:
-    _write_atomically(path, yaml.safe_dump(obj, sort_keys=False).encode())
+    _write_atomically(path, dump_yaml(obj).encode())
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

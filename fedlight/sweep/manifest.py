@@ -18,9 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from fedlight.config.files import read_json
+from fedlight.config.files import dump_yaml, read_json
 from fedlight.config.schema import Recipe
 from fedlight.errors import UserError
 
@@ -52,7 +50,7 @@ def names_text(names: dict[int, str]) -> str:
 
 def recipe_text(recipe: Recipe) -> str:
     """The resolved recipe as written to its file."""
-    return yaml.safe_dump(asdict(recipe), sort_keys=False)
+    return dump_yaml(asdict(recipe))  # read back by load_recipe: OmegaConf's dialect
 
 
 def new_manifest(base: Path, overrides: list[str], grid: list[dict[str, Any]], seeds: list[int],
