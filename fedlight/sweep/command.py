@@ -71,7 +71,7 @@ def check_overrides(overrides: list[str], axes: list[Axis]) -> None:
     """Refuse an override of a key the sweep sets (``run.dir``) or that a ``--grid`` also sets."""
     grid_keys = {a.key for a in axes}
     for text in overrides:
-        key = ".".join(parse_override(text)[0])  # fit's own parser: the same syntax, the same errors
+        key = parse_override(text)[0]  # fit's own parser: the same syntax, the same errors
         if key == "run.dir":
             raise UserError(f"override '{text}': {OWNED['run.dir']}; drop it")
         if key in grid_keys:
