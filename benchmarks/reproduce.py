@@ -94,7 +94,8 @@ def extra_cell(runs: list[dict], key: str) -> str:
 
 def best_row(side: str, table: dict[str, list[dict]], metric: str) -> str:
     """``side``, or for ``best(GLOB)`` the row whose label matches GLOB with the highest mean
-    ``metric`` over seeds (a paper that tunes a value and reports its best, MOON's Table 5)."""
+    ``metric`` over seeds, the first listed on a tie (a paper that tunes a value and reports its
+    best, MOON's Table 5)."""
     if not (side.startswith("best(") and side.endswith(")")):
         return side
     matches = [label for label in table if fnmatch.fnmatchcase(label, side[5:-1])]
