@@ -17,13 +17,15 @@ as ``buffer_rescored`` (mean over rounds and seeds).
 ``verdict.py``, written before the runs: ``moon '>' fedavg_fmnist 'MOON 69.1 vs FedAvg 66.3'``.
 Its rows (claim | paper's numbers | fedlight's | verdict | command) go to
 ``<out>/verdicts-<metric>.md`` for the table at the top of REPRODUCTION.md. A side may be a per-seed difference of
-two rows, ``'sup100 - sup001' '>' 'ssl100 - ssl001'``; claims on another
+two rows, ``'sup100 - sup001' '>' 'ssl100 - ssl001'``, or the best of the rows a glob matches
+(mean over seeds), ``'best(moon-*)' '>' 'best(l2-*)'``; claims on another
 metric re-run the command with that ``--metric`` (finished runs are reused).
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import subprocess
 import sys
@@ -90,10 +92,26 @@ def extra_cell(runs: list[dict], key: str) -> str:
     return f"{np.mean([h[key] for res in runs for h in res['history'] if h.get(key) is not None]):.3g}"
 
 
+def best_row(side: str, table: dict[str, list[dict]], metric: str) -> str:
+    """``side``, or for ``best(GLOB)`` the row whose label matches GLOB with the highest mean
+    ``metric`` over seeds, the first listed on a tie (a paper that tunes a value and reports its
+    best, MOON's Table 5)."""
+    if not (side.startswith("best(") and side.endswith(")")):
+        return side
+    matches = [label for label in table if fnmatch.fnmatchcase(label, side[5:-1])]
+    if not matches:
+        raise SystemExit(f"--claim side {side}: no row matches; rows are {', '.join(table)}")
+    return max(matches, key=lambda label: np.mean([res["final"][metric] for res in table[label]]))
+
+
 def claim_row(claim: list[str], table: dict[str, list[dict]], metric: str, margin: float, out: Path) -> str:
     """One row of the verdict table for ``claim`` = [A, OP, B] or [A, OP, B, PAPER]; a side may
-    be a difference of two rows, ``"X - Y"`` (per seed)."""
+    be a difference of two rows, ``"X - Y"`` (per seed), or ``best(GLOB)``, the best of the rows
+    it matches (``best_row``; the chosen row is named)."""
     a, op, b, *paper = claim
+    picked = {side: best_row(side, table, metric) for side in (a, b)}
+    named = {side: side if row == side else f"{side} = {row}" for side, row in picked.items()}
+    a, b = picked[a], picked[b]
     sides = [side.split(" - ") for side in (a, b)]
     labels = [label for side in sides for label in side]
     if any(label not in table for label in labels) or any(len(side) > 2 for side in sides):
@@ -103,7 +121,7 @@ def claim_row(claim: list[str], table: dict[str, list[dict]], metric: str, margi
     floors = [res["baseline"].get(metric) for k in labels for res in table[k]]
     floor = float(np.mean(floors)) * 100 if None not in floors else None
     c = compare(*side_values, floor, rows=[values[k] for k in dict.fromkeys(labels)])
-    said = f"{a} {op} {b}" + (f" (within {margin:g})" if op == "~" else "")
+    said = f"{named[claim[0]]} {op} {named[claim[2]]}" + (f" (within {margin:g})" if op == "~" else "")
     ours = "; ".join(f"{k} {v.mean():.2f} +- {sample_std(v):.2f}" for k, v in values.items())
     ours += (f"; A - B {c.mean:+.2f} [{c.low:+.2f}, {c.high:+.2f}]"
              + f"; seed spread {c.spread:.2f}"
@@ -123,7 +141,8 @@ def main() -> None:
     parser.add_argument("--reference", help="recipe stem whose mean final accuracy is the rounds-to-reach target")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every run (repeatable)")
     parser.add_argument("--claim", nargs="+", action="append", default=[], metavar="A OP B [PAPER]",
-                        help="judge 'A > B', 'A < B' or 'A ~ B' on --metric by verdict.py's rule (repeatable)")
+                        help="judge 'A > B', 'A < B' or 'A ~ B' on --metric by verdict.py's rule (repeatable); "
+                        "a side is a row, 'X - Y' or 'best(GLOB)'")
     parser.add_argument("--margin", type=float, default=2.0, help="points within which 'A ~ B' holds")
     parser.add_argument("--per-round", action="store_true", help="also the metric's mean over seeds at every round")
     parser.add_argument("--per-seed", action="store_true", help="also the final metric and its floor of every seed")

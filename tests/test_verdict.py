@@ -65,3 +65,22 @@ def test_signal_pools_every_row_behind_a_difference_of_differences() -> None:
     assert c.mean == pytest.approx(18)
     assert c.signal == pytest.approx((np.mean(rows) - 50) / 1.0)  # every row has std 1
     assert verdict(">", c) == "holds"
+
+
+def test_a_best_of_glob_side_picks_the_highest_mean_row_and_names_it() -> None:
+    """MOON's Table 5 claim: each term at its best mu (reproduce.py's ``best(GLOB)`` side)."""
+    from reproduce import best_row, claim_row
+
+    def runs(*finals: float) -> list[dict]:
+        return [{"final": {"test_acc": f}, "baseline": {"test_acc": 0.1}} for f in finals]
+
+    table = {"moon-mu1": runs(0.70, 0.72, 0.74), "moon-mu5": runs(0.75, 0.71, 0.73),  # means 0.72, 0.73
+             "l2-mu0.1": runs(0.60, 0.61, 0.62), "l2-mu1": runs(0.50, 0.52, 0.51)}
+    assert best_row("best(moon-*)", table, "test_acc") == "moon-mu5"
+    assert best_row("best(l2-*)", table, "test_acc") == "l2-mu0.1"
+    assert best_row("moon-mu1", table, "test_acc") == "moon-mu1"  # a plain row is itself
+    row = claim_row(["best(moon-*)", ">", "best(l2-*)"], table, "test_acc", 2.0, Path("out"))
+    assert row.startswith("| best(moon-*) = moon-mu5 > best(l2-*) = l2-mu0.1 (test_acc) |")
+    assert "A - B +12.00" in row and "| holds |" in row
+    with pytest.raises(SystemExit, match="no row matches"):
+        best_row("best(fedavg-*)", table, "test_acc")

@@ -58,6 +58,29 @@ def test_knn_hand_computed_vote() -> None:
     assert knn_accuracy(bank, labels, query, torch.tensor([0]), 2, k=3, temperature=100.0) == 1.0
 
 
+def test_knn_matches_lightly_knn_predict_where_no_class_ties() -> None:
+    """The same weighted vote as lightly's ``knn_predict`` (why we keep ours: the exact-tie test below)."""
+    from lightly.utils.benchmarking import knn_predict
+
+    g = torch.Generator().manual_seed(0)
+    centers = torch.randn(5, 16, generator=g)
+    y_bank, y_test = torch.randint(0, 5, (300,), generator=g), torch.randint(0, 5, (200,), generator=g)
+    bank = centers[y_bank] + 1.5 * torch.randn(300, 16, generator=g)
+    test = centers[y_test] + 1.5 * torch.randn(200, 16, generator=g)
+    theirs = knn_predict(torch.nn.functional.normalize(test, dim=1), torch.nn.functional.normalize(bank, dim=1).T,
+                         y_bank, 5, knn_k=20, knn_t=0.1)[:, 0]
+    expected = float((theirs == y_test).float().mean())
+    assert 0.3 < expected < 1.0  # neither trivial nor hopeless: predictions differ between test points
+    assert knn_accuracy(bank, y_bank, test, y_test, 5, k=20, temperature=0.1) == expected
+
+
+def test_knn_breaks_an_exact_tie_towards_the_lowest_class() -> None:
+    """4 identical bank points, two of class 98 and two of 99 (of 100): equal votes, class 98 wins."""
+    bank, query = torch.ones(4, 2), torch.ones(1, 2)
+    labels = torch.tensor([99, 98, 99, 98])
+    assert knn_accuracy(bank, labels, query, torch.tensor([98]), 100, k=4) == 1.0
+
+
 def test_label_subset_is_class_balanced() -> None:
     labels = np.repeat(np.arange(4), 50)
     idx = label_subset(labels, 0.1, np.random.default_rng(0))

@@ -25,6 +25,7 @@ from fedlight.engine.workers import Workers
 from fedlight.methods.base import FederatedModule
 from fedlight.seeding import torch_generator
 from fedlight.server.base import Aggregator
+from fedlight.server.ops import update_norm
 
 
 class ClientRunner:
@@ -121,6 +122,7 @@ class ClientRunner:
         payload = self.faults.damage(self.payload(module), fault)
         if self.aggregator.communicates:
             ledger.record(round_, client, "up", payload)
+            report["update_norm"] = update_norm(payload, global_state)  # TensorBoard's histogram (RunLog)
         if work.d2d_bytes:  # images received from other clients, 8 bits per pixel
             ledger.rows.append([round_, client, "d2d", "uint8", work.d2d_bytes])
         ledger.rows.extend([round_, client, direction, dtype, n] for direction, dtype, n in work.sent)

@@ -215,7 +215,7 @@ class Federation:
             s.history.append(row)
             wall = s.wall_before + time.perf_counter() - start
             self._checkpoint(wall)
-            self.log.round(row, rows)
+            self.log.round(row, rows, reports)
             if self.rank == 0:
                 write_json(self.run_dir / "results.json", s.results(o.record, wall, None))
                 bar.round_done(row, last_eval)

@@ -76,6 +76,15 @@ class RoundPlugin:
         """This part's scalars of the round's ``row`` (pictures go straight to ``logger``; rank 0)."""
         return {}
 
+    def log_clients(self, logger: Any, round_: int, reports: list[Report]) -> None:
+        """This part's pictures of the (1-based) ``round_``'s client ``reports``, every rank's, in
+        TensorBoard (e.g. a histogram of a per-client value: it stays out of the history; rank 0)."""
+
+    def option_keys(self) -> tuple[str, ...]:
+        """The recipe sections (``stream``) or dotted keys (``local.epochs``) this part reads: the
+        run's TensorBoard hparams list them (``fedlight.engine.tensorboard.used_hparams``)."""
+        return ()
+
     def state_dict(self) -> dict[str, Any]:
         """Checkpoint entries this part keeps (top-level keys of the checkpoint)."""
         return {}
@@ -122,6 +131,10 @@ class ClientSchedule(RoundPlugin):
 
     def begin_round(self, round_: int, global_state: State, receivers: list[int]) -> None:
         """Before ``round_``'s clients train; ``receivers``: this process's first worker's clients."""
+
+    def option_keys(self) -> tuple[str, ...]:
+        """What ``ScheduleContext`` hands a schedule of its ``local.*`` keys (built-ins narrow it)."""
+        return ("local.epochs", "local.iterations")
 
     def train(self, module: FederatedModule, client: int, round_: int, generator: torch.Generator,
               private: State, work: float) -> ClientWork:

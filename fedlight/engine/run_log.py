@@ -1,7 +1,8 @@
 """What a run shows as it goes (rank 0): TensorBoard scalars and pictures, ``comm.csv``.
 
-The round loop's own scalars (time, loss, learning rate, bytes, probe and kNN) are logged
-here; every plug-in adds its own through ``RoundPlugin.log_open`` and ``log_round``.
+The round loop's own scalars (time, loss, learning rate, bytes, probe and kNN) and the
+histogram of the clients' update norms are logged here; every plug-in adds its own through
+``RoundPlugin.log_open``, ``log_round`` and ``log_clients``.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from lightning.fabric.loggers import TensorBoardLogger
 
 from fedlight.engine.evaluator import METRICS
 from fedlight.engine.ledger import CommLedger
-from fedlight.engine.plugin import RoundPlugin
-from fedlight.engine.tensorboard import flatten, partition_figure
+from fedlight.engine.plugin import Report, RoundPlugin
+from fedlight.engine.tensorboard import partition_figure, used_hparams
 
 
 class RunLog:
@@ -48,10 +49,17 @@ class RunLog:
         if fresh:
             self.logger.log_metrics({f"baseline/{k}": v for k, v in baseline.items() if v is not None}, step=0)
 
-    def round(self, row: dict[str, Any], ledger_rows: list[list]) -> None:
-        """The scalars and pictures of a finished round's history ``row``; its ledger rows to comm.csv."""
+    def round(self, row: dict[str, Any], ledger_rows: list[list], reports: list[Report]) -> None:
+        """The scalars and pictures of a finished round's history ``row`` and its clients' ``reports``
+        (every rank's): the histogram of the answering clients' update norms, the parts' own; its
+        ledger rows to comm.csv."""
         if self.logger is None:
             return
+        norms = [rep["update_norm"] for rep in reports if rep["status"] == "ok" and rep.get("update_norm") is not None]
+        if norms:  # ||payload - global model|| per client (fedlight.server.ops.update_norm)
+            self.logger.experiment.add_histogram("clients/update_norm", np.asarray(norms), row["round"])
+        for plugin in self.plugins:
+            plugin.log_clients(self.logger, row["round"], reports)
         scalars = {"time/round_seconds": row["seconds"], "time/train_seconds": row["train_seconds"],
                    "time/eval_seconds": row["eval_seconds"], "train/lr": row["lr"],
                    **({"train/loss": row["train_loss"]} if row["train_loss"] is not None else {}),
@@ -65,11 +73,13 @@ class RunLog:
 
     def final(self, record: dict[str, Any], final: dict[str, float | None], evaluator: Any, module: Any,
               data: Any, samples: int, step: int) -> None:
-        """The run's hyper-parameters (``record``, the resolved recipe) with its ``final`` metrics, and
+        """The run's hyper-parameters (the keys of ``record``, the resolved recipe, that it uses:
+        ``used_hparams``) with its ``final`` metrics, and
         the embedding of the first ``samples`` test images by the final global encoder."""
         if self.logger is None:
             return
-        self.logger.log_hyperparams(flatten(record),
+        part_keys = [key for plugin in self.plugins for key in plugin.option_keys()]
+        self.logger.log_hyperparams(used_hparams(record, part_keys),
                                     metrics={f"final/{k}": v for k, v in final.items() if v is not None})
         n = min(samples, len(data.test_x))
         if n:

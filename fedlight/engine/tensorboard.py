@@ -1,8 +1,8 @@
-"""What the run shows in TensorBoard besides scalars: the partition and the embedding."""
+"""What the run shows in TensorBoard besides scalars: the partition, the hparams it uses."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 import matplotlib
 
@@ -34,3 +34,48 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
         else:
             out[name] = value if isinstance(value, (int, float, str, bool)) else str(value)
     return out
+
+
+# The keys every run reads whatever its parts: the loop, data, model, method, server, local
+# optimizer, views and evaluation. Sections (``clients``) stand for all their keys.
+CORE_KEYS = ("name", "seed", "rounds", "data.name", "data.subset", "data.test_subset", "partition.kind",
+             "clients", "local.batch_size", "local.lr", "local.optimizer", "local.lr_schedule", "local.weight_decay",
+             "model", "views", "method", "server", "eval.every", "eval.label_fraction", "eval.extra_label_fractions",
+             "eval.knn_k", "eval.knn_temperature", "eval.probe_epochs", "fabric.precision")
+# partition.kind -> the keys its partition reads (fedlight.data.partition.partition's dispatch)
+PARTITION_KEYS = {"iid": (), "dirichlet": ("partition.alpha", "partition.min_size"),
+                  "shards": ("partition.shards_per_client",), "classes": ("partition.classes_per_client",),
+                  "class_ring": ("partition.classes_per_client",)}
+
+
+def core_keys(record: dict[str, Any]) -> tuple[str, ...]:
+    """``CORE_KEYS`` plus the core keys that the recipe's own values make read: the partition
+    kind's keys, ``local.momentum`` for SGD, ``local.lr_decay`` for the exponential schedule,
+    ``local.schedule`` when it is set."""
+    local = record["local"]
+    return (CORE_KEYS + PARTITION_KEYS.get(record["partition"]["kind"], ())
+            + (("local.momentum",) if local["optimizer"] == "sgd" else ())
+            + (("local.lr_decay",) if local["lr_schedule"] == "exponential" else ())
+            + (("local.schedule",) if local.get("schedule") is not None else ()))
+
+
+def used_hparams(record: dict[str, Any], part_keys: Iterable[str]) -> dict[str, Any]:
+    """The TensorBoard hparams of a run: the flattened resolved recipe ``record`` (``{"a/b": v}``),
+    only the keys the run uses.
+
+    The rule: a key is listed when a part of this run reads it and its value can change the
+    run's numbers. The parts every run has declare theirs in :func:`core_keys`; every other
+    part (its client schedule, its round plug-ins, its fault model) declares the sections or
+    dotted keys it reads in ``RoundPlugin.option_keys`` (``part_keys``), so a key of a part the
+    run does not build (SOFed's ``stream.*`` and ``buffer.*`` in a FedAvg run, CF-CL's
+    ``exchange.*``, the other partition kinds' keys) is left out. Where and how fast the run
+    goes is no hyper-parameter: ``run.*``, ``data.root``, ``data.download``, ``fabric.*`` but
+    ``precision`` (devices, threads and workers give the same numbers up to float summation
+    order), nor is ``eval.projector_samples``, which only shapes the final embedding picture.
+
+    Args:
+        record: the resolved recipe as a nested mapping (``dataclasses.asdict(recipe)``).
+        part_keys: dotted keys or section names the run's parts declare.
+    """
+    wanted = [key.replace(".", "/") for key in (*core_keys(record), *part_keys)]
+    return {k: v for k, v in flatten(record).items() if any(k == w or k.startswith(w + "/") for w in wanted)}

@@ -40,6 +40,13 @@ def knn_accuracy(train_feats: torch.Tensor, train_labels: torch.Tensor, test_fea
         train_feats: (N, D) bank features. train_labels: (N,) int64.
         test_feats: (M, D) query features. test_labels: (M,) int64.
     """
+    # Not lightly's ``knn_predict`` (lightly.utils.benchmarking, 1.6): the same vote, other numbers.
+    # It ranks classes with ``argsort(descending=True)``, which is not stable, so an exact tie goes
+    # to an arbitrary class (4 equal points of classes 99, 98, 99, 98 out of 100: lightly predicts
+    # 99, argmax the lowest, 98; ties happen where features coincide, e.g. a dead encoder's zeros);
+    # and it sums one-hot (B, k, C) x weights over k in another order than ``scatter_add_``, so the
+    # class scores differ in their last bits and a near-tie can flip. Ours keeps the stored
+    # histories' numbers (tests/test_views_and_probes.py: agreement without ties, the tie rule).
     bank = F.normalize(train_feats, dim=1)
     k = min(k, len(bank))
     preds = []

@@ -41,3 +41,19 @@ def weighted_average(states: list[State], weights: list[float]) -> State:
     for state, w in zip(states, weights):
         acc = weighted_sum(acc, state, float(w))
     return finish_average(acc, states[0])
+
+
+def update_norm(state: State, reference: State) -> float | None:
+    """L2 norm of ``state - reference`` over the floating-point tensors both hold (each tensor's
+    norm in its dtype, their sum of squares in float64): a client's update, what it sends minus
+    the model it was sent. None if they share no such tensor.
+
+    Args:
+        state: e.g. a client's payload, name -> tensor.
+        reference: e.g. the round's global model; tensors of the same shapes under the same names.
+    """
+    names = [k for k, v in state.items() if v.is_floating_point() and k in reference]
+    if not names:
+        return None
+    deltas = torch._foreach_sub([state[k].detach() for k in names], [reference[k] for k in names])
+    return float(torch.stack(torch._foreach_norm(deltas)).double().square().sum().sqrt())

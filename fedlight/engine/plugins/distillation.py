@@ -57,3 +57,6 @@ class PublicSetDistillation(RoundPlugin):
 
     def log_round(self, logger: Any, row: dict[str, Any]) -> dict[str, float]:
         return {"server/esd_steps": row["esd_steps"]}
+
+    def option_keys(self) -> tuple[str, ...]:
+        return ("partition.public_client",)

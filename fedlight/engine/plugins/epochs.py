@@ -37,3 +37,6 @@ class EpochSchedule(ClientSchedule):
         result = train_client(self.fabric, module, self.images, self.labels, self.parts[client].to(self.images.device),
                               self.views, self.epochs, self.batch_size, generator, max_steps=max_steps)
         return ClientWork(result, float(n))
+
+    def option_keys(self) -> tuple[str, ...]:
+        return ("local.epochs",)

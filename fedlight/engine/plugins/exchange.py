@@ -208,3 +208,7 @@ class ExchangeSchedule(ClientSchedule):
         if "label_var" not in row:
             return {}
         return {"exchange/label_var": row["label_var"], "exchange/delay_seconds": row["delay_seconds"]}
+
+    def option_keys(self) -> tuple[str, ...]:
+        """``local.iterations`` (Ta) and ``exchange.*``; with no exchange (``policy: none``) only its policy."""
+        return ("local.iterations", "exchange" if self.cfg.policy != "none" else "exchange.policy")

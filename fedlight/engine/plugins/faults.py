@@ -100,3 +100,11 @@ class SimulatedFaults(FaultModel):
 
     def load_state_dict(self, checkpoint: dict[str, Any]) -> None:
         self.rows = [list(row) for row in checkpoint.get("faults", [])]
+
+    def option_keys(self) -> tuple[str, ...]:
+        """The divergence check's keys (every run); the fault probabilities when any is set, with
+        ``straggler_work`` when stragglers are."""
+        c = self.cfg
+        drawn = ("faults.dropout", "faults.straggler", "faults.diverge") if c.dropout or c.straggler or c.diverge else ()
+        return ("faults.max_update_ratio", "faults.max_bad_clients", *drawn,
+                *(("faults.straggler_work",) if c.straggler else ()))

@@ -62,3 +62,6 @@ class LocalTests(RoundPlugin):
     def log_round(self, logger: Any, row: dict[str, Any]) -> dict[str, float]:
         return {"comm/bytes_new_test": row["bytes_new_test"],
                 **{f"eval/{k}": v for k, v in row.items() if k.startswith(LOCAL_METRICS) and v is not None}}
+
+    def option_keys(self) -> tuple[str, ...]:
+        return ("eval.local_test",)

@@ -4,8 +4,8 @@ Each round ``stream.velocity`` samples arrive (a stream of ``stream.stc`` sample
 segments, ``fedlight.data.streams``); each arriving batch updates the client's fixed-size
 buffer under ``buffer.policy`` and one step trains on the buffer. The buffer (ids and scores)
 is the client's state between rounds. Shows the share of new samples dropped at once, the
-share of buffered samples re-scored, the milliseconds of selection per arriving batch and
-a picture of every client's buffer classes.
+share of buffered samples re-scored, the milliseconds of selection per arriving batch,
+a picture of every client's buffer classes and a histogram of the buffers' importance scores.
 """
 
 from __future__ import annotations
@@ -71,8 +71,10 @@ class StreamSchedule(ClientSchedule):
         result, stats = train_client_stream(self.fabric, module, self.images, self.labels, arrivals, buffer,
                                             self.buffer, self.views, generator)
         classes = np.bincount(self.train_labels[buffer.ids.numpy()], minlength=self.num_classes).tolist()
-        return ClientWork(result, float(len(samples)), {"buffer": vars(stats), "buffer_classes": classes},
-                          {BUFFER + k: v for k, v in buffer.state_dict().items()})
+        report = {"buffer": vars(stats), "buffer_classes": classes}
+        if self.buffer.policy == "importance":  # only its scores are scores: the others hold zeros
+            report["buffer_scores"] = buffer.scores.tolist()
+        return ClientWork(result, float(len(samples)), report, {BUFFER + k: v for k, v in buffer.state_dict().items()})
 
     def columns(self, round_: int, reports: list[Report], ledger_rows: list[list],
                 history: list[dict[str, Any]]) -> dict[str, Any]:
@@ -94,3 +96,15 @@ class StreamSchedule(ClientSchedule):
                                      partition_figure(np.array(row["buffer_classes"]), "buffer classes"), row["round"])
         return {"stream/dropped_new": row["buffer_dropped_new"], "stream/rescored": row["buffer_rescored"],
                 "stream/select_ms_per_batch": row["buffer_select_ms"]}
+
+    def log_clients(self, logger: Any, round_: int, reports: list[Report]) -> None:
+        """The distribution of the importance scores the trained clients' buffers hold after the
+        round (SOFed eq. 3, each as last computed; with ``buffer.lazy_interval`` > 1 some are older)."""
+        scores = [x for rep in reports if rep["status"] == "ok" for x in rep.get("buffer_scores", ())]
+        if scores:
+            logger.experiment.add_histogram("stream/importance_scores", np.asarray(scores), round_)
+
+    def option_keys(self) -> tuple[str, ...]:
+        """``stream.*``, the buffer's size and policy, and the importance policy's own keys when it is the policy."""
+        own = ("buffer.lazy_interval", "buffer.score") if self.buffer.policy == "importance" else ()
+        return ("stream", "buffer.size", "buffer.policy", *own)
