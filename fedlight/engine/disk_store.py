@@ -12,6 +12,7 @@ memory and checkpoint bytes grow with the clients sampled per round, not with K.
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable
@@ -35,7 +36,8 @@ class DiskClientStateStore:
         owns: whether this rank keeps a client (it only ever reads and writes those).
 
     Attributes:
-        written_bytes: bytes of client state files written so far (benchmarks read it).
+        written_bytes, written_seconds: bytes of client state files written so far, and the
+            seconds spent writing them (benchmarks/state_scale.py reads both).
     """
 
     def __init__(self, folder: Path, cache_mb: int, owns: Callable[[int], bool]) -> None:
@@ -46,7 +48,7 @@ class DiskClientStateStore:
         self._changed: dict[int, list] = {}  # client -> [version, sha256] written since the last checkpoint
         self._version = 1  # the round being trained, 1-based: the version of the files it writes
         self._committed: int | None = None  # rounds completed at the last checkpoint this store took part in
-        self.written_bytes = 0
+        self.written_bytes, self.written_seconds = 0, 0.0
 
     def get(self, client: int) -> State | None:
         """The client's saved state (from the cache, else its newest file), or None if it has none yet."""
@@ -67,7 +69,9 @@ class DiskClientStateStore:
         if not state:
             return
         state = {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
+        started = time.perf_counter()
         digest, size = files.write_state(self.folder, client, self._version, state)
+        self.written_seconds += time.perf_counter() - started
         self.files.add(client, self._version, digest)
         self._changed[client] = [self._version, digest]
         self.written_bytes += size
