@@ -187,6 +187,10 @@ class FaultsConfig:
 class RunConfig:
     dir: str | None = None
     min_free_mb: int = check(non_negative, 256)  # refuse to start with less free disk (checkpoints x 2 + events)
+    # where clients' private state lives (engine/store.py): auto = in memory while every client's
+    # state fits in state_cache_mb, else on disk (a file per client and round, checkpoints grow with the round)
+    client_state: Literal["auto", "memory", "disk"] = "auto"
+    state_cache_mb: int = check(positive, 256)  # the disk store's in-memory cache of recently used states
 
 
 @dataclass

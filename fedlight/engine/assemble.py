@@ -22,6 +22,7 @@ from fedlight.config.schema import Recipe
 from fedlight.data.rotated import add_rotated_device
 from fedlight.data.sources import ImageData
 from fedlight.data.views import ViewMaker, ViewParams
+from fedlight.engine.client_state_files import state_bytes
 from fedlight.engine.evaluator import Evaluator
 from fedlight.engine.options import RoundOptions
 from fedlight.engine.orchestrator import Federation
@@ -34,6 +35,7 @@ from fedlight.engine.plugins.local_test import LocalTests
 from fedlight.engine.plugins.new_device import NewDevice
 from fedlight.engine.plugins.stream import StreamSchedule
 from fedlight.engine.sampling import owner
+from fedlight.engine.store import choose_store
 from fedlight.errors import UserError
 from fedlight.methods.base import FederatedModule
 from fedlight.server.base import Aggregator
@@ -91,9 +93,19 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
     options = RoundOptions(rounds=recipe.rounds, seed=recipe.seed, fraction=recipe.clients.fraction,
                            eval_every=recipe.eval.every, lr=l.lr, lr_schedule=l.lr_schedule, lr_decay=l.lr_decay,
                            workers=recipe.fabric.workers, projector_samples=recipe.eval.projector_samples,
-                           record=asdict(recipe))
+                           client_state=client_store_kind(recipe, module, aggregator, len(trainable)),
+                           state_cache_mb=recipe.run.state_cache_mb, record=asdict(recipe))
     return Federation(fabric, module, aggregator, evaluator, data, tensors, trainable, schedule, faults, plugins,
                       options, run_dir, on_checkpoint)
+
+
+def client_store_kind(recipe: Recipe, module: FederatedModule, aggregator: Aggregator, clients: int) -> str:
+    """``run.client_state`` resolved: ``auto`` keeps the states in memory while every client's
+    (its private tensors, its whole model for local-only) fits in ``run.state_cache_mb``."""
+    per_client = module.private_state()
+    if aggregator.keeps_models_local:
+        per_client = {**module.shared_state(), **per_client}
+    return choose_store(recipe.run.client_state, state_bytes(per_client), clients, recipe.run.state_cache_mb)
 
 
 def build_schedule(fabric: Fabric, recipe: Recipe, data: ImageData, module: FederatedModule, images: torch.Tensor,

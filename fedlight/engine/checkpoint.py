@@ -143,13 +143,16 @@ def _read_verified(path: Path, digests: set[str] | None) -> tuple[dict[str, Any]
         return None, f"is corrupt or truncated ({type(exc).__name__})"
 
 
-def load_checkpoint(path: Path, check: Check | None = None) -> dict[str, Any]:
+def load_checkpoint(path: Path, check: Check | None = None, needs: Check | None = None) -> dict[str, Any]:
     """Load the checkpoint at ``path``, or its ``.prev`` if ``path`` is damaged or holds the wrong thing.
 
     Args:
         path: ``checkpoints/last.pt``.
         check: what is wrong with a checkpoint that loads (``'no key history'``, ``'a model of
             another method'``), or None: the caller's idea of what it must hold.
+        needs: what is wrong with the files a checkpoint that loads needs beside it (words that
+            follow "needs": ``"client state file 'x', which fails its sha256 check"``), or None:
+            such a checkpoint is damaged, not the wrong one, and ``.prev`` is tried the same way.
 
     Raises:
         UserError: one line naming the file at fault (a checkpoint, or ``last.pt.sha256``) and a
@@ -166,11 +169,11 @@ def load_checkpoint(path: Path, check: Check | None = None) -> dict[str, Any]:
     checks = (_is_checkpoint, *([check] if check else []))
     problem, wrong_content = "is missing", False
     if path.is_file():
-        ckpt, problem, wrong_content = _read_checked(path, digests, checks)
+        ckpt, problem, wrong_content = _read_checked(path, digests, checks, needs)
         if ckpt is not None:
             return ckpt
     if prev.is_file():
-        ckpt, prev_problem, prev_wrong = _read_checked(prev, digests, checks)
+        ckpt, prev_problem, prev_wrong = _read_checked(prev, digests, checks, needs)
         if ckpt is not None:
             print(f"fedlight: warning: checkpoint '{path}' {problem}; resuming from the previous one '{prev}' "
                   f"(round {ckpt['rounds_completed']})", file=sys.stderr)
@@ -197,15 +200,18 @@ def _is_checkpoint(ckpt: Any) -> str | None:
     return None
 
 
-def _read_checked(path: Path, digests: set[str] | None,
-                  checks: tuple[Check, ...]) -> tuple[dict[str, Any] | None, str, bool]:
-    """(checkpoint, "", False) if ``path`` is intact and passes ``checks``; else (None, what is
-    wrong with it, whether it loaded but holds the wrong thing)."""
+def _read_checked(path: Path, digests: set[str] | None, checks: tuple[Check, ...],
+                  needs: Check | None = None) -> tuple[dict[str, Any] | None, str, bool]:
+    """(checkpoint, "", False) if ``path`` is intact, passes ``checks`` and the files it ``needs`` are
+    intact; else (None, what is wrong with it, whether it loaded but holds the wrong thing)."""
     ckpt, problem = _read_verified(path, digests)
     if ckpt is None:
         return None, problem, False
     wrong = next((p for p in (c(ckpt) for c in checks) if p), None)
-    return (None, f"holds {wrong}", True) if wrong else (ckpt, "", False)
+    if wrong:
+        return None, f"holds {wrong}", True
+    damaged = needs(ckpt) if needs is not None else None
+    return (None, f"needs {damaged}", False) if damaged else (ckpt, "", False)
 
 
 def _stale_listing(path: Path, checks: tuple[Check, ...]) -> bool:

@@ -20,7 +20,7 @@ from fedlight.engine.faults import ClientFault
 from fedlight.engine.ledger import CommLedger
 from fedlight.engine.plugin import ClientSchedule, FaultModel, Report, RoundPlugin, State
 from fedlight.engine.sampling import deal_clients, owner
-from fedlight.engine.store import ClientStateStore
+from fedlight.engine.store import ClientStateStore, ClientStore
 from fedlight.engine.workers import Workers
 from fedlight.methods.base import FederatedModule
 from fedlight.seeding import torch_generator
@@ -40,14 +40,16 @@ class ClientRunner:
         sizes: every client's sample count (dealing clients to ranks).
         workers: this process's worker models.
         seed: run seed (each client's generator is keyed by seed, round and client).
+        store: where this rank's clients' private state lives (default: in memory).
     """
 
     def __init__(self, fabric: Fabric, aggregator: Aggregator, schedule: ClientSchedule, faults: FaultModel,
-                 plugins: list[RoundPlugin], sizes: list[int], workers: Workers, seed: int = 0) -> None:
+                 plugins: list[RoundPlugin], sizes: list[int], workers: Workers, seed: int = 0,
+                 store: ClientStore | None = None) -> None:
         self.fabric, self.aggregator, self.schedule, self.faults = fabric, aggregator, schedule, faults
         self.plugins, self.sizes, self.workers, self.seed = plugins, sizes, workers, seed
         self.rank, self.world = fabric.global_rank, fabric.world_size
-        self.store = ClientStateStore()
+        self.store = store if store is not None else ClientStateStore(owns=self.owns)
 
     def payload(self, module: FederatedModule) -> State:
         """What a client that just trained on ``module`` uploads."""
@@ -78,7 +80,7 @@ class ClientRunner:
     def _due(self, client: int) -> bool:
         """Whether a sampled ``client`` trains: always, except under a one-off local budget
         (``trains_once``, SOLO's ``server.budget=once``) once it holds a model of its own."""
-        return not (self.aggregator.trains_once and self.store.get(client) is not None)
+        return not (self.aggregator.trains_once and client in self.store)
 
     def train_hand(self, module: FederatedModule, hand: list[int], acc: State | None, round_: int,
                    global_state: State, progress: Callable[[], Any] | None) -> tuple[State | None, list[Report]]:

@@ -26,7 +26,7 @@ from lightning.fabric import Fabric
 
 from fedlight.data.partition import class_counts
 from fedlight.data.sources import ImageData
-from fedlight.engine import preemption, resumable
+from fedlight.engine import preemption, resumable, store
 from fedlight.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedlight.engine.clients import ClientRunner
 from fedlight.engine.collectives import gather, gather_dicts, sum_across_ranks
@@ -68,7 +68,7 @@ class Federation:
         self.schedule, self.faults, self.hooks = schedule, faults, [schedule, faults, *plugins]  # hooks: in this order
         self.workers = Workers(module, options.workers, torch.get_num_threads())
         self.clients = ClientRunner(fabric, aggregator, schedule, faults, plugins, [len(p) for p in parts],
-                                    self.workers, options.seed)
+                                    self.workers, options.seed, store.open_store(options, run_dir / CHECKPOINT, fabric))
         self.log = RunLog(run_dir, self.hooks, enabled=self.rank == 0)
         self.s = RunState({k: v.detach().clone() for k, v in module.shared_state().items()})
         self.restored, self.started = False, time.perf_counter()
@@ -143,10 +143,10 @@ class Federation:
         return {**self.evaluator.clients_metrics(models, self.s.global_state), **extra}, rows
 
     def _checkpoint(self, wall: float, partial: dict[str, Any] | None = None) -> None:
-        clients = gather_dicts(self.fabric, self.clients.store.state_dict())
+        clients, files = self.clients.store.commit(self.fabric, self.s.rounds_done)  # a collective
         if self.rank != 0:
             return
-        parts = {k: v for hook in self.hooks for k, v in hook.state_dict().items()}
+        parts = {k: v for hook in self.hooks for k, v in hook.state_dict().items()} | files
         save_checkpoint(self.run_dir / CHECKPOINT,
                         self.s.to_checkpoint(self.aggregator.state_dict(), clients, parts, wall, partial))
         if self.on_checkpoint is not None:
@@ -162,11 +162,11 @@ class Federation:
         Raises a UserError for no intact checkpoint, or ``rounds`` below the rounds it has completed."""
         prefixes = tuple(p for p in [self.schedule.state_prefix] if p)  # client state that is no model tensor
         ckpt = load_checkpoint(self.run_dir / CHECKPOINT, check=lambda ckpt: resumable.problem(
-            ckpt, self.module.state_dict(), len(self.parts), prefixes))
+            ckpt, self.module.state_dict(), len(self.parts), prefixes), needs=self.clients.store.damaged)
         self.s = RunState.from_checkpoint(ckpt, self.fabric.to_device, self.o.rounds, self.run_dir)
         self.module.load_partial(self.s.global_state)
         self.aggregator.load_state_dict(ckpt["server"])
-        self.clients.store.load_state_dict(ckpt["clients"], keep=self.clients.owns)
+        self.clients.store.restore(self.fabric, ckpt)
         for hook in self.hooks:
             hook.load_state_dict(ckpt)
         self.restored = True

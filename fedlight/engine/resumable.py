@@ -20,7 +20,8 @@ FIELDS: dict[str, tuple[type, ...]] = {
     "rounds_completed": (int,), "global": (dict,), "server": (dict,), "clients": (dict,), "history": (list,),
     "ledger": (list,), "baseline": (dict, type(None)), "wall_seconds": (int, float),
 }
-OPTIONAL: dict[str, tuple[type, ...]] = {"faults": (list,), "partial": (dict, type(None))}
+OPTIONAL: dict[str, tuple[type, ...]] = {"faults": (list,), "partial": (dict, type(None)),
+                                         "client_files": (dict,)}  # the disk store's manifest (disk_store.py)
 
 
 def problem(ckpt: dict[str, Any], model: State, num_clients: int, private_prefixes: tuple[str, ...]) -> str | None:
@@ -36,7 +37,8 @@ def problem(ckpt: dict[str, Any], model: State, num_clients: int, private_prefix
     """
     return (_fields_problem(ckpt) or _history_problem(ckpt)
             or _state_problem(ckpt["global"], model, "its global model", ())
-            or _clients_problem(ckpt["clients"], model, num_clients, private_prefixes))
+            or _clients_problem(ckpt["clients"], model, num_clients, private_prefixes)
+            or _manifest_problem(ckpt.get("client_files") or {}, num_clients))
 
 
 def _fields_problem(ckpt: dict[str, Any]) -> str | None:
@@ -84,4 +86,15 @@ def _clients_problem(clients: dict[Any, Any], model: State, num_clients: int, sk
         found = _state_problem(state, model, f"client {client}'s state", skip)
         if found:
             return found
+    return None
+
+
+def _manifest_problem(manifest: dict[Any, Any], num_clients: int) -> str | None:
+    """The disk store's manifest: client -> [round, sha256] of the files the checkpoint commits."""
+    for client, entry in manifest.items():
+        if not isinstance(client, int) or not 0 <= client < num_clients:
+            return f"a state file of client {client!r}, not a client of this run (0..{num_clients - 1})"
+        if not (isinstance(entry, (list, tuple)) and len(entry) == 2 and isinstance(entry[0], int)
+                and isinstance(entry[1], str)):
+            return f"client {client}'s state file entry {entry!r}, not [round, sha256] (not a fedlight checkpoint)"
     return None

@@ -1,0 +1,219 @@
+"""Issue 21: the disk-backed client-state store, incremental checkpoints committed by a manifest."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from fedlight.cli import main
+from fedlight.config import load_recipe
+from fedlight.engine import client_state_files as files
+from fedlight.engine.disk_store import DiskClientStateStore
+from fedlight.engine.fit import fit
+from fedlight.engine.orchestrator import TIMING
+from fedlight.engine.store import choose_store
+
+REPO = Path(__file__).resolve().parents[1]
+FAST = ["eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0", "clients.num=3", "clients.fraction=0.67"]
+METHODS = {
+    "scaffold": ["method={name: scaffold, objective: supervised}", "server.name=scaffold", "views.blur_p=[0.0]"],
+    "moon": ["method={name: moon, mu: 5.0}", "model.backbone=moon_cnn", "views.blur_p=[0.0]"],
+}
+SCAFFOLD = [*METHODS["scaffold"], *FAST]
+
+
+def _strip(history: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if k not in TIMING} for row in history]
+
+
+def _ckpt(run: Path) -> dict:
+    return torch.load(run / "checkpoints/last.pt", weights_only=True)
+
+
+def _disk_states(run: Path) -> dict[int, dict[str, torch.Tensor]]:
+    """Every client's state as the disk store's last checkpoint commits it."""
+    index = files.StateFiles(run / "checkpoints" / files.FOLDER, lambda c: True)
+    index.scan()
+    return {c: torch.load(index.path(c, v), weights_only=True) for c, v in index.committed(_ckpt(run)).items()}
+
+
+def _same_states(a: dict[int, dict], b: dict[int, dict]) -> bool:
+    return sorted(a) == sorted(b) and all(sorted(a[c]) == sorted(b[c]) and all(torch.equal(a[c][k], b[c][k])
+                                                                              for k in a[c]) for c in a)
+
+
+def _same_run(a: dict, b: dict, run_a: Path, run_b: Path) -> None:
+    assert _strip(a["history"]) == _strip(b["history"]) and a["final"] == b["final"]
+    ga, gb = _ckpt(run_a)["global"], _ckpt(run_b)["global"]
+    assert sorted(ga) == sorted(gb) and all(torch.equal(ga[k], gb[k]) for k in ga)
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_disk_store_equals_memory_store_bit_for_bit_and_resumes_bit_for_bit(tmp_path: Path, tiny_recipe: Path,
+                                                                          method: str) -> None:
+    args = [*METHODS[method], *FAST, "rounds=3"]
+    memory = fit(load_recipe(tiny_recipe, [*args, "run.client_state=memory", f"run.dir={tmp_path / 'mem'}"]))
+    disk = fit(load_recipe(tiny_recipe, [*args, "run.client_state=disk", f"run.dir={tmp_path / 'disk'}"]))
+    _same_run(memory, disk, tmp_path / "mem", tmp_path / "disk")
+    held = _ckpt(tmp_path / "mem")["clients"]
+    assert held and _same_states(held, _disk_states(tmp_path / "disk"))
+    ckpt = _ckpt(tmp_path / "disk")
+    assert ckpt["clients"] == {} and sorted(ckpt[files.MANIFEST]) == disk["history"][-1]["clients"]
+    fit(load_recipe(tiny_recipe, [*METHODS[method], *FAST, "rounds=2", "run.client_state=disk",
+                                  f"run.dir={tmp_path / 'resumed'}"]))
+    resumed = fit(load_recipe(tiny_recipe, [*args, "run.client_state=disk", f"run.dir={tmp_path / 'resumed'}"]),
+                  resume=True)
+    _same_run(disk, resumed, tmp_path / "disk", tmp_path / "resumed")
+
+
+def test_a_run_resumes_across_stores_both_ways(tmp_path: Path, tiny_recipe: Path) -> None:
+    """A run folder with a monolithic last.pt (the memory store, or a fedlight before the disk
+    store) resumes with the disk store, and a disk run resumes with the memory store."""
+    straight = fit(load_recipe(tiny_recipe, [*SCAFFOLD, "rounds=4", "run.client_state=memory",
+                                             f"run.dir={tmp_path / 'straight'}"]))
+    run = tmp_path / "run"
+    for rounds, store in [(2, "memory"), (3, "disk"), (4, "memory")]:
+        result = fit(load_recipe(tiny_recipe, [*SCAFFOLD, f"rounds={rounds}", f"run.client_state={store}",
+                                               f"run.dir={run}"]), resume=rounds > 2)
+    _same_run(straight, result, tmp_path / "straight", run)
+    assert _same_states(_ckpt(run)["clients"], _ckpt(tmp_path / "straight")["clients"])
+
+
+KILL_AT_THIRD_SAVE = """
+import os, signal, sys
+from fedlight.engine import orchestrator
+from fedlight.cli import main
+real, calls = orchestrator.save_checkpoint, []
+def save(path, obj):  # round 3's client files are written and synced; its manifest is not
+    calls.append(1)
+    if len(calls) == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(path, obj)
+orchestrator.save_checkpoint = save
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_kill_9_between_the_client_files_and_the_manifest_leaves_a_resumable_run(tmp_path: Path,
+                                                                                  tiny_recipe: Path) -> None:
+    args = [*SCAFFOLD, "rounds=4", "run.client_state=disk"]
+    run = tmp_path / "killed"
+    proc = subprocess.run([sys.executable, "-c", KILL_AT_THIRD_SAVE, "fit", "--recipe", str(tiny_recipe), *args,
+                           f"run.dir={run}"], env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
+                          timeout=600)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert _ckpt(run)["rounds_completed"] == 2
+    written = [n for n in os.listdir(run / "checkpoints/clients") if "-r3-" in n]
+    assert written  # the uncommitted round's files are on disk
+    resumed = fit(load_recipe(tiny_recipe, [*args, f"run.dir={run}"]), resume=True)
+    straight = fit(load_recipe(tiny_recipe, [*args, f"run.dir={tmp_path / 'straight'}"]))
+    _same_run(straight, resumed, tmp_path / "straight", run)
+    assert _same_states(_disk_states(run), _disk_states(tmp_path / "straight"))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_a_damaged_file_of_the_last_round_falls_back_to_the_previous_checkpoint(tmp_path: Path, tiny_recipe: Path,
+                                                                               capsys, damage: str) -> None:
+    run = tmp_path / "run"
+    fit(load_recipe(tiny_recipe, [*SCAFFOLD, "rounds=2", "run.client_state=disk", f"run.dir={run}"]))
+    client, (version, digest) = sorted(_ckpt(run)[files.MANIFEST].items())[0]
+    path = run / "checkpoints/clients" / files.file_name(client, version, digest)
+    data = bytearray(path.read_bytes())
+    if damage == "truncate":
+        data = data[: len(data) // 2]
+    else:  # one flipped bit in the tensor data still loads: only the digest sees it
+        data[-100] ^= 0x01
+    path.write_bytes(bytes(data))
+    capsys.readouterr()
+    args = [*SCAFFOLD, "rounds=3", "run.client_state=disk"]
+    resumed = fit(load_recipe(tiny_recipe, [*args, f"run.dir={run}"]), resume=True)
+    err = capsys.readouterr().err
+    assert "last.pt.prev" in err and path.name in err, err
+    straight = fit(load_recipe(tiny_recipe, [*args, f"run.dir={tmp_path / 'straight'}"]))
+    _same_run(straight, resumed, tmp_path / "straight", run)
+
+
+def test_a_damaged_file_every_checkpoint_needs_is_one_line_naming_it_and_nothing_is_written(
+        tmp_path: Path, tiny_recipe: Path, capsys) -> None:
+    """Rounds 1-3 train clients [0, 2], [0, 2], [1, 2]: client 0's round-2 file is what last.pt
+    (round 3) and last.pt.prev (round 2) both commit."""
+    run = tmp_path / "run"
+    result = fit(load_recipe(tiny_recipe, [*SCAFFOLD, "rounds=3", "run.client_state=disk", f"run.dir={run}"]))
+    assert [row["clients"] for row in result["history"]] == [[0, 2], [0, 2], [1, 2]]
+    index = files.StateFiles(run / "checkpoints/clients", lambda c: True)
+    index.scan()
+    path = index.path(0, 2)
+    path.write_bytes(path.read_bytes()[:100])
+    before = {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+    capsys.readouterr()
+    code = main(["fit", "--recipe", str(tiny_recipe), "--resume", *SCAFFOLD, "rounds=4", "run.client_state=disk",
+                 f"run.dir={run}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("fedlight: error: ") and str(path) in err, err
+    assert "sha256" in err and "--overwrite" in err
+    assert {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()} == before
+
+
+def test_the_cache_stays_within_its_bound_and_evicted_states_come_back_from_disk(tmp_path: Path) -> None:
+    store = DiskClientStateStore(tmp_path, cache_mb=1, owns=lambda c: True)
+    states = {c: {"w": torch.full((100_000,), float(c))} for c in range(5)}  # 400 KB each: 2 fit in 1 MiB
+    for c, state in states.items():
+        store.put(c, state)
+    assert list(store._cache) == [3, 4] and store._cached_bytes == 800_000
+    assert all(torch.equal(store.get(c)["w"], states[c]["w"]) for c in range(5))
+    assert 0 in store and 7 not in store and store.get(7) is None
+    assert store.written_bytes > 5 * 400_000 and len(os.listdir(tmp_path)) == 5
+
+
+def test_a_round_checkpoint_holds_only_that_rounds_changes_and_old_versions_are_pruned(tmp_path: Path) -> None:
+    fabric = SimpleNamespace(world_size=1)  # one process: the manifest's gather is the identity
+    store = DiskClientStateStore(tmp_path, cache_mb=1, owns=lambda c: True)
+    for round_ in range(1, 6):  # client 0 changes every round, client 1 only in round 1
+        store.put(0, {"w": torch.tensor([float(round_)])})
+        if round_ == 1:
+            store.put(1, {"w": torch.tensor([-1.0])})
+        _, entries = store.commit(fabric, round_)
+        assert sorted(entries[files.MANIFEST]) == ([0, 1] if round_ == 1 else [0])
+    # after round 5's commit: last.pt (5) and .prev (4) need client 0's r5 and r4 (r3 goes at the
+    # next commit), and client 1's only file
+    assert sorted(store.files.versions[0]) == [3, 4, 5] and sorted(store.files.versions[1]) == [1]
+
+
+def test_auto_keeps_memory_while_every_state_fits_the_cache() -> None:
+    assert choose_store("auto", 0, 10_000, 1) == "memory"  # stateless
+    assert choose_store("auto", 400_000, 100, 256) == "memory"
+    assert choose_store("auto", 400_000, 10_000, 256) == "disk"
+    assert choose_store("memory", 400_000, 10_000, 256) == "memory" and choose_store("disk", 0, 2, 256) == "disk"
+
+
+@pytest.mark.parametrize("override, key", [("run.client_state=files", "run.client_state"),
+                                           ("run.state_cache_mb=0", "run.state_cache_mb")])
+def test_bad_store_options_are_one_line_naming_the_key(tmp_path: Path, tiny_recipe: Path, capsys, override: str,
+                                                       key: str) -> None:
+    code = main(["fit", "--recipe", str(tiny_recipe), override, f"run.dir={tmp_path / 'r'}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and key in err and not (tmp_path / "r").exists(), err
+
+
+def test_two_processes_keep_each_clients_state_on_its_own_rank(tmp_path: Path, tiny_recipe: Path) -> None:
+    """With 2 ranks each writes only its own clients' files (client % 2) and nothing gathers the
+    states; the run matches one process."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    args = [*SCAFFOLD, "clients.num=4", "clients.fraction=1.0", "run.client_state=disk", "fabric.threads=1"]
+    for devices in (1, 2):
+        cmd = [sys.executable, "-m", "fedlight", "fit", "--recipe", str(tiny_recipe), *args,
+               f"fabric.devices={devices}", f"run.dir={tmp_path / str(devices)}"]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    one, two = _disk_states(tmp_path / "1"), _disk_states(tmp_path / "2")
+    assert sorted(one) == sorted(two) == [0, 1, 2, 3]
+    for c in one:
+        assert all(torch.allclose(one[c][k], two[c][k], atol=1e-5, rtol=1e-4) for k in one[c]), c
+    ckpt = _ckpt(tmp_path / "2")
+    assert ckpt["clients"] == {} and sorted(ckpt[files.MANIFEST]) == [0, 1, 2, 3]
