@@ -3,13 +3,14 @@
 Picks the client schedule (``local.schedule``, by default ``exchange`` when ``local.iterations``
 is set, ``stream`` when ``stream.velocity`` is, else ``epochs``; other packages add schedules
 through ``registry.SCHEDULES``) and the round plug-ins the recipe and aggregator ask for
-(FLESD's public-set distillation, LG-FedAvg's local tests, faults), each built from its own
-typed options.
+(FLESD's public-set distillation, LG-FedAvg's local tests, faults). Each part takes its own
+typed options (``part_options``), never a recipe section, and checks them itself; what is
+checked here is only whether the parts go together.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -21,20 +22,75 @@ from fedlight import registry
 from fedlight.config.schema import Recipe
 from fedlight.data.sources import ImageData
 from fedlight.data.views import ViewMaker, ViewParams
-from fedlight.engine.evaluator import Evaluator
+from fedlight.engine.evaluator import EvalOptions, Evaluator
+from fedlight.engine.faults import FaultOptions
 from fedlight.engine.options import RoundOptions
 from fedlight.engine.orchestrator import Federation
 from fedlight.engine.plugin import ClientSchedule, RoundPlugin, ScheduleContext
 from fedlight.engine.plugins.distillation import PublicSetDistillation
 from fedlight.engine.plugins.epochs import EpochSchedule
-from fedlight.engine.plugins.exchange import ExchangeSchedule
+from fedlight.engine.plugins.exchange import ExchangeOptions, ExchangeSchedule
 from fedlight.engine.plugins.faults import SimulatedFaults
 from fedlight.engine.plugins.local_test import LocalTests
-from fedlight.engine.plugins.stream import StreamSchedule
+from fedlight.engine.plugins.stream import StreamOptions, StreamSchedule
+from fedlight.engine.stream_loop import BufferOptions
 from fedlight.engine.sampling import owner
 from fedlight.errors import UserError
 from fedlight.methods.base import FederatedModule
 from fedlight.server.base import Aggregator
+
+
+@dataclass(frozen=True)
+class PartOptions:
+    """Every part's typed options for one recipe.
+
+    Attributes:
+        round: the round loop's own (rounds, sampling, learning rate, workers).
+        eval: the evaluator's (probe and kNN).
+        faults: the fault model's.
+        schedule: the client schedule's name (``local.schedule`` or the one the recipe implies).
+        exchange: CF-CL's exchange, when ``schedule`` is ``exchange``; stream: SOFed's stream
+            and replay buffer, when it is ``stream``.
+    """
+
+    round: RoundOptions
+    eval: EvalOptions
+    faults: FaultOptions
+    schedule: str
+    exchange: ExchangeOptions | None = None
+    stream: StreamOptions | None = None
+
+
+def eval_options(recipe: Recipe) -> EvalOptions:
+    """The evaluator's options from recipe section ``eval``."""
+    e = recipe.eval
+    return EvalOptions(e.label_fraction, tuple(e.extra_label_fractions), e.knn_k, e.knn_temperature, e.probe_epochs)
+
+
+def part_options(recipe: Recipe, aggregator: Aggregator) -> PartOptions:
+    """Each part's options from ``recipe`` (each part checks its own), and whether the parts go
+    together with ``aggregator``; raises a one-line UserError before anything is read or written."""
+    l, name = recipe.local, schedule_name(recipe)
+    round_ = RoundOptions(rounds=recipe.rounds, seed=recipe.seed, fraction=recipe.clients.fraction,
+                          eval_every=recipe.eval.every, lr=l.lr, lr_schedule=l.lr_schedule, lr_decay=l.lr_decay,
+                          workers=recipe.fabric.workers, projector_samples=recipe.eval.projector_samples,
+                          record=asdict(recipe))
+    policy, exchange, stream = recipe.exchange.policy, None, None
+    if policy != "none" and name != "exchange":
+        needs = ("needs local.iterations (CF-CL's Ta, e.g. 50); set it" if l.iterations is None
+                 else f"runs in local.schedule=exchange only (got {name}); drop local.schedule")
+        raise UserError(f"exchange.policy={policy} {needs}, or set exchange.policy=none")
+    if name == "exchange":
+        exchange = ExchangeOptions(**asdict(recipe.exchange))
+        exchange.check(recipe.clients.num, recipe.method.get("name"))
+    if name == "stream":
+        stream = StreamOptions(recipe.stream.velocity, recipe.stream.stc, BufferOptions(**asdict(recipe.buffer)))
+    side_by_side = getattr(registry.SCHEDULES[name], "side_by_side", True)
+    if round_.workers > 1 and (aggregator.uses_public_set or not side_by_side):
+        raise UserError(f"fabric.workers={round_.workers} trains clients side by side, which "
+                        f"server.name={recipe.server['name']} with local.schedule={name} cannot (its clients "
+                        "share one model's public-set embeddings or device-to-device exchange); set fabric.workers=1")
+    return PartOptions(round_, eval_options(recipe), FaultOptions(**asdict(recipe.faults)), name, exchange, stream)
 
 
 def build_views(recipe: Recipe, data: ImageData) -> ViewMaker:
@@ -63,8 +119,9 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
     if getattr(module, "uses_protected", False):  # fair LG-FedAvg: batches carry (class, attribute)
         labels = torch.stack([data.train_y, data.train_a], dim=1)
     labels = fabric.to_device(labels)
+    o = part_options(recipe, aggregator)
     views = build_views(recipe, data)
-    evaluator = Evaluator(fabric, module, data, views, recipe.eval, recipe.seed)
+    evaluator = Evaluator(fabric, module, data, views, o.eval, recipe.seed)
     plugins: list[RoundPlugin] = []
     if recipe.eval.local_test:
         plugins.append(LocalTests(fabric, evaluator, trainable, [parts[c] for c in trainable], data.train_y.numpy(),
@@ -73,29 +130,24 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
         public_images = images[tensors[public].to(images.device)]
         plugins.append(PublicSetDistillation(fabric, module, public_images, views, aggregator, evaluator.apply,
                                              recipe.seed))
-    schedule = build_schedule(fabric, recipe, data, module, images, labels, tensors, views, trainable)
-    faults = SimulatedFaults(recipe.faults, recipe.seed, run_dir, fabric.global_rank)
-    l = recipe.local
-    options = RoundOptions(rounds=recipe.rounds, seed=recipe.seed, fraction=recipe.clients.fraction,
-                           eval_every=recipe.eval.every, lr=l.lr, lr_schedule=l.lr_schedule, lr_decay=l.lr_decay,
-                           workers=recipe.fabric.workers, projector_samples=recipe.eval.projector_samples,
-                           record=asdict(recipe))
+    schedule = build_schedule(fabric, recipe, o, data, module, images, labels, tensors, views, trainable)
+    faults = SimulatedFaults(o.faults, recipe.seed, run_dir, fabric.global_rank)
     return Federation(fabric, module, aggregator, evaluator, data, tensors, trainable, schedule, faults, plugins,
-                      options, run_dir, on_checkpoint)
+                      o.round, run_dir, on_checkpoint)
 
 
-def build_schedule(fabric: Fabric, recipe: Recipe, data: ImageData, module: FederatedModule, images: torch.Tensor,
-                   labels: torch.Tensor, parts: list[torch.Tensor], views: ViewMaker,
+def build_schedule(fabric: Fabric, recipe: Recipe, o: PartOptions, data: ImageData, module: FederatedModule,
+                   images: torch.Tensor, labels: torch.Tensor, parts: list[torch.Tensor], views: ViewMaker,
                    trainable: list[int]) -> ClientSchedule:
-    """How the recipe's clients spend a round (``schedule_name``)."""
-    l, s, name = recipe.local, recipe.stream, schedule_name(recipe)
+    """How the recipe's clients spend a round (``o.schedule``)."""
+    l, name = recipe.local, o.schedule
     mine = [c for c in trainable if owner(c, fabric.world_size) == fabric.global_rank]  # as ClientRunner.owns
-    if name == "exchange":  # CF-CL: rounds of Ta SGD iterations, D2D exchange
-        return ExchangeSchedule(fabric, module, images, data.train_y.numpy(), parts, views, mine, recipe.exchange,
+    if o.exchange is not None:  # CF-CL: rounds of Ta SGD iterations, D2D exchange
+        return ExchangeSchedule(fabric, module, images, data.train_y.numpy(), parts, views, mine, o.exchange,
                                 l.iterations, recipe.rounds, l.batch_size, data.num_classes, recipe.seed)
-    if name == "stream":  # SOFed: a stream through a replay buffer
-        return StreamSchedule(fabric, images, labels, data.train_y.numpy(), parts, views, recipe.buffer, s.velocity,
-                              s.stc, data.num_classes, recipe.seed)
+    if o.stream is not None:  # SOFed: a stream through a replay buffer
+        return StreamSchedule(fabric, images, labels, data.train_y.numpy(), parts, views, o.stream, data.num_classes,
+                              recipe.seed)
     if name == "epochs":
         return EpochSchedule(fabric, images, labels, parts, views, l.epochs, l.batch_size)
     return registry.SCHEDULES[name](ScheduleContext(
@@ -110,6 +162,8 @@ def schedule_name(recipe: Recipe) -> str:
     """``local.schedule``, or the one its settings imply; raises a UserError for an unknown name or
     a built-in one without its settings."""
     l, streaming = recipe.local, recipe.stream.velocity is not None
+    if l.iterations is not None and streaming:
+        raise UserError("local.iterations and stream.velocity are two different schedules; drop one")
     implied = "exchange" if l.iterations is not None else "stream" if streaming else "epochs"
     name = l.schedule or implied
     if name not in registry.SCHEDULES:
