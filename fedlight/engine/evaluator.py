@@ -22,15 +22,15 @@ METRICS = ("linear_probe_acc", "knn_acc", "test_acc")
 
 @dataclass(frozen=True)
 class EvalOptions:
-    """How the worker model is scored; the defaults are the usual self-supervised protocol
-    (SimCLR, Chen et al. 2020: a linear probe on every label; kNN with k=200 and t=0.1 as in
-    Wu et al. 2018's instance discrimination).
+    """How the worker model is scored on frozen features: a linear probe (L-BFGS logistic
+    regression) and a weighted kNN vote. The defaults learn from every label, with k=200
+    neighbours as in Wu et al. 2018's kNN evaluation and a temperature of 0.1.
 
     Attributes:
         label_fraction: share of the training set, stratified by class, the probe and kNN learn from.
         extra_label_fractions: further probes on these shares (e.g. SOFed's 1% / 10% protocol).
         knn_k: neighbours of the weighted kNN vote; knn_temperature: its similarity temperature.
-        probe_epochs: full-batch optimizer steps of the linear probe.
+        probe_epochs: L-BFGS iterations of the linear probe.
     """
 
     label_fraction: float = 1.0
