@@ -36,7 +36,7 @@ from flwr.simulation import run_simulation
 from fedlight.config import load_recipe
 from fedlight.engine.evaluator import Evaluator
 from fedlight.engine.fit import build_module, make_fabric, prepare_data
-from fedlight.engine.assemble import build_views
+from fedlight.engine.assemble import build_views, eval_options
 from fedlight.engine.sampling import clients_per_round
 from plain_loop import local_train, shared_state
 
@@ -69,7 +69,7 @@ def server_main(grid: Grid, context: Context) -> None:
     recipe, data, _, views = workload(os.environ[RECIPE_ENV])
     model = build_module(recipe, data)
     fabric = make_fabric(recipe)
-    evaluator = Evaluator(fabric, fabric.to_device(model), data, views, recipe.eval, recipe.seed)
+    evaluator = Evaluator(fabric, fabric.to_device(model), data, views, eval_options(recipe), recipe.seed)
     baseline = evaluator.model_metrics()
     k, n = clients_per_round(recipe.clients.num, recipe.clients.fraction), recipe.clients.num
     strategy = FedAvg(fraction_train=k / n, fraction_evaluate=0.0, min_train_nodes=k, min_available_nodes=n)

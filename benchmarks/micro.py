@@ -36,7 +36,7 @@ from fedlight import registry
 from fedlight.config import load_recipe
 from fedlight.engine.evaluator import Evaluator
 from fedlight.engine.fit import build_module, make_fabric, prepare_data
-from fedlight.engine.assemble import build_federation, build_views
+from fedlight.engine.assemble import build_federation, build_views, eval_options
 
 REPO = Path(__file__).resolve().parents[1]
 WORKLOAD = str(REPO / "benchmarks/workloads/cross_device_fmnist.yaml")
@@ -83,7 +83,8 @@ def feature_times(data, repeats: int) -> None:
     """The evaluator's features of the test split, in chunks of 1,024 and 256."""
     recipe = load_recipe(WORKLOAD, [])
     module = build_module(recipe, data)
-    evaluator = Evaluator(make_fabric(recipe), module, data, build_views(recipe, data), recipe.eval, recipe.seed)
+    evaluator = Evaluator(make_fabric(recipe), module, data, build_views(recipe, data), eval_options(recipe),
+                          recipe.seed)
     ms = {c: median_ms(lambda: evaluator.apply(module.features, data.test_x, chunk=c), 1, repeats) for c in (1024, 256)}
     print(f"features of {len(data.test_x):,} test images: chunks of 1,024 {ms[1024] / 1000:.2f} s, "
           f"of 256 {ms[256] / 1000:.2f} s ({ms[1024] / ms[256]:.1f}x)")

@@ -60,26 +60,25 @@ def child(argv: list[str]) -> None:
     import time
 
     from fedlight.cli import main
-    from fedlight.engine import orchestrator
-    from fedlight.engine.rundir import CHECKPOINT
+    from fedlight.engine.run_checkpoint import RunCheckpoint
 
-    out, rows, real = Path(argv[0]), [], orchestrator.Federation._checkpoint
+    out, rows, real = Path(argv[0]), [], RunCheckpoint.save
 
-    def timed(self: Any, wall: float, partial: Any = None) -> None:
+    def timed(self: Any, state: Any, wall: float, partial: Any = None) -> None:
         store = self.clients.store
         before = (getattr(store, "written_bytes", 0), getattr(store, "written_seconds", 0.0))
         started = time.perf_counter()
-        real(self, wall, partial)
+        real(self, state, wall, partial)
         seconds = time.perf_counter() - started
         written = (getattr(store, "written_bytes", 0), getattr(store, "written_seconds", 0.0))
         last = rows[-1] if rows else {"state_bytes_total": 0, "state_seconds_total": 0.0}
-        rows.append({"round": self.s.rounds_done, "commit_seconds": seconds,
-                     "last_pt_bytes": (self.run_dir / CHECKPOINT).stat().st_size,
+        rows.append({"round": state.rounds_done, "commit_seconds": seconds,
+                     "last_pt_bytes": self.path.stat().st_size,
                      "state_bytes": written[0] - last["state_bytes_total"],
                      "state_seconds": written[1] - last["state_seconds_total"],
                      "state_bytes_total": written[0], "state_seconds_total": written[1], "before": before})
 
-    orchestrator.Federation._checkpoint = timed
+    RunCheckpoint.save = timed
     code = main(argv[1:])
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
     out.write_text(json.dumps({"rows": rows, "peak_bytes": peak}))

@@ -62,7 +62,8 @@ PLUGINS = "fedlight.engine.plugins"
 
 def test_the_round_loop_imports_no_plugin_and_names_no_paper() -> None:
     """A new paper is new files: the loop (and what it is made of) knows only the plug-in interfaces."""
-    loop = ("orchestrator.py", "clients.py", "run_log.py", "run_state.py", "plugin.py", "options.py")
+    loop = ("orchestrator.py", "clients.py", "run_log.py", "run_state.py", "run_checkpoint.py", "progress.py",
+            "plugin.py", "options.py", "evaluator.py")
     engine = _imports("engine")
     for name in loop:
         assert [n for n in engine[f"engine/{name}"] if n.startswith(PLUGINS)] == [], name
@@ -78,4 +79,19 @@ def test_plugins_do_not_import_each_other() -> None:
 
 
 def test_the_round_loop_fits_on_a_page() -> None:
-    assert len((PKG / "engine" / "orchestrator.py").read_text().splitlines()) <= 240
+    assert len((PKG / "engine" / "orchestrator.py").read_text().splitlines()) <= 200
+
+
+def test_the_recipe_stops_at_the_edge() -> None:
+    """Each part takes its own typed options (issue 20, part 6): below ``fit`` and ``assemble``
+    nothing reads a recipe section, so no part imports the recipe schema (``rundir`` writes and
+    compares the recipe file itself, the run folder's edge; ``preflight`` is ``fit``'s torch-free
+    first look at the recipe's data and run folder)."""
+    def recipe(name: str) -> bool:  # the schema, or the package and loader that hand out a Recipe (not its checks)
+        return name == "fedlight.config" or name.startswith(("fedlight.config.schema", "fedlight.config.loader"))
+
+    for folder in ("engine/plugins", "server", "methods", "eval", "exchange", "coreset", "data", "models"):
+        assert [f"{f}: {n}" for f, names in _imports(folder).items() for n in names if recipe(n)] == [], folder
+    edge = {"engine/fit.py", "engine/assemble.py", "engine/rundir.py", "engine/preflight.py"}
+    engine = [f"{f}: {n}" for f, names in _imports("engine").items() if f not in edge for n in names if recipe(n)]
+    assert engine == []

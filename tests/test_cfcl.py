@@ -20,7 +20,7 @@ from fedlight.config import load_recipe
 from fedlight.data.partition import class_counts
 from fedlight.data.sources import ImageData
 from fedlight.engine import fit as fit_module
-from fedlight.engine.plugins.exchange import EXCHANGE, ExchangeSchedule
+from fedlight.engine.plugins.exchange import EXCHANGE, ExchangeOptions, ExchangeSchedule
 from fedlight.engine.fit import fit
 from fedlight.engine.iteration_loop import train_client_iterations
 from fedlight.errors import UserError
@@ -263,8 +263,8 @@ def test_exchange_refuses_a_label_reading_objective(tmp_path: Path) -> None:
     assert module.uses_labels
     with pytest.raises(AssertionError, match="without labels"):
         ExchangeSchedule(Fabric(accelerator="cpu", devices=1), module, torch.zeros(10, 3, 16, 16, dtype=torch.uint8),
-                         np.zeros(10, dtype=int), [torch.arange(5), torch.arange(5, 10)], None, [0, 1], recipe.exchange,
-                         10, recipe.rounds, recipe.local.batch_size)
+                         np.zeros(10, dtype=int), [torch.arange(5), torch.arange(5, 10)], None, [0, 1],
+                         ExchangeOptions(), 10, recipe.rounds, recipe.local.batch_size)
 
 
 @pytest.mark.parametrize("overrides, fix", [
@@ -336,8 +336,8 @@ def test_resume_continues_the_exchange_exactly(tmp_path: Path, monkeypatch: pyte
     path, crashing = _recipe(tmp_path / "resumed", *extra)
     log_round = RunLog.round
 
-    def crash_after_first(self, row, rows):
-        log_round(self, row, rows)
+    def crash_after_first(self, row, rows, reports):
+        log_round(self, row, rows, reports)
         raise KeyboardInterrupt  # after the period's checkpoint, as a kill would
 
     monkeypatch.setattr(RunLog, "round", crash_after_first)

@@ -87,15 +87,15 @@ def test_a_run_resumes_across_stores_both_ways(tmp_path: Path, tiny_recipe: Path
 
 KILL_AT_THIRD_SAVE = """
 import os, signal, sys
-from fedlight.engine import orchestrator
+from fedlight.engine import run_checkpoint
 from fedlight.cli import main
-real, calls = orchestrator.save_checkpoint, []
+real, calls = run_checkpoint.save_checkpoint, []
 def save(path, obj):  # round 3's client files are written and synced; its manifest is not
     calls.append(1)
     if len(calls) == 3:
         os.kill(os.getpid(), signal.SIGKILL)
     real(path, obj)
-orchestrator.save_checkpoint = save
+run_checkpoint.save_checkpoint = save
 sys.exit(main(sys.argv[1:]))
 """
 

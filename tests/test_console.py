@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fedlight.engine.console import RoundProgress, final_line, metrics_text
+from fedlight.engine.console import final_line, metrics_text
+from fedlight.engine.progress import RoundBars
 from fedlight.eval import metric_names
 
 
@@ -40,13 +41,14 @@ def test_final_line_names_every_label_fraction_measured() -> None:
 
 
 def test_one_plain_line_per_round_off_a_terminal(capsys) -> None:
-    progress = RoundProgress(start=1, total=3, enabled=True, label_fraction=0.1)
-    clients = progress.clients(1, 4)
-    clients.update(4)
-    clients.close()
-    progress.round_done({"round": 2, "train_loss": 1.23456, "linear_probe_acc": 0.5, "knn_acc": None,
+    progress = RoundBars(done=1, total=3, clients=4, enabled=True, label_fraction=0.1)
+    assert list(progress) == [1, 2]
+    with progress.round(1) as tick:
+        for _ in range(4):
+            tick()
+    progress.show({"round": 2, "train_loss": 1.23456, "linear_probe_acc": 0.5, "knn_acc": None,
                          "seconds": 2.04}, None)
-    progress.round_done({"round": 3, "train_loss": None, "linear_probe_acc": None, "knn_acc": None,
+    progress.show({"round": 3, "train_loss": None, "linear_probe_acc": None, "knn_acc": None,
                          "seconds": 1.0}, None)
     progress.close()
     out, err = capsys.readouterr()
@@ -56,7 +58,7 @@ def test_one_plain_line_per_round_off_a_terminal(capsys) -> None:
 
 
 def test_other_ranks_print_nothing(capsys) -> None:
-    progress = RoundProgress(start=0, total=1, enabled=False, label_fraction=1.0)
-    progress.round_done({"round": 1, "train_loss": 1.0, "seconds": 1.0}, None)
+    progress = RoundBars(done=0, total=1, clients=1, enabled=False, label_fraction=1.0)
+    progress.show({"round": 1, "train_loss": 1.0, "seconds": 1.0}, None)
     progress.close()
     assert capsys.readouterr() == ("", "")

@@ -65,7 +65,7 @@ def test_the_readme_method_trains_through_fedlight_fit(tmp_path: Path, tiny_reci
     assert results["recipe"]["method"]["name"] == name and results["rounds_completed"] == 1
     assert results["history"][0]["answered"] == 2 and results["final"]["knn_acc"] is not None
 
-    wrong = fedlight(site, "fit", "--recipe", str(tiny_recipe), "method={name: barlw}")
+    wrong = fedlight(site, "fit", "--recipe", str(tiny_recipe), "method={name: barlw}", f"run.dir={tmp_path / 'new'}")
     assert wrong.returncode == 2 and f"{name}, " in wrong.stderr and "simclr" in wrong.stderr  # listed among the valid
 
 
@@ -88,3 +88,55 @@ def test_a_builtin_name_wins_over_an_entry_point(tmp_path: Path, monkeypatch) ->
     table = Table("fedlight.methods", {"simclr": int})
     assert table["simclr"] is int and list(table) == ["extra", "simclr"]
     assert table.description("extra") == "Not the real one." and table.origin("extra") == "shadow_pkg.m:X"
+
+
+HALF_EPOCH = '''"""A client schedule from another package: one epoch over the first half of a client's samples."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fedlight.engine.local_loop import train_client
+from fedlight.engine.plugin import ClientSchedule, ClientWork, Report, State, ScheduleContext
+from fedlight.methods.base import FederatedModule
+
+
+class HalfEpoch(ClientSchedule):
+    """One epoch over the first half of each client's samples."""
+
+    def __init__(self, ctx: ScheduleContext) -> None:
+        self.ctx = ctx
+
+    def train(self, module: FederatedModule, client: int, round_: int, generator: torch.Generator,
+              private: State, work: float) -> ClientWork:
+        c = self.ctx
+        half = c.parts[client][:len(c.parts[client]) // 2]
+        result = train_client(c.fabric, module, c.images, c.labels, half.to(c.images.device), c.views, 1,
+                              c.batch_size, generator)
+        return ClientWork(result, float(len(half)))
+
+    def columns(self, round_: int, reports: list[Report], ledger_rows: list[list],
+                history: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"trained_on": [rep["samples"] for rep in reports],
+                "client_sizes": [len(self.ctx.parts[rep["client"]]) for rep in reports]}
+'''
+
+
+def test_a_schedule_from_another_package_is_listed_and_trains(tmp_path: Path, tiny_recipe: Path) -> None:
+    site = tmp_path / "site"
+    install(site, "half_pkg", {"schedule.py": HALF_EPOCH}, "[fedlight.schedules]\nhalf = half_pkg.schedule:HalfEpoch\n")
+
+    listed = fedlight(site, "methods")
+    assert listed.returncode == 0, listed.stderr
+    schedules = listed.stdout[listed.stdout.index("client schedules (fedlight.schedules):"):]
+    assert re.search(r"^\s+half\s+One epoch over the first half .*\[half_pkg\.schedule:HalfEpoch\]$", schedules, re.M)
+    assert re.search(r"^\s+epochs\s+\S", schedules, re.M)  # beside the built-in ones
+
+    done = fedlight(site, "fit", "--recipe", str(tiny_recipe), "local.schedule=half", "rounds=1",
+                    "eval.projector_samples=0")
+    assert done.returncode == 0, done.stderr[-2000:]
+    row = json.loads((tmp_path / "run" / "results.json").read_text())["history"][0]
+    assert row["answered"] == 2  # both clients trained through the package's schedule, on half their samples
+    assert row["trained_on"] == [n // 2 for n in row["client_sizes"]] and min(row["client_sizes"]) > 1

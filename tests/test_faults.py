@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from fedlight import registry
 from fedlight.cli import main
 from fedlight.config import load_recipe
-from fedlight.config.schema import FaultsConfig
 from fedlight.engine.checkpoint import load_checkpoint
-from fedlight.engine.faults import divergence, draw_fault, poison, steps_done
+from fedlight.engine.faults import FaultOptions, divergence, draw_fault, poison, steps_done
 from fedlight.engine.fit import fit
 from fedlight.engine.local_loop import steps_per_epoch
 from fedlight.engine.sampling import sample_clients
@@ -30,7 +30,7 @@ def _global(run: Path) -> dict[str, torch.Tensor]:
 
 
 def test_fault_draws_are_seeded_independent_and_at_the_asked_rate() -> None:
-    cfg = FaultsConfig(dropout=0.3, straggler=0.2, straggler_work=0.25, diverge=0.1)
+    cfg = FaultOptions(dropout=0.3, straggler=0.2, straggler_work=0.25, diverge=0.1)
     draws = [draw_fault(cfg, 7, r, c) for r in range(10) for c in range(200)]
     assert draws == [draw_fault(cfg, 7, r, c) for r in range(10) for c in range(200)]
     assert draws != [draw_fault(cfg, 8, r, c) for r in range(10) for c in range(200)]
@@ -39,11 +39,11 @@ def test_fault_draws_are_seeded_independent_and_at_the_asked_rate() -> None:
         assert abs(hits / len(draws) - rate) < 0.03
     assert {d.work for d in draws} == {1.0, 0.25}
     # raising one probability never moves another kind of fault to other clients
-    more = [draw_fault(FaultsConfig(dropout=0.9, straggler=0.2, straggler_work=0.25, diverge=0.1), 7, r, c)
+    more = [draw_fault(FaultOptions(dropout=0.9, straggler=0.2, straggler_work=0.25, diverge=0.1), 7, r, c)
             for r in range(10) for c in range(200)]
     assert [d.work for d in more] == [d.work for d in draws] and [d.diverge for d in more] == [d.diverge for d in draws]
     assert all(m.dropped for d, m in zip(draws, more) if d.dropped)  # more dropout keeps every earlier drop
-    assert draw_fault(FaultsConfig(), 7, 0, 0).work == 1.0
+    assert draw_fault(FaultOptions(), 7, 0, 0).work == 1.0
 
 
 @pytest.mark.parametrize("total,work,done", [(10, 0.5, 5), (3, 0.1, 1), (7, 1.0, 7), (0, 0.5, 0), (9, 0.99, 8)])
@@ -78,7 +78,7 @@ def test_faulty_run_logs_every_fault_and_aggregates_only_answers(tmp_path: Path,
     for row in res["history"]:
         round_ = row["round"] - 1
         sampled = sample_clients(recipe.seed, round_, 6, 1.0)
-        drawn = {c: draw_fault(recipe.faults, recipe.seed, round_, c) for c in sampled}
+        drawn = {c: draw_fault(FaultOptions(**asdict(recipe.faults)), recipe.seed, round_, c) for c in sampled}
         assert row["dropped"] == sum(d.dropped for d in drawn.values())
         assert row["diverged"] == sum(d.diverge and not d.dropped for d in drawn.values())
         assert row["stragglers"] == sum(d.straggler and not d.dropped for d in drawn.values())
@@ -132,7 +132,7 @@ def test_round_without_answers_keeps_the_global_model(tmp_path: Path, tiny_recip
 
 
 def _seed_that_stops_in_round_2(diverge: float, limit: int, clients: int) -> int:
-    cfg = FaultsConfig(diverge=diverge)
+    cfg = FaultOptions(diverge=diverge)
     for seed in range(200):
         bad = [sum(draw_fault(cfg, seed, r, c).diverge for c in range(clients)) for r in range(2)]
         if bad[0] <= limit < bad[1]:

@@ -72,15 +72,14 @@ def test_first_comment_skips_what_precedes_it(tmp_path: Path) -> None:
 
 
 def test_without_sklearn_cfcl_and_the_diabetes_table_name_the_extra(monkeypatch) -> None:
-    from fedlight.config.schema import ExchangeConfig
     from fedlight.data.tabular import diabetes
-    from fedlight.engine.plugins.exchange import validate_exchange
+    from fedlight.engine.plugins.exchange import ExchangeOptions
 
     monkeypatch.setitem(sys.modules, "sklearn", None)  # `import sklearn` now raises ImportError
     with pytest.raises(UserError, match=r"exchange.policy=smart .* needs scikit-learn") as caught:
-        validate_exchange(ExchangeConfig(policy="smart"), 50, "triplet", False, 10)
+        ExchangeOptions(policy="smart").check(10, "triplet")
     assert str(caught.value).endswith(SKLEARN_INSTALL)
     with pytest.raises(UserError, match=r"data.name=diabetes .* needs scikit-learn") as caught:
         diabetes(seed=0)
     assert str(caught.value).endswith("pip install 'fedlight[sklearn]'")
-    validate_exchange(ExchangeConfig(policy="uniform"), 50, "simclr", False, 10)  # uniform pulls need no K-means
+    ExchangeOptions(policy="uniform").check(10, "simclr")  # uniform pulls need no K-means

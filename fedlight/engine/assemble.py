@@ -3,13 +3,14 @@
 Picks the client schedule (``local.schedule``, by default ``exchange`` when ``local.iterations``
 is set, ``stream`` when ``stream.velocity`` is, else ``epochs``; other packages add schedules
 through ``registry.SCHEDULES``) and the round plug-ins the recipe and aggregator ask for
-(FLESD's public-set distillation, LG-FedAvg's local tests, faults), each built from its own
-typed options.
+(FLESD's public-set distillation, LG-FedAvg's local tests and new device, faults). Each part takes its own
+typed options (``part_options``), never a recipe section, and checks them itself; what is
+checked here is only whether the parts go together.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -23,22 +24,109 @@ from fedlight.data.rotated import add_rotated_device
 from fedlight.data.sources import ImageData
 from fedlight.data.views import ViewMaker, ViewParams
 from fedlight.engine.client_state_files import state_bytes
-from fedlight.engine.evaluator import Evaluator
+from fedlight.engine.evaluator import EvalOptions, Evaluator
+from fedlight.engine.faults import FaultOptions
 from fedlight.engine.options import RoundOptions
 from fedlight.engine.orchestrator import Federation
 from fedlight.engine.plugin import ClientSchedule, RoundPlugin, ScheduleContext
 from fedlight.engine.plugins.distillation import PublicSetDistillation
 from fedlight.engine.plugins.epochs import EpochSchedule
-from fedlight.engine.plugins.exchange import ExchangeSchedule
+from fedlight.engine.plugins.exchange import ExchangeOptions, ExchangeSchedule
 from fedlight.engine.plugins.faults import SimulatedFaults
 from fedlight.engine.plugins.local_test import LocalTests
-from fedlight.engine.plugins.new_device import NewDevice
-from fedlight.engine.plugins.stream import StreamSchedule
+from fedlight.engine.plugins.new_device import NewDevice, NewDeviceOptions
+from fedlight.engine.plugins.stream import StreamOptions, StreamSchedule
+from fedlight.engine.stream_loop import BufferOptions
 from fedlight.engine.sampling import owner
 from fedlight.engine.store import choose_store
 from fedlight.errors import UserError
 from fedlight.methods.base import FederatedModule
 from fedlight.server.base import Aggregator
+
+
+@dataclass(frozen=True)
+class PartOptions:
+    """Every part's typed options for one recipe.
+
+    Attributes:
+        round: the round loop's own (rounds, sampling, learning rate, workers).
+        eval: the evaluator's (probe and kNN).
+        faults: the fault model's.
+        schedule: the client schedule's name (``local.schedule`` or the one the recipe implies).
+        exchange: CF-CL's exchange, when ``schedule`` is ``exchange``; stream: SOFed's stream
+            and replay buffer, when it is ``stream``.
+        new_device: LG-FedAvg's new device with rotated data (sec. 3.2), when ``new_device.rotation``
+            is set.
+    """
+
+    round: RoundOptions
+    eval: EvalOptions
+    faults: FaultOptions
+    schedule: str
+    exchange: ExchangeOptions | None = None
+    stream: StreamOptions | None = None
+    new_device: NewDeviceOptions | None = None
+
+
+def eval_options(recipe: Recipe) -> EvalOptions:
+    """The evaluator's options from recipe section ``eval``."""
+    e = recipe.eval
+    return EvalOptions(e.label_fraction, tuple(e.extra_label_fractions), e.knn_k, e.knn_temperature, e.probe_epochs)
+
+
+def part_options(recipe: Recipe, aggregator: Aggregator) -> PartOptions:
+    """Each part's options from ``recipe`` (each part checks its own), and whether the parts go
+    together with ``aggregator``; raises a one-line UserError before anything is read or written."""
+    l, name = recipe.local, schedule_name(recipe)
+    round_ = RoundOptions(rounds=recipe.rounds, seed=recipe.seed, fraction=recipe.clients.fraction,
+                          eval_every=recipe.eval.every, lr=l.lr, lr_schedule=l.lr_schedule, lr_decay=l.lr_decay,
+                          workers=recipe.fabric.workers, projector_samples=recipe.eval.projector_samples,
+                          state_cache_mb=recipe.run.state_cache_mb, record=asdict(recipe))
+    policy, exchange, stream = recipe.exchange.policy, None, None
+    if policy != "none" and name != "exchange":
+        needs = ("needs local.iterations (CF-CL's Ta, e.g. 50); set it" if l.iterations is None
+                 else f"runs in local.schedule=exchange only (got {name}); drop local.schedule")
+        raise UserError(f"exchange.policy={policy} {needs}, or set exchange.policy=none")
+    if name == "exchange":
+        exchange = ExchangeOptions(**asdict(recipe.exchange))
+        exchange.check(recipe.clients.num, recipe.method.get("name"))
+    if name == "stream":
+        stream = StreamOptions(recipe.stream.velocity, recipe.stream.stc, BufferOptions(**asdict(recipe.buffer)))
+    side_by_side = getattr(registry.SCHEDULES[name], "side_by_side", True)
+    if round_.workers > 1 and (aggregator.uses_public_set or not side_by_side):
+        raise UserError(f"fabric.workers={round_.workers} trains clients side by side, which "
+                        f"server.name={recipe.server['name']} with local.schedule={name} cannot (its clients "
+                        "share one model's public-set embeddings or device-to-device exchange); set fabric.workers=1")
+    return PartOptions(round_, eval_options(recipe), FaultOptions(**asdict(recipe.faults)), name, exchange, stream,
+                       new_device_options(recipe))
+
+
+def new_device_options(recipe: Recipe) -> NewDeviceOptions | None:
+    """LG-FedAvg's new device (``new_device.*``) when ``new_device.rotation`` asks for one; raises a
+    UserError where it does not go with the schedule or the method."""
+    cfg, method = recipe.new_device, recipe.method
+    if cfg.rotation is None:
+        return None
+    if recipe.local.iterations is not None or recipe.stream.velocity is not None:
+        raise UserError("new_device.rotation trains the new device by epochs; drop local.iterations and "
+                        "stream.velocity, or new_device.rotation")
+    if method.get("name") == "lg":
+        metric, goal, warmup = (method.get("warmup_goal_metric", "test_acc"), method.get("warmup_goal_acc"),
+                                method.get("warmup_rounds", 0))
+        if metric != "normal_acc" or goal != cfg.goal_acc or warmup < recipe.rounds:
+            raise UserError(f"method.name=lg with new_device.rotation leaves FedAvg when the new device arrives: "
+                            f"set method.warmup_goal_metric=normal_acc, method.warmup_goal_acc={cfg.goal_acc} "
+                            f"(new_device.goal_acc) and method.warmup_rounds={recipe.rounds} (rounds)")
+    return NewDeviceOptions(**asdict(cfg))
+
+
+def client_store_kind(recipe: Recipe, module: FederatedModule, aggregator: Aggregator, clients: int) -> str:
+    """``run.client_state`` resolved: ``auto`` keeps the states in memory while every client's
+    (its private tensors, its whole model for local-only) fits in ``run.state_cache_mb``."""
+    per_client = module.private_state()
+    if aggregator.keeps_models_local:
+        per_client = {**module.shared_state(), **per_client}
+    return choose_store(recipe.run.client_state, state_bytes(per_client), clients, recipe.run.state_cache_mb)
 
 
 def build_views(recipe: Recipe, data: ImageData) -> ViewMaker:
@@ -57,10 +145,12 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
     declared = {**module.shared_state(), **module.private_state(), **module.transient_state()}
     undeclared = sorted(set(module.state_dict()) - set(declared))
     assert not undeclared, f"{type(module).__name__} state not declared shared/private/transient: {undeclared[:3]}"
+    o = part_options(recipe, aggregator)
     original, views = data, build_views(recipe, data)  # normalised, probed and tested on the original data
-    new_device, rotated = recipe.new_device, None
-    if new_device.rotation is not None:  # LG-FedAvg sec. 3.2: a device of rotated images, online
-        rotated = add_rotated_device(data, parts, new_device.rotation, new_device.train, new_device.test, recipe.seed)
+    rotated = None
+    if o.new_device is not None:  # LG-FedAvg sec. 3.2: a device of rotated images, online
+        nd = o.new_device
+        rotated = add_rotated_device(data, parts, nd.rotation, nd.train, nd.test, recipe.seed)
         data, parts = rotated.data, rotated.parts
     if aggregator.pools_clients:
         parts = [np.sort(np.concatenate(parts))]
@@ -72,7 +162,7 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
     if getattr(module, "uses_protected", False):  # fair LG-FedAvg: batches carry (class, attribute)
         labels = torch.stack([data.train_y, data.train_a], dim=1)
     labels = fabric.to_device(labels)
-    evaluator = Evaluator(fabric, module, original, views, recipe.eval, recipe.seed)
+    evaluator = Evaluator(fabric, module, original, views, o.eval, recipe.seed)
     plugins: list[RoundPlugin] = []
     if recipe.eval.local_test:
         plugins.append(LocalTests(fabric, evaluator, trainable, [parts[c] for c in trainable], data.train_y.numpy(),
@@ -85,41 +175,27 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
         device = len(parts) - 1
         originals = [c for c in trainable if c != device]
         plugins.append(NewDevice(fabric, evaluator, originals, device, [parts[c] for c in originals],
-                                 original.train_y.numpy(), rotated.test_x, rotated.test_y, new_device,
+                                 original.train_y.numpy(), rotated.test_x, rotated.test_y, o.new_device,
                                  recipe.clients.fraction, recipe.seed))
-    schedule = build_schedule(fabric, recipe, data, module, images, labels, tensors, views, trainable)
-    faults = SimulatedFaults(recipe.faults, recipe.seed, run_dir, fabric.global_rank)
-    l = recipe.local
-    options = RoundOptions(rounds=recipe.rounds, seed=recipe.seed, fraction=recipe.clients.fraction,
-                           eval_every=recipe.eval.every, lr=l.lr, lr_schedule=l.lr_schedule, lr_decay=l.lr_decay,
-                           workers=recipe.fabric.workers, projector_samples=recipe.eval.projector_samples,
-                           client_state=client_store_kind(recipe, module, aggregator, len(trainable)),
-                           state_cache_mb=recipe.run.state_cache_mb, record=asdict(recipe))
+    schedule = build_schedule(fabric, recipe, o, data, module, images, labels, tensors, views, trainable)
+    faults = SimulatedFaults(o.faults, recipe.seed, run_dir, fabric.global_rank)
+    round_ = replace(o.round, client_state=client_store_kind(recipe, module, aggregator, len(trainable)))
     return Federation(fabric, module, aggregator, evaluator, data, tensors, trainable, schedule, faults, plugins,
-                      options, run_dir, on_checkpoint)
+                      round_, run_dir, on_checkpoint)
 
 
-def client_store_kind(recipe: Recipe, module: FederatedModule, aggregator: Aggregator, clients: int) -> str:
-    """``run.client_state`` resolved: ``auto`` keeps the states in memory while every client's
-    (its private tensors, its whole model for local-only) fits in ``run.state_cache_mb``."""
-    per_client = module.private_state()
-    if aggregator.keeps_models_local:
-        per_client = {**module.shared_state(), **per_client}
-    return choose_store(recipe.run.client_state, state_bytes(per_client), clients, recipe.run.state_cache_mb)
-
-
-def build_schedule(fabric: Fabric, recipe: Recipe, data: ImageData, module: FederatedModule, images: torch.Tensor,
-                   labels: torch.Tensor, parts: list[torch.Tensor], views: ViewMaker,
+def build_schedule(fabric: Fabric, recipe: Recipe, o: PartOptions, data: ImageData, module: FederatedModule,
+                   images: torch.Tensor, labels: torch.Tensor, parts: list[torch.Tensor], views: ViewMaker,
                    trainable: list[int]) -> ClientSchedule:
-    """How the recipe's clients spend a round (``schedule_name``)."""
-    l, s, name = recipe.local, recipe.stream, schedule_name(recipe)
+    """How the recipe's clients spend a round (``o.schedule``)."""
+    l, name = recipe.local, o.schedule
     mine = [c for c in trainable if owner(c, fabric.world_size) == fabric.global_rank]  # as ClientRunner.owns
-    if name == "exchange":  # CF-CL: rounds of Ta SGD iterations, D2D exchange
-        return ExchangeSchedule(fabric, module, images, data.train_y.numpy(), parts, views, mine, recipe.exchange,
+    if o.exchange is not None:  # CF-CL: rounds of Ta SGD iterations, D2D exchange
+        return ExchangeSchedule(fabric, module, images, data.train_y.numpy(), parts, views, mine, o.exchange,
                                 l.iterations, recipe.rounds, l.batch_size, data.num_classes, recipe.seed)
-    if name == "stream":  # SOFed: a stream through a replay buffer
-        return StreamSchedule(fabric, images, labels, data.train_y.numpy(), parts, views, recipe.buffer, s.velocity,
-                              s.stc, data.num_classes, recipe.seed)
+    if o.stream is not None:  # SOFed: a stream through a replay buffer
+        return StreamSchedule(fabric, images, labels, data.train_y.numpy(), parts, views, o.stream, data.num_classes,
+                              recipe.seed)
     if name == "epochs":
         return EpochSchedule(fabric, images, labels, parts, views, l.epochs, l.batch_size)
     return registry.SCHEDULES[name](ScheduleContext(
@@ -134,6 +210,8 @@ def schedule_name(recipe: Recipe) -> str:
     """``local.schedule``, or the one its settings imply; raises a UserError for an unknown name or
     a built-in one without its settings."""
     l, streaming = recipe.local, recipe.stream.velocity is not None
+    if l.iterations is not None and streaming:
+        raise UserError("local.iterations and stream.velocity are two different schedules; drop one")
     implied = "exchange" if l.iterations is not None else "stream" if streaming else "epochs"
     name = l.schedule or implied
     if name not in registry.SCHEDULES:

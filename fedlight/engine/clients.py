@@ -16,6 +16,7 @@ from typing import Any, Callable
 from lightning.fabric import Fabric
 
 from fedlight.engine import preemption
+from fedlight.engine.collectives import gather_dicts
 from fedlight.engine.faults import ClientFault
 from fedlight.engine.ledger import CommLedger
 from fedlight.engine.plugin import ClientSchedule, FaultModel, Report, RoundPlugin, State
@@ -140,6 +141,10 @@ class ClientRunner:
         """What the store keeps for a client: its private state (and its whole model for local-only)."""
         state = module.private_state()
         return {**module.shared_state(), **state} if self.aggregator.keeps_models_local else state
+
+    def gathered(self) -> dict[int, State]:
+        """Every rank's stored client states (a collective: every rank calls it)."""
+        return gather_dicts(self.fabric, self.store.state_dict())
 
     def model_states(self, clients: dict[int, State]) -> dict[int, State]:
         """Stored client states without the schedule's entries (its model's tensors only)."""

@@ -23,11 +23,43 @@ from dataclasses import dataclass
 
 import torch
 
-from fedlight.config.schema import FaultsConfig
+from fedlight.errors import UserError
 from fedlight.seeding import numpy_rng
 
 State = dict[str, torch.Tensor]
 CSV_HEADER = "round,client,event,detail\n"
+
+
+@dataclass(frozen=True)
+class FaultOptions:
+    """How often each fault strikes a sampled client, and what the run tolerates. The defaults
+    simulate no fault and tolerate any number of diverged clients.
+
+    Attributes:
+        dropout: probability that a sampled client fails before sending its update.
+        straggler: probability that it finishes only ``straggler_work`` of its local steps.
+        straggler_work: the share, in (0, 1], of its local steps a straggler completes.
+        diverge: probability that its update is replaced by NaN (injected divergence).
+        max_bad_clients: diverged clients a round tolerates before the run stops (None: any).
+        max_update_ratio: an update whose norm is over this many times the global model's has diverged.
+    """
+
+    dropout: float = 0.0
+    straggler: float = 0.0
+    straggler_work: float = 0.5
+    diverge: float = 0.0
+    max_bad_clients: int | None = None
+    max_update_ratio: float = 1000.0
+
+    def __post_init__(self) -> None:
+        for key in ("dropout", "straggler", "diverge"):
+            if not 0 <= getattr(self, key) <= 1:
+                raise UserError(f"faults.{key}={getattr(self, key)} must be a probability in [0, 1]; e.g. 0.1")
+        if not 0 < self.straggler_work <= 1:
+            raise UserError(f"faults.straggler_work={self.straggler_work} must be in (0, 1]; e.g. 0.5")
+        if (self.max_bad_clients is not None and self.max_bad_clients < 0) or self.max_update_ratio <= 0:
+            raise UserError(f"faults.max_bad_clients={self.max_bad_clients} must be >= 0 (or null) and "
+                            f"faults.max_update_ratio={self.max_update_ratio} > 0; e.g. 0 and 1000")
 
 
 @dataclass(frozen=True)
@@ -49,15 +81,15 @@ class ClientFault:
         return self.work < 1.0
 
 
-def draw_fault(cfg: FaultsConfig, seed: int, round_: int, client: int) -> ClientFault:
+def draw_fault(options: FaultOptions, seed: int, round_: int, client: int) -> ClientFault:
     """The fault of ``client`` in ``round_`` (0-based): three uniform draws, one per kind, so
     raising one probability never changes which clients get another kind of fault."""
-    if not (cfg.dropout or cfg.straggler or cfg.diverge):
+    if not (options.dropout or options.straggler or options.diverge):
         return ClientFault()
     u = numpy_rng(seed, "faults", round_, client).random(3)
-    return ClientFault(dropped=bool(u[0] < cfg.dropout),
-                       work=cfg.straggler_work if u[1] < cfg.straggler else 1.0,
-                       diverge=bool(u[2] < cfg.diverge))
+    return ClientFault(dropped=bool(u[0] < options.dropout),
+                       work=options.straggler_work if u[1] < options.straggler else 1.0,
+                       diverge=bool(u[2] < options.diverge))
 
 
 def steps_done(total: int, work: float) -> int:

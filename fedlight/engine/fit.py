@@ -16,9 +16,7 @@ from fedlight.config.schema import Recipe
 from fedlight.data.partition import partition
 from fedlight.data.sources import ImageData, load_dataset, take_subset
 from fedlight.engine import launch, preemption
-from fedlight.engine.assemble import build_federation, schedule_name
-from fedlight.engine.plugins.exchange import validate_exchange
-from fedlight.engine.plugins.new_device import validate_new_device
+from fedlight.engine.assemble import build_federation, part_options
 from fedlight.engine.rundir import RECIPE, RunFolder, claim_run_dir, write_yaml
 from fedlight.errors import UserError, warnings_if_it_works
 from fedlight.methods.base import FederatedModule, OptimizerSpec
@@ -108,19 +106,7 @@ def check_recipe(recipe: Recipe) -> Aggregator:
     if recipe.model.backbone not in registry.BACKBONES:
         raise UserError(f"unknown model.backbone {recipe.model.backbone!r}; valid names: "
                         f"{', '.join(registry.BACKBONES)}")
-    validate_exchange(recipe.exchange, recipe.local.iterations, recipe.method.get("name"),
-                      recipe.stream.velocity is not None, recipe.clients.num)
-    validate_new_device(recipe)
-    schedule = schedule_name(recipe)
-    l = recipe.local
-    if l.lr_decay and l.lr_schedule != "exponential":
-        raise UserError(f"local.lr_decay={l.lr_decay} applies to local.lr_schedule=exponential only (got "
-                        f"{l.lr_schedule}); set local.lr_schedule=exponential or drop local.lr_decay")
-    if recipe.fabric.workers > 1 and (server.uses_public_set
-                                      or not getattr(registry.SCHEDULES[schedule], "side_by_side", True)):
-        raise UserError(f"fabric.workers={recipe.fabric.workers} trains clients side by side, which "
-                        f"server.name={recipe.server['name']} with local.schedule={schedule} cannot (its clients "
-                        "share one model's public-set embeddings or device-to-device exchange); set fabric.workers=1")
+    part_options(recipe, server)  # each part checks its own options; assemble, that they go together
     return server
 
 

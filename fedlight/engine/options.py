@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from fedlight.errors import UserError
+
 
 @dataclass(frozen=True)
 class RoundOptions:
@@ -36,3 +38,8 @@ class RoundOptions:
     client_state: Literal["memory", "disk"] = "memory"
     state_cache_mb: int = 256
     record: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.lr_decay and self.lr_schedule != "exponential":
+            raise UserError(f"local.lr_decay={self.lr_decay} applies to local.lr_schedule=exponential only (got "
+                            f"{self.lr_schedule}); set local.lr_schedule=exponential or drop local.lr_decay")

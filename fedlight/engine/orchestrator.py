@@ -15,26 +15,24 @@ to float summation order).
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import torch
 from lightning.fabric import Fabric
 
-from fedlight.data.partition import class_counts
 from fedlight.data.sources import ImageData
-from fedlight.engine import preemption, resumable, store
-from fedlight.engine.checkpoint import load_checkpoint, save_checkpoint
+from fedlight.engine import preemption, store
 from fedlight.engine.clients import ClientRunner
-from fedlight.engine.collectives import gather, gather_dicts, sum_across_ranks
-from fedlight.engine.console import RoundProgress, say
-from fedlight.engine.evaluator import METRICS, Evaluator
+from fedlight.engine.collectives import gather, sum_across_ranks
+from fedlight.engine.console import say
+from fedlight.engine.evaluator import METRICS, Evaluator, final_metrics
 from fedlight.engine.lr_schedule import round_lr
 from fedlight.engine.options import RoundOptions
 from fedlight.engine.plugin import ClientSchedule, FaultModel, Report, RoundPlugin, State
+from fedlight.engine.progress import RoundBars
+from fedlight.engine.run_checkpoint import RunCheckpoint
 from fedlight.engine.run_log import RunLog
 from fedlight.engine.run_state import RunState, evaluation_failed
 from fedlight.engine.rundir import CHECKPOINT, write_json
@@ -63,13 +61,14 @@ class Federation:
                  faults: FaultModel, plugins: list[RoundPlugin], options: RoundOptions, run_dir: Path,
                  on_checkpoint: Callable[[], None] | None = None) -> None:
         self.fabric, self.module, self.aggregator, self.evaluator = fabric, module, aggregator, evaluator
-        self.data, self.parts, self.trainable, self.o, self.run_dir = data, parts, trainable, options, run_dir
-        self.rank, self.world, self.on_checkpoint = fabric.global_rank, fabric.world_size, on_checkpoint
+        self.parts, self.trainable, self.o, self.run_dir = parts, trainable, options, run_dir
+        self.rank, self.world = fabric.global_rank, fabric.world_size
         self.schedule, self.faults, self.hooks = schedule, faults, [schedule, faults, *plugins]  # hooks: in this order
         self.workers = Workers(module, options.workers, torch.get_num_threads())
         self.clients = ClientRunner(fabric, aggregator, schedule, faults, plugins, [len(p) for p in parts],
                                     self.workers, options.seed, store.open_store(options, run_dir / CHECKPOINT, fabric))
-        self.log = RunLog(run_dir, self.hooks, enabled=self.rank == 0)
+        self.log = RunLog(run_dir, self.hooks, data, parts, enabled=self.rank == 0)
+        self.checkpoint = RunCheckpoint(fabric, module, aggregator, self.clients, self.hooks, run_dir, on_checkpoint)
         self.s = RunState({k: v.detach().clone() for k, v in module.shared_state().items()})
         self.restored, self.started = False, time.perf_counter()
 
@@ -79,7 +78,7 @@ class Federation:
     def _set_global(self, state: State) -> None:
         self.s.global_state = {k: v.detach().clone() for k, v in state.items()}
 
-    def _train_round(self, round_: int, progress: Any) -> list[Report]:
+    def _train_round(self, round_: int, tick: Callable[[], None]) -> list[Report]:
         """Train and aggregate one round; returns every rank's client reports, by client."""
         if any(self.workers.each(lambda m: m.on_round_start(round_, self.s.history))):  # e.g. LG leaving FedAvg
             self._set_global(self.module.shared_state())  # the method changed what it shares
@@ -99,14 +98,13 @@ class Federation:
             hands = [[c for c in hand if c not in {rep["client"] for rep in reports}] for hand in hands]
             self.s.partial = None
         jobs = [(hand, acc if w == 0 else None) for w, hand in enumerate(hands)]  # worker 0 goes on from a resumed sum
-        tick = (lambda: progress.update(1)) if progress is not None else None
         results = self.workers.map(lambda m, job: self.clients.train_hand(m, *job, round_, self.s.global_state, tick),
                                    jobs)
         acc = sum_states([hand_acc for hand_acc, _ in results])
         trained = [rep for _, hand_reports in results for rep in hand_reports]
         reports += trained
         if len(trained) < sum(map(len, hands)):  # a preemption stopped the workers between clients
-            self._checkpoint(self.s.wall_before + time.perf_counter() - self.started, partial={
+            self.checkpoint.save(self.s, self.s.wall_before + time.perf_counter() - self.started, partial={
                 "acc": None if acc is None else {k: v.cpu() for k, v in acc.items()}, "reports": reports})
             raise self._preempted(clients_done=len(reports))
         self.module.load_partial(self.s.global_state)  # server-side training starts from the global model
@@ -126,9 +124,8 @@ class Federation:
     def _evaluate(self, round_: int) -> tuple[dict[str, float | None], list[list]]:
         """The parts' evaluations (collectives, every rank), then probe and kNN (rank 0); the metrics
         and the ledger rows of what the evaluations uploaded."""
-        stored = {}
-        if self.aggregator.keeps_models_local or any(hook.needs_clients for hook in self.hooks):
-            stored = gather_dicts(self.fabric, self.clients.store.state_dict())  # a collective
+        local = self.aggregator.keeps_models_local
+        stored = self.clients.gathered() if local or any(hook.needs_clients for hook in self.hooks) else {}
         extra, rows = {}, []
         for hook in self.hooks:  # before the probe, which scores what they leave in the worker model
             found, uploads = hook.evaluate(round_, self.clients.model_states(stored), self.s.global_state,
@@ -137,20 +134,8 @@ class Federation:
             rows += uploads
         if self.rank != 0:
             return dict.fromkeys(METRICS), rows
-        if not self.aggregator.keeps_models_local:
-            return {**self.evaluator.model_metrics(), **extra}, rows
-        models = [{k: self.fabric.to_device(v) for k, v in stored[c].items()} for c in sorted(stored)]  # local-only
-        return {**self.evaluator.clients_metrics(models, self.s.global_state), **extra}, rows
-
-    def _checkpoint(self, wall: float, partial: dict[str, Any] | None = None) -> None:
-        clients, files = self.clients.store.commit(self.fabric, self.s.rounds_done)  # a collective
-        if self.rank != 0:
-            return
-        parts = {k: v for hook in self.hooks for k, v in hook.state_dict().items()} | files
-        save_checkpoint(self.run_dir / CHECKPOINT,
-                        self.s.to_checkpoint(self.aggregator.state_dict(), clients, parts, wall, partial))
-        if self.on_checkpoint is not None:
-            self.on_checkpoint()
+        models = [stored[c] for c in sorted(stored)] if local else None  # local-only: the clients' own models
+        return {**self.evaluator.scores(models, self.s.global_state), **extra}, rows
 
     def _preempted(self, clients_done: int = 0) -> preemption.Preempted:
         """The exception that stops a preempted run (after its checkpoint); flushes TensorBoard first."""
@@ -161,14 +146,7 @@ class Federation:
         """Continue from the run folder's checkpoint (every rank); ``run`` then trains the rounds left.
         Raises a UserError for no intact checkpoint, or ``rounds`` below the rounds it has completed."""
         prefixes = tuple(p for p in [self.schedule.state_prefix] if p)  # client state that is no model tensor
-        ckpt = load_checkpoint(self.run_dir / CHECKPOINT, check=lambda ckpt: resumable.problem(
-            ckpt, self.module.state_dict(), len(self.parts), prefixes), needs=self.clients.store.damaged)
-        self.s = RunState.from_checkpoint(ckpt, self.fabric.to_device, self.o.rounds, self.run_dir)
-        self.module.load_partial(self.s.global_state)
-        self.aggregator.load_state_dict(ckpt["server"])
-        self.clients.store.restore(self.fabric, ckpt)
-        for hook in self.hooks:
-            hook.load_state_dict(ckpt)
+        self.s = self.checkpoint.restore(self.o.rounds, len(self.parts), prefixes)
         self.restored = True
 
     def run(self) -> dict[str, Any]:
@@ -177,20 +155,14 @@ class Federation:
         self.started = start
         if not self.restored and self.rank == 0:
             s.baseline = self.evaluator.model_metrics()
-        counts = class_counts(self.data.train_y.numpy(), [p.numpy() for p in self.parts], self.data.num_classes)
-        self.log.open(s.rounds_done, s.ledger.rows, counts, s.baseline)
-        wall, evaluated = s.wall_before, [row for row in s.history if row["knn_acc"] is not None]
-        last_eval = evaluated[-1] if evaluated else None
-        bar = RoundProgress(s.rounds_done, o.rounds, self.rank == 0, o.record["eval"]["label_fraction"])
-        for round_ in range(s.rounds_done, o.rounds):
+        self.log.open(s.rounds_done, s.ledger.rows, s.baseline)
+        wall, last_eval = s.wall_before, s.last_evaluation()
+        bars = RoundBars(s.rounds_done, o.rounds, clients_per_round(len(self.trainable), o.fraction), self.rank == 0,
+                         o.record["eval"]["label_fraction"])
+        for round_ in bars:
             t0 = time.perf_counter()
-            clients_bar = bar.clients(round_, clients_per_round(len(self.trainable), o.fraction))
-            try:
-                reports = self._train_round(round_, clients_bar)
-            finally:  # a stopped run's last line is its message, not a progress bar
-                clients_bar.close()
-                if sys.exc_info()[0] is not None:
-                    bar.close()
+            with bars.round(round_) as tick:
+                reports = self._train_round(round_, tick)
             rows = [row for rep in reports for row in rep["ledger"]]
             s.ledger.rows.extend(rows)
             s.rounds_done = round_ + 1
@@ -202,35 +174,27 @@ class Federation:
                 except Exception as exc:  # the round is trained and aggregated: it is saved first (below)
                     failure = exc
             s.ledger.rows.extend(uploads)
-            rows = rows + uploads
-            eval_seconds = time.perf_counter() - t_eval
-            answered = [rep["loss"] for rep in reports if rep["status"] == "ok"]
-            row = {"round": s.rounds_done, "train_loss": float(np.mean(answered)) if answered else None,
-                   "lr": self._lr(round_), **metrics, **s.ledger.totals(round_, rows),
-                   "seconds": time.perf_counter() - t0, "eval_seconds": eval_seconds,
-                   "train_seconds": sum(rep.get("seconds", 0.0) for rep in reports) / (self.world * len(self.workers)),
-                   "clients": [rep["client"] for rep in reports]}
-            for hook in self.hooks:
-                row.update(hook.columns(round_, reports, rows, s.history))
-            s.history.append(row)
+            trained = sum(rep.get("seconds", 0.0) for rep in reports) / (self.world * len(self.workers))
+            timing = {"seconds": time.perf_counter() - t0, "eval_seconds": time.perf_counter() - t_eval,
+                      "train_seconds": trained}
+            row = s.add_round(round_, reports, metrics, rows + uploads, self._lr(round_), timing, self.hooks)
             wall = s.wall_before + time.perf_counter() - start
-            self._checkpoint(wall)
-            self.log.round(row, rows, reports)
+            self.checkpoint.save(s, wall)
+            self.log.round(row, rows + uploads, reports)
             if self.rank == 0:
                 write_json(self.run_dir / "results.json", s.results(o.record, wall, None))
-                bar.round_done(row, last_eval)
+                bars.show(row, last_eval)
             if failure is not None:
-                bar.close()
+                bars.close()
                 self.log.finish("failed")
-                raise evaluation_failed(failure, self.run_dir / CHECKPOINT, s.rounds_done) from failure
+                raise evaluation_failed(failure, self.checkpoint.path, s.rounds_done) from failure
             if s.rounds_done < o.rounds and preemption.requested(self.fabric):  # SIGUSR1/SIGTERM
                 raise self._preempted()  # this round's checkpoint above is where --resume starts
-        bar.close()
-        prefixes = METRICS + tuple(p for hook in self.hooks for p in hook.metric_prefixes)
-        results = s.results(o.record, wall, {k: v for k, v in last_eval.items() if k.startswith(prefixes)}
-                            if last_eval else None)
+        bars.close()
+        finals = tuple(prefix for hook in self.hooks for prefix in hook.metric_prefixes)  # the parts' final metrics
+        results = s.results(o.record, wall, final_metrics(last_eval, finals))
         if self.rank == 0:
             write_json(self.run_dir / "results.json", results)
-            self.log.final(o.record, results["final"], self.evaluator, self.module, self.data, o.projector_samples,
-                           s.rounds_done)
+            self.log.final(o.record, results["final"], lambda x: self.evaluator.apply(self.module.features, x),
+                           o.projector_samples, s.rounds_done)
         return results

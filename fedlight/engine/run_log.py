@@ -8,11 +8,14 @@ histogram of the clients' update norms are logged here; every plug-in adds its o
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
+import torch
 from lightning.fabric.loggers import TensorBoardLogger
 
+from fedlight.data.partition import class_counts
+from fedlight.data.sources import ImageData
 from fedlight.engine.evaluator import METRICS
 from fedlight.engine.ledger import CommLedger
 from fedlight.engine.plugin import Report, RoundPlugin
@@ -25,16 +28,19 @@ class RunLog:
     Args:
         run_dir: the run folder.
         plugins: the round's parts, each logging its own scalars and pictures.
+        data: the federation's images (the partition's picture, the final embedding's test images).
+        parts: every client's sample indices into ``data.train_x``.
         enabled: whether this process writes (rank 0).
     """
 
-    def __init__(self, run_dir: Path, plugins: list[RoundPlugin], enabled: bool = True) -> None:
-        self.run_dir, self.plugins, self.enabled = run_dir, plugins, enabled
+    def __init__(self, run_dir: Path, plugins: list[RoundPlugin], data: ImageData, parts: list[torch.Tensor],
+                 enabled: bool = True) -> None:
+        self.run_dir, self.plugins, self.data, self.parts, self.enabled = run_dir, plugins, data, parts, enabled
         self.logger: TensorBoardLogger | None = None
 
-    def open(self, rounds_done: int, ledger: list[list], counts: np.ndarray, baseline: dict[str, Any] | None) -> None:
+    def open(self, rounds_done: int, ledger: list[list], baseline: dict[str, Any] | None) -> None:
         """Open the logs of a run that has completed ``rounds_done`` rounds; a fresh run also shows
-        the partition's (K, C) class ``counts`` and the ``baseline`` metrics at step 0."""
+        the partition's (K, C) class counts and the ``baseline`` metrics at step 0."""
         if not self.enabled:
             return
         # purge_step drops events a killed run logged after its last checkpoint
@@ -43,6 +49,8 @@ class RunLog:
         (self.run_dir / "comm.csv").write_text(CommLedger.CSV_HEADER + CommLedger.csv_lines(ledger))
         fresh = rounds_done == 0
         if fresh:
+            d = self.data
+            counts = class_counts(d.train_y.numpy(), [p.numpy() for p in self.parts], d.num_classes)
             self.logger.experiment.add_figure("data/partition", partition_figure(counts), 0)
         for plugin in self.plugins:
             plugin.log_open(self.logger, self.run_dir, fresh)
@@ -71,21 +79,21 @@ class RunLog:
         with open(self.run_dir / "comm.csv", "a") as f:
             f.write(CommLedger.csv_lines(ledger_rows))
 
-    def final(self, record: dict[str, Any], final: dict[str, float | None], evaluator: Any, module: Any,
-              data: Any, samples: int, step: int) -> None:
+    def final(self, record: dict[str, Any], final: dict[str, float | None],
+              features: Callable[[torch.Tensor], torch.Tensor], samples: int, step: int) -> None:
         """The run's hyper-parameters (the keys of ``record``, the resolved recipe, that it uses:
-        ``used_hparams``) with its ``final`` metrics, and
-        the embedding of the first ``samples`` test images by the final global encoder."""
+        ``used_hparams``) with its ``final`` metrics, and the embedding of the first ``samples`` test
+        images by the final global encoder (``features``: uint8 images -> (n, d) features)."""
         if self.logger is None:
             return
         part_keys = [key for plugin in self.plugins for key in plugin.option_keys()]
         self.logger.log_hyperparams(used_hparams(record, part_keys),
                                     metrics={f"final/{k}": v for k, v in final.items() if v is not None})
-        n = min(samples, len(data.test_x))
+        n = min(samples, len(self.data.test_x))
         if n:
-            images = data.test_x[:n]
+            images = self.data.test_x[:n]
             self.logger.experiment.add_embedding(
-                evaluator.apply(module.features, images).cpu(), metadata=data.test_y[:n].tolist(),
+                features(images).cpu(), metadata=self.data.test_y[:n].tolist(),
                 label_img=images.float().div(255), global_step=step, tag="final_global_encoder")
         self.finish("success")
 

@@ -6,9 +6,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from fedlight.engine.ledger import CommLedger
+from fedlight.engine.plugin import Report, RoundPlugin
 from fedlight.errors import RunStopped, UserError
 
 State = dict[str, torch.Tensor]
@@ -37,6 +39,32 @@ class RunState:
     baseline: dict[str, float | None] | None = None
     wall_before: float = 0.0
     partial: dict[str, Any] | None = None
+
+    def add_round(self, round_: int, reports: list[Report], metrics: dict[str, float | None], ledger_rows: list[list],
+                  lr: float, timing: dict[str, float], parts: list[RoundPlugin]) -> dict[str, Any]:
+        """Append (and return) the history row of the (0-based) ``round_`` just trained.
+
+        Args:
+            reports: every sampled client's report, by client.
+            metrics: the round's evaluation (None values when it was not evaluated).
+            ledger_rows: what the round communicated (its clients' and its evaluations' rows).
+            lr: the round's local learning rate.
+            timing: its wall-clock columns (``seconds``, ``eval_seconds``, ``train_seconds``).
+            parts: the round's parts, each adding its own columns.
+        """
+        answered = [rep["loss"] for rep in reports if rep["status"] == "ok"]
+        row = {"round": round_ + 1, "train_loss": float(np.mean(answered)) if answered else None, "lr": lr,
+               **metrics, **self.ledger.totals(round_, ledger_rows), **timing,
+               "clients": [rep["client"] for rep in reports]}
+        for part in parts:
+            row.update(part.columns(round_, reports, ledger_rows, self.history))
+        self.history.append(row)
+        return row
+
+    def last_evaluation(self) -> dict[str, Any] | None:
+        """The history row of the last evaluated round (None before any)."""
+        evaluated = [row for row in self.history if row["knn_acc"] is not None]
+        return evaluated[-1] if evaluated else None
 
     def to_checkpoint(self, server: dict[str, Any], clients: dict[int, State], parts: dict[str, Any], wall: float,
                       partial: dict[str, Any] | None = None) -> dict[str, Any]:

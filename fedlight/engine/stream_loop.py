@@ -9,18 +9,48 @@ the stream itself is never stored.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from lightning.fabric import Fabric
 
-from fedlight.config.schema import BufferConfig
 from fedlight.coreset.buffer import ReplayBuffer, UpdateStats, fifo, importance, kcenter, random_replacement, reservoir
 from fedlight.data.views import ViewMaker
 from fedlight.engine.local_loop import LocalResult, training_step
+from fedlight.errors import UserError
 from fedlight.methods.base import FederatedModule
 
+POLICIES = ("fifo", "reservoir", "random", "kcenter", "importance")
 
-def update_buffer(buffer: ReplayBuffer, new_ids: torch.Tensor, cfg: BufferConfig, module: FederatedModule,
+
+@dataclass(frozen=True)
+class BufferOptions:
+    """A streaming client's replay buffer; the defaults are SOFed's (importance-based selection,
+    eq. 3, scoring every arrival with the online prediction).
+
+    Attributes:
+        size: samples the buffer holds.
+        policy: how an arriving batch enters it (``fedlight.coreset.buffer``): fifo, reservoir
+            (a uniform sample of the stream so far), random (Random Replacement), kcenter, importance.
+        lazy_interval: importance re-scores the buffered samples every this many arrivals.
+        score: the importance policy's online output, ``prediction`` (SOFed eq. 3) or ``projection``.
+    """
+
+    size: int = 128
+    policy: Literal["fifo", "reservoir", "random", "kcenter", "importance"] = "importance"
+    lazy_interval: int = 1
+    score: Literal["prediction", "projection"] = "prediction"
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise UserError(f"buffer.policy={self.policy!r} is none of {', '.join(POLICIES)}; pick one of them")
+        if self.size < 1 or self.lazy_interval < 1:
+            raise UserError(f"buffer.size={self.size} and buffer.lazy_interval={self.lazy_interval} must be >= 1; "
+                            "e.g. 128 and 1")
+
+
+def update_buffer(buffer: ReplayBuffer, new_ids: torch.Tensor, cfg: BufferOptions, module: FederatedModule,
                   images: torch.Tensor, views: ViewMaker, generator: torch.Generator) -> UpdateStats:
     """Apply ``cfg.policy`` (fifo | reservoir | random | kcenter | importance) to the buffer for one
     arrival; importance scores with ``cfg.score`` and ``cfg.lazy_interval``."""
@@ -43,7 +73,7 @@ def update_buffer(buffer: ReplayBuffer, new_ids: torch.Tensor, cfg: BufferConfig
 
 
 def train_client_stream(fabric: Fabric, module: FederatedModule, images: torch.Tensor, labels: torch.Tensor,
-                        arrivals: list[torch.Tensor], buffer: ReplayBuffer, cfg: BufferConfig,
+                        arrivals: list[torch.Tensor], buffer: ReplayBuffer, cfg: BufferOptions,
                         views: ViewMaker, generator: torch.Generator) -> tuple[LocalResult, UpdateStats]:
     """One round of a streaming client.
 
@@ -51,7 +81,7 @@ def train_client_stream(fabric: Fabric, module: FederatedModule, images: torch.T
         images, labels: the federation's uint8 images (N, C, H, W) and labels on the device.
         arrivals: the round's batches of stream ids (CPU int64), in arrival order.
         buffer: the client's replay buffer (updated in place).
-        cfg: the recipe's ``buffer`` section (policy, lazy interval, score).
+        cfg: the buffer's policy, lazy interval and score.
         generator: seeded by (seed, round, client).
     Returns:
         the local result and the summed buffer statistics of the round.

@@ -16,14 +16,14 @@ devices' training sets (Fig. 3c). Writes ``graph.json`` and the device graph's p
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from lightning.fabric import Fabric
 
-from fedlight.config.schema import ExchangeConfig
 from fedlight.data.partition import class_counts
 from fedlight.data.views import ViewMaker
 from fedlight.engine.iteration_loop import train_client_iterations
@@ -41,29 +41,52 @@ from fedlight.seeding import numpy_rng
 EXCHANGE = "exchange."  # store keys of a device's exchange state
 
 
-def validate_exchange(cfg: ExchangeConfig, iterations: int | None, method: str | None, streaming: bool,
-                      num_clients: int) -> None:
-    """Raise a UserError if ``exchange.*`` does not fit ``local.iterations`` (Ta) and the rest of the recipe."""
-    policy, aggregate_every = cfg.policy, iterations
-    if policy != "none" and aggregate_every is None:
-        raise UserError(f"exchange.policy={policy} needs local.iterations (CF-CL's Ta, e.g. 50); "
-                        "set it, or set exchange.policy=none")
-    if cfg.importance_model == "local" and policy != "smart":
-        raise UserError(f"exchange.importance_model=local scores the smart pull; exchange.policy={policy} scores "
-                        "nothing: set exchange.policy=smart or drop exchange.importance_model")
-    if policy == "smart" and method != "triplet":
-        raise UserError("exchange.policy=smart scores points with the triplet loss; set method.name=triplet")
-    if policy == "smart":
-        require_sklearn("exchange.policy=smart (CF-CL's K-means push and pull)")
-    if aggregate_every is not None and streaming:
-        raise UserError("local.iterations and stream.velocity are two different schedules; drop one")
-    n, degree = num_clients, cfg.avg_degree
-    if policy != "none" and n < 2:
-        raise UserError(f"exchange.policy={policy} needs at least 2 devices; raise clients.num")
-    graph_built = aggregate_every is not None and n >= 2 and cfg.graph == "rgg"
-    if graph_built and not n - 1 <= round(n * degree / 2) <= n * (n - 1) // 2:
-        raise UserError(f"exchange.avg_degree={degree} cannot make a connected graph on {n} devices; "
-                        f"use a value in [{2 * (n - 1) / n:g}, {n - 1}]")
+@dataclass(frozen=True)
+class ExchangeOptions:
+    """CF-CL's device-to-device exchange, off by default (``policy=none``); the sizes default to
+    the paper's (Wagle et al. 2022): average degree 3, K_reserve 500, K_approx 1000, Tp 10.
+
+    Attributes:
+        policy: ``smart`` (the paper's pulls, eq. 7-10), ``uniform`` (random points) or ``none``.
+        graph: the device graph: ``rgg`` (random geometric), ``ring`` or ``complete``.
+        avg_degree: the random geometric graph's mean degree.
+        reserve: K_reserve, points a device pushes to each neighbour.
+        approx: K_approx, a transmitter's candidates per aggregation period.
+        clusters: K-means++ clusters of a pull.
+        pull_size: n, points each neighbour sends per pull.
+        pull_every: Tp, SGD iterations between pulls.
+        kmeans_iters: Lloyd iterations of the push's K-means.
+        importance_model: whose model scores a smart pull's points: the latest ``global`` one (the
+            paper's default) or each receiver's latest ``local`` one (Fig. 3(e)), sent to its
+            neighbours at every pull after a period's first step.
+    """
+
+    policy: Literal["none", "smart", "uniform"] = "none"
+    graph: Literal["rgg", "ring", "complete"] = "rgg"
+    avg_degree: float = 3.0
+    reserve: int = 500
+    approx: int = 1000
+    clusters: int = 4
+    pull_size: int = 100
+    pull_every: int = 10
+    kmeans_iters: int = 100
+    importance_model: Literal["global", "local"] = "global"
+
+    def check(self, devices: int, method: str | None) -> None:
+        """Raise a UserError if these options cannot run on ``devices`` devices training ``method``."""
+        if self.importance_model == "local" and self.policy != "smart":
+            raise UserError(f"exchange.importance_model=local scores the smart pull; exchange.policy={self.policy} "
+                            "scores nothing: set exchange.policy=smart or drop exchange.importance_model")
+        if self.policy == "smart" and method != "triplet":
+            raise UserError("exchange.policy=smart scores points with the triplet loss; set method.name=triplet")
+        if self.policy == "smart":
+            require_sklearn("exchange.policy=smart (CF-CL's K-means push and pull)")
+        n, degree = devices, self.avg_degree
+        if self.policy != "none" and n < 2:
+            raise UserError(f"exchange.policy={self.policy} needs at least 2 devices; raise clients.num")
+        if n >= 2 and self.graph == "rgg" and not n - 1 <= round(n * degree / 2) <= n * (n - 1) // 2:
+            raise UserError(f"exchange.avg_degree={degree} cannot make a connected graph on {n} devices; "
+                            f"use a value in [{2 * (n - 1) / n:g}, {n - 1}]")
 
 
 class ExchangeSchedule(ClientSchedule):
@@ -79,7 +102,7 @@ class ExchangeSchedule(ClientSchedule):
         parts: every device's own image indices.
         views: augmentation (the pull embeds augmented views of the reserve, eq. 10).
         devices: the devices this process trains.
-        cfg: ``exchange.*``.
+        cfg: the exchange's policy, graph and sizes.
         aggregate_every: Ta, SGD iterations a round.
         rounds: the run's rounds (the pull schedule's horizon).
         batch_size: ``local.batch_size``.
@@ -92,7 +115,7 @@ class ExchangeSchedule(ClientSchedule):
     side_by_side = False  # the devices share one model's embeddings of the exchange
 
     def __init__(self, fabric: Fabric, module: FederatedModule, images: torch.Tensor, train_labels: np.ndarray,
-                 parts: list[torch.Tensor], views: ViewMaker, devices: list[int], cfg: ExchangeConfig,
+                 parts: list[torch.Tensor], views: ViewMaker, devices: list[int], cfg: ExchangeOptions,
                  aggregate_every: int, rounds: int, batch_size: int, num_classes: int = 10, seed: int = 0) -> None:
         assert not module.uses_labels, "CF-CL's devices train and exchange without labels"
         self.fabric, self.module, self.images, self.views = fabric, module, images, views

@@ -14,7 +14,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fedlight.config.schema import FaultsConfig
 from fedlight.engine import faults
 from fedlight.engine.console import say
 from fedlight.engine.ledger import CommLedger
@@ -29,22 +28,22 @@ class SimulatedFaults(FaultModel):
     """Faults drawn per (seed, round, client) from ``faults.*``; real divergence is caught too.
 
     Args:
-        cfg: ``faults.*`` (probabilities, a straggler's share of work, tolerated diverged clients).
+        options: the faults' probabilities, a straggler's share of work, the diverged clients tolerated.
         seed: run seed.
         run_dir: the run folder (``faults.csv``, and the checkpoint a stop message names).
         rank: this process's rank (rank 0 writes and speaks).
     """
 
-    def __init__(self, cfg: FaultsConfig, seed: int, run_dir: Path, rank: int = 0) -> None:
-        self.cfg, self.seed, self.run_dir, self.rank = cfg, seed, run_dir, rank
+    def __init__(self, options: faults.FaultOptions, seed: int, run_dir: Path, rank: int = 0) -> None:
+        self.o, self.seed, self.run_dir, self.rank = options, seed, run_dir, rank
         self.rows: list[list] = []  # faults.csv: round, client, event, detail
         self.bound: faults.NormBound | None = None  # how far a client's update may go (set each round)
 
     def on_round_start(self, round_: int, global_state: State) -> None:
-        self.bound = faults.NormBound.of(global_state, self.cfg.max_update_ratio)
+        self.bound = faults.NormBound.of(global_state, self.o.max_update_ratio)
 
     def draw(self, round_: int, client: int) -> faults.ClientFault:
-        return faults.draw_fault(self.cfg, self.seed, round_, client)
+        return faults.draw_fault(self.o, self.seed, round_, client)
 
     def damage(self, payload: State, fault: faults.ClientFault) -> State:
         return faults.poison(payload) if fault.diverge else payload
@@ -67,7 +66,7 @@ class SimulatedFaults(FaultModel):
                     "excluded from aggregation", self.rank)
         self.rows.extend(rows)
         bad = [rep["client"] for rep in reports if rep["status"] == "diverged"]
-        limit = self.cfg.max_bad_clients
+        limit = self.o.max_bad_clients
         if limit is None or len(bad) <= limit:
             return
         if self.rank == 0:
@@ -104,7 +103,7 @@ class SimulatedFaults(FaultModel):
     def option_keys(self) -> tuple[str, ...]:
         """The divergence check's keys (every run); the fault probabilities when any is set, with
         ``straggler_work`` when stragglers are."""
-        c = self.cfg
+        c = self.o
         drawn = ("faults.dropout", "faults.straggler", "faults.diverge") if c.dropout or c.straggler or c.diverge else ()
         return ("faults.max_update_ratio", "faults.max_bad_clients", *drawn,
                 *(("faults.straggler_work",) if c.straggler else ()))

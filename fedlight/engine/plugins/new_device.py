@@ -19,37 +19,37 @@ checkpoints.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from lightning.fabric import Fabric
 
-from fedlight.config.schema import NewDeviceConfig, Recipe
 from fedlight.data.partition import matching_test_split
 from fedlight.engine.plugin import Report, RoundPlugin, State
 from fedlight.engine.sampling import sample_clients
-from fedlight.errors import UserError
 from fedlight.seeding import numpy_rng
 
 ARRIVAL = "new_device_round"  # history column and checkpoint key
 
 
-def validate_new_device(recipe: Recipe) -> None:
-    """Raise a UserError if ``new_device.*`` does not fit the rest of the recipe."""
-    cfg, method = recipe.new_device, recipe.method
-    if cfg.rotation is None:
-        return
-    if recipe.local.iterations is not None or recipe.stream.velocity is not None:
-        raise UserError("new_device.rotation trains the new device by epochs; drop local.iterations and "
-                        "stream.velocity, or new_device.rotation")
-    if method.get("name") == "lg":
-        metric, goal, warmup = (method.get("warmup_goal_metric", "test_acc"), method.get("warmup_goal_acc"),
-                                method.get("warmup_rounds", 0))
-        if metric != "normal_acc" or goal != cfg.goal_acc or warmup < recipe.rounds:
-            raise UserError(f"method.name=lg with new_device.rotation leaves FedAvg when the new device arrives: "
-                            f"set method.warmup_goal_metric=normal_acc, method.warmup_goal_acc={cfg.goal_acc} "
-                            f"(new_device.goal_acc) and method.warmup_rounds={recipe.rounds} (rounds)")
+@dataclass(frozen=True)
+class NewDeviceOptions:
+    """The new device (``new_device.*``), with the paper's sizes (sec. 7.2).
+
+    Attributes:
+        rotation: degrees its images are turned (the paper: 90).
+        train, test: its training and test images, drawn from the training and test sets.
+        goal_acc: it arrives after the original devices' mean accuracy reaches this.
+        fraction: p, the share of the original devices that train beside it (0: none).
+    """
+
+    rotation: float = 90.0
+    train: int = 3000
+    test: int = 500
+    goal_acc: float = 0.975
+    fraction: float = 0.0
 
 
 class NewDevice(RoundPlugin):
@@ -71,7 +71,7 @@ class NewDevice(RoundPlugin):
 
     def __init__(self, fabric: Fabric, evaluator: Any, originals: list[int], device: int,
                  train_parts: list[np.ndarray], train_labels: np.ndarray, test_x: torch.Tensor,
-                 test_y: torch.Tensor, cfg: NewDeviceConfig, fraction: float, seed: int = 0) -> None:
+                 test_y: torch.Tensor, cfg: NewDeviceOptions, fraction: float, seed: int = 0) -> None:
         self.fabric, self.evaluator, self.originals, self.device = fabric, evaluator, originals, device
         self.cfg, self.fraction, self.seed = cfg, fraction, seed
         test_labels = evaluator.data.test_y.numpy()
@@ -96,6 +96,9 @@ class NewDevice(RoundPlugin):
             return [self.originals[i] for i in sample_clients(self.seed, self.round, n, self.fraction)]
         fine_tune = sample_clients(self.seed, self.round, n, self.cfg.fraction) if self.cfg.fraction > 0 else []
         return sorted([self.originals[i] for i in fine_tune] + [self.device])
+
+    def option_keys(self) -> tuple[str, ...]:
+        return ("new_device",)
 
     @torch.no_grad()
     def evaluate(self, round_: int, clients: dict[int, State], global_state: State,

@@ -10,24 +10,45 @@ a picture of every client's buffer classes and a histogram of the buffers' impor
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 from lightning.fabric import Fabric
 
-from fedlight.config.schema import BufferConfig
 from fedlight.coreset.buffer import ReplayBuffer
 from fedlight.data.streams import arrival_batches, segment
 from fedlight.data.views import ViewMaker
 from fedlight.engine.faults import steps_done
 from fedlight.engine.plugin import ClientSchedule, ClientWork, Report, State
-from fedlight.engine.stream_loop import train_client_stream
+from fedlight.engine.stream_loop import BufferOptions, train_client_stream
 from fedlight.engine.tensorboard import partition_figure
+from fedlight.errors import UserError
 from fedlight.methods.base import FederatedModule
 from fedlight.seeding import numpy_rng
 
 BUFFER = "buffer."  # store keys of a streaming client's replay buffer
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """How a client's data streams in (SOFed, Algorithm 1).
+
+    Attributes:
+        velocity: samples arriving per round.
+        stc: length of a run of same-class samples (the sequential temporal correlation; SOFed: 500).
+        buffer: the replay buffer the stream passes through.
+    """
+
+    velocity: int
+    stc: int = 500
+    buffer: BufferOptions = field(default_factory=BufferOptions)
+
+    def __post_init__(self) -> None:
+        if self.velocity < 1 or self.stc < 1:
+            raise UserError(f"stream.velocity={self.velocity} and stream.stc={self.stc} must be >= 1; "
+                            "e.g. 1000 and 500")
 
 
 class StreamSchedule(ClientSchedule):
@@ -40,9 +61,7 @@ class StreamSchedule(ClientSchedule):
         train_labels: (N,) labels on the CPU (stream segments follow classes; measurement).
         parts: every client's sample indices.
         views: batched augmentation.
-        buffer: ``buffer.*`` (size, policy, lazy interval, score).
-        velocity: samples arriving per round (``stream.velocity``).
-        stc: samples per stream segment (``stream.stc``).
+        options: velocity, segment size and replay buffer.
         num_classes: C (the buffer-classes picture).
         seed: run seed (stream order).
     """
@@ -51,19 +70,19 @@ class StreamSchedule(ClientSchedule):
     state_prefix = BUFFER
 
     def __init__(self, fabric: Fabric, images: torch.Tensor, labels: torch.Tensor, train_labels: np.ndarray,
-                 parts: list[torch.Tensor], views: ViewMaker, buffer: BufferConfig, velocity: int, stc: int = 500,
-                 num_classes: int = 10, seed: int = 0) -> None:
+                 parts: list[torch.Tensor], views: ViewMaker, options: StreamOptions, num_classes: int = 10,
+                 seed: int = 0) -> None:
         self.fabric, self.images, self.labels, self.train_labels = fabric, images, labels, train_labels
-        self.parts, self.views, self.buffer = parts, views, buffer
-        self.velocity, self.stc, self.num_classes, self.seed = velocity, stc, num_classes, seed
+        self.parts, self.views, self.o, self.buffer = parts, views, options, options.buffer
+        self.num_classes, self.seed = num_classes, seed
 
     def train(self, module: FederatedModule, client: int, round_: int, generator: torch.Generator,
               private: State, work: float) -> ClientWork:
         saved = {k[len(BUFFER):]: v for k, v in private.items() if k.startswith(BUFFER)}
         size = self.buffer.size
         buffer = ReplayBuffer.from_state(size, saved) if saved else ReplayBuffer(size)
-        samples = segment(self.train_labels, self.parts[client].numpy(), self.stc,
-                          lambda p: numpy_rng(self.seed, "stream", client, p), round_, self.velocity)
+        samples = segment(self.train_labels, self.parts[client].numpy(), self.o.stc,
+                          lambda p: numpy_rng(self.seed, "stream", client, p), round_, self.o.velocity)
         arrivals = [torch.as_tensor(b) for b in arrival_batches(samples, size)]
         if work < 1:  # a straggler: the first arrivals only
             arrivals = arrivals[:steps_done(len(arrivals), work)]

@@ -1,0 +1,80 @@
+"""Each part's typed options (issue 20, part 6): built from a recipe by assemble, checked by the part."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from fedlight import registry
+from fedlight.config import load_recipe
+from fedlight.engine.assemble import part_options
+from fedlight.engine.evaluator import EvalOptions
+from fedlight.engine.faults import FaultOptions
+from fedlight.engine.options import RoundOptions
+from fedlight.engine.plugins.exchange import ExchangeOptions
+from fedlight.engine.plugins.stream import StreamOptions
+from fedlight.engine.stream_loop import BufferOptions
+from fedlight.errors import UserError
+
+
+def _options(recipe_path: Path, *overrides: str):
+    recipe = load_recipe(recipe_path, list(overrides))
+    return part_options(recipe, registry.validate(recipe.method, recipe.server, recipe.clients.num,
+                                                  recipe.partition.public_client))
+
+
+def test_a_recipe_becomes_each_parts_own_options(tiny_recipe: Path) -> None:
+    o = _options(tiny_recipe, "eval.extra_label_fractions=[0.1]", "faults.dropout=0.25", "stream.velocity=96",
+                 "buffer.size=32", "buffer.policy=fifo")
+    assert o.schedule == "stream" and o.exchange is None
+    assert o.stream == StreamOptions(velocity=96, stc=500, buffer=BufferOptions(size=32, policy="fifo"))
+    assert o.eval == EvalOptions(extra_label_fractions=(0.1,), knn_k=20, probe_epochs=20)
+    assert o.faults == FaultOptions(dropout=0.25)
+    assert (o.round.rounds, o.round.seed, o.round.fraction) == (2, 3, 1.0)
+    assert o.round.record["local"]["batch_size"] == 64  # the resolved recipe, written as it is
+
+
+def test_the_exchange_gets_its_options_only_when_it_is_the_schedule(tiny_recipe: Path) -> None:
+    o = _options(tiny_recipe, "local.iterations=10", "exchange.pull_every=5", "exchange.graph=ring",
+                 "method={name: triplet}")
+    assert o.schedule == "exchange" and o.stream is None
+    assert o.exchange == ExchangeOptions(graph="ring", pull_every=5)
+
+
+@pytest.mark.parametrize("make, key", [
+    (lambda: FaultOptions(dropout=1.5), "faults.dropout=1.5"),
+    (lambda: FaultOptions(straggler_work=0.0), "faults.straggler_work=0.0"),
+    (lambda: FaultOptions(max_bad_clients=-1), "faults.max_bad_clients=-1"),
+    (lambda: BufferOptions(policy="lifo"), "buffer.policy='lifo'"),
+    (lambda: BufferOptions(size=0), "buffer.size=0"),
+    (lambda: StreamOptions(velocity=0), "stream.velocity=0"),
+    (lambda: EvalOptions(extra_label_fractions=(0.1, 2.0)), "eval.extra_label_fractions"),
+    (lambda: EvalOptions(knn_k=0), "eval.knn_k=0"),
+    (lambda: RoundOptions(rounds=3, lr_decay=0.1), "local.lr_decay=0.1 applies to local.lr_schedule=exponential"),
+    (lambda: ExchangeOptions(policy="uniform").check(1, "triplet"), "needs at least 2 devices"),
+    (lambda: ExchangeOptions(avg_degree=9.0).check(4, "simclr"), r"exchange.avg_degree=9.0 .* \[1.5, 3\]"),
+    (lambda: ExchangeOptions(policy="smart").check(4, "simclr"), "set method.name=triplet"),
+])
+def test_each_part_refuses_its_own_bad_options_in_one_line(make: Callable[[], Any], key: str) -> None:
+    with pytest.raises(UserError, match=key) as caught:
+        make()
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["local.iterations=10", "stream.velocity=96"], "two different schedules; drop one"),
+    (["exchange.policy=uniform"], "exchange.policy=uniform needs local.iterations"),
+    (["fabric.workers=2", "local.iterations=10", "exchange.graph=complete"], "fabric.workers=2 trains clients side"),
+])
+def test_parts_that_do_not_go_together_are_refused_by_assemble(tiny_recipe: Path, overrides: list[str],
+                                                                 message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        _options(tiny_recipe, *overrides)
+
+
+def test_an_exchange_policy_under_another_schedule_is_refused(tiny_recipe: Path, monkeypatch) -> None:
+    monkeypatch.setitem(registry.SCHEDULES.builtins, "other", registry.SCHEDULES["epochs"])
+    with pytest.raises(UserError, match="exchange.policy=uniform runs in local.schedule=exchange only .got other."):
+        _options(tiny_recipe, "exchange.policy=uniform", "local.iterations=10", "local.schedule=other")
