@@ -157,6 +157,25 @@ if [ -z "$ARGS" ] || want sofed; then
     --claim sofed-lazy50 '~' sofed 'Table VI: T = 50 keeps accuracy'
 fi
 
+# SOFed again, on a metric with signal. The block above was inconclusive on kNN (signal 1.9-3.8);
+# its own runs (seeds 0-2) show the linear probe on all the labels (linear_probe_acc@1) lifting
+# every row but FIFO 3-6 points above its 76.3% floor at a seed spread of about 0.5 (signal 4-8).
+# That metric was chosen from those runs' signal, not from their A - B, and every arm is re-run
+# on fresh seeds (3, 4, 5) so that no verdict reads a run that chose it; setting otherwise as above.
+if [ -z "$ARGS" ] || want sofed_probe; then
+  S=recipes/sofed_fmnist.yaml
+  FU='method={name: fedu, hidden_dim: 512, output_dim: 128, momentum: 0.99}'
+  FS='method={name: simclr, hidden_dim: 512, output_dim: 128}'
+  $R --seeds 3 4 5 --out runs/repro/sofed_probe --set rounds=16 --set eval.every=16 --metric linear_probe_acc@1 \
+    --per-seed --extra knn_acc --extra linear_probe_acc --extra buffer_rescored \
+    --row sofed $S --row byol-rr $S buffer.policy=random --row byol-fifo $S buffer.policy=fifo \
+    --row fedu-is $S "$FU" --row fedsimclr-is $S "$FS" --row sofed-lazy50 $S buffer.lazy_interval=50 \
+    --claim sofed '>' byol-rr 'Table III: IS above RR' --claim sofed '>' byol-fifo 'Table III: IS above FIFO' \
+    --claim sofed '>' fedu-is 'Table I: SOFed 78.66 vs FedU-IS 77.71' \
+    --claim fedu-is '>' fedsimclr-is 'Table I: FedU-IS 77.71 vs FedSimCLR-IS 73.39' \
+    --claim sofed-lazy50 '~' sofed 'Table VI: T = 50 keeps accuracy'
+fi
+
 # Server optimizers (Reddi et al., ICLR 2021) against FedAvg on the quickstart twin, at the
 # defaults fedlight ships (eta 1e-2, betas 0.9 / 0.99, tau 1e-3; the paper tunes eta and tau per
 # task): a table, no paper claim at this scale.
