@@ -58,7 +58,7 @@ def timed(owner: object, name: str, spent: dict[str, float], phase: str) -> None
 def child_phases(recipe: str, overrides: list[str], run_dir: str) -> dict[str, float]:
     """One ``fedlight fit`` in this process with its phases timed (seconds), its steps and clients counted."""
     from fedlight import cli  # the imports are what this times
-    from fedlight.engine import evaluator, fit, local_loop, orchestrator, run_log, workers
+    from fedlight.engine import evaluator, fit, local_loop, orchestrator, run_checkpoint, run_log, workers
     spent = {"imports": time.perf_counter() - START}
     for name in ("prepare_data", "make_fabric", "build_module"):
         timed(fit, name, spent, "data" if name == "prepare_data" else "set-up")
@@ -68,7 +68,7 @@ def child_phases(recipe: str, overrides: list[str], run_dir: str) -> dict[str, f
         timed(run_log.RunLog, name, spent, "logger")
     timed(orchestrator.Federation, "_train_round", spent, "rounds outside local training")
     timed(workers.Workers, "map", spent, "local training")
-    timed(orchestrator.Federation, "_checkpoint", spent, "checkpoints and results")
+    timed(run_checkpoint.RunCheckpoint, "save", spent, "checkpoints and results")
     timed(orchestrator, "write_json", spent, "checkpoints and results")
     steps, step = [], local_loop.training_step  # list.append is atomic: the workers' threads share it
 

@@ -66,7 +66,6 @@ def child(argv: list[str]) -> None:
 
     def timed(self: Any, state: Any, wall: float, partial: Any = None) -> None:
         store = self.clients.store
-        before = (getattr(store, "written_bytes", 0), getattr(store, "written_seconds", 0.0))
         started = time.perf_counter()
         real(self, state, wall, partial)
         seconds = time.perf_counter() - started
@@ -76,7 +75,7 @@ def child(argv: list[str]) -> None:
                      "last_pt_bytes": self.path.stat().st_size,
                      "state_bytes": written[0] - last["state_bytes_total"],
                      "state_seconds": written[1] - last["state_seconds_total"],
-                     "state_bytes_total": written[0], "state_seconds_total": written[1], "before": before})
+                     "state_bytes_total": written[0], "state_seconds_total": written[1]})
 
     RunCheckpoint.save = timed
     code = main(argv[1:])

@@ -14,6 +14,7 @@ from fedlight.engine.evaluator import EvalOptions
 from fedlight.engine.faults import FaultOptions
 from fedlight.engine.options import RoundOptions
 from fedlight.engine.plugins.exchange import ExchangeOptions
+from fedlight.engine.plugins.new_device import NewDeviceOptions
 from fedlight.engine.plugins.stream import StreamOptions
 from fedlight.engine.stream_loop import BufferOptions
 from fedlight.errors import UserError
@@ -56,6 +57,11 @@ def test_the_exchange_gets_its_options_only_when_it_is_the_schedule(tiny_recipe:
     (lambda: ExchangeOptions(policy="uniform").check(1, "triplet"), "needs at least 2 devices"),
     (lambda: ExchangeOptions(avg_degree=9.0).check(4, "simclr"), r"exchange.avg_degree=9.0 .* \[1.5, 3\]"),
     (lambda: ExchangeOptions(policy="smart").check(4, "simclr"), "set method.name=triplet"),
+    (lambda: ExchangeOptions(pull_every=0), "exchange.pull_every=0 must be > 0"),
+    (lambda: ExchangeOptions(importance_model="local", policy="uniform").check(4, "triplet"),
+     "exchange.importance_model=local scores the smart pull"),
+    (lambda: NewDeviceOptions(train=0), "new_device.train=0"),
+    (lambda: NewDeviceOptions(goal_acc=3.0), r"goal_acc=3.0 .* in \[0, 1\]"),
 ])
 def test_each_part_refuses_its_own_bad_options_in_one_line(make: Callable[[], Any], key: str) -> None:
     with pytest.raises(UserError, match=key) as caught:
@@ -67,6 +73,10 @@ def test_each_part_refuses_its_own_bad_options_in_one_line(make: Callable[[], An
     (["local.iterations=10", "stream.velocity=96"], "two different schedules; drop one"),
     (["exchange.policy=uniform"], "exchange.policy=uniform needs local.iterations"),
     (["fabric.workers=2", "local.iterations=10", "exchange.graph=complete"], "fabric.workers=2 trains clients side"),
+    (["new_device.rotation=90", "server.name=centralized"], "server.name=centralized pools every client"),
+    (["new_device.rotation=90", "stream.velocity=96"], "new_device.rotation trains the new device by epochs"),
+    (["method={name: lg, objective: supervised, warmup_goal_metric: normal_acc}"],
+     "method.warmup_goal_metric=normal_acc is the new device's column"),
 ])
 def test_parts_that_do_not_go_together_are_refused_by_assemble(tiny_recipe: Path, overrides: list[str],
                                                                  message: str) -> None:

@@ -98,15 +98,21 @@ def part_options(recipe: Recipe, aggregator: Aggregator) -> PartOptions:
                         f"server.name={recipe.server['name']} with local.schedule={name} cannot (its clients "
                         "share one model's public-set embeddings or device-to-device exchange); set fabric.workers=1")
     return PartOptions(round_, eval_options(recipe), FaultOptions(**asdict(recipe.faults)), name, exchange, stream,
-                       new_device_options(recipe))
+                       new_device_options(recipe, aggregator))
 
 
-def new_device_options(recipe: Recipe) -> NewDeviceOptions | None:
+def new_device_options(recipe: Recipe, aggregator: Aggregator) -> NewDeviceOptions | None:
     """LG-FedAvg's new device (``new_device.*``) when ``new_device.rotation`` asks for one; raises a
-    UserError where it does not go with the schedule or the method."""
+    UserError where it does not go with the schedule, the server or the method."""
     cfg, method = recipe.new_device, recipe.method
     if cfg.rotation is None:
+        if method.get("warmup_goal_metric") == "normal_acc":
+            raise UserError("method.warmup_goal_metric=normal_acc is the new device's column, which only "
+                            "new_device.rotation makes; set new_device.rotation or drop method.warmup_goal_metric")
         return None
+    if aggregator.pools_clients:
+        raise UserError(f"new_device.rotation joins a federation of devices; server.name={recipe.server['name']} "
+                        "pools every client into one: choose a federated server or drop new_device.rotation")
     if recipe.local.iterations is not None or recipe.stream.velocity is not None:
         raise UserError("new_device.rotation trains the new device by epochs; drop local.iterations and "
                         "stream.velocity, or new_device.rotation")

@@ -41,6 +41,7 @@ State = dict[str, torch.Tensor]
 FOLDER = "clients"  # beside checkpoints/last.pt
 MANIFEST = "client_files"  # the checkpoint's key: the round's changed clients, client -> [version, sha256]
 _NAME = re.compile(r"c(\d+)-r(\d+)-([0-9a-f]{64})\.pt")
+_TMP = re.compile(r"\.c(\d+)\.tmp")  # write_state's file while it writes
 
 
 def file_name(client: int, version: int, digest: str) -> str:
@@ -161,13 +162,16 @@ class StateFiles:
         self.versions: dict[int, dict[int, str]] = {}
 
     def scan(self) -> None:
-        """Index the files in the folder (on resume); half-written temporary files go."""
+        """Index this rank's files in the folder (on resume); its half-written temporary files go
+        (another rank's may be being written now)."""
         self.versions = {}
         if not self.folder.is_dir():
             return
         for entry in os.scandir(self.folder):
-            if entry.name.endswith(".tmp"):
-                os.unlink(entry.path)
+            temporary = _TMP.fullmatch(entry.name)
+            if temporary:
+                if self.owns(int(temporary.group(1))):
+                    Path(entry.path).unlink(missing_ok=True)
                 continue
             found = _NAME.fullmatch(entry.name)
             if found and self.owns(int(found.group(1))):

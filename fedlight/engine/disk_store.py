@@ -12,6 +12,7 @@ memory and checkpoint bytes grow with the clients sampled per round, not with K.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -49,33 +50,36 @@ class DiskClientStateStore:
         self._version = 1  # the round being trained, 1-based: the version of the files it writes
         self._committed: int | None = None  # rounds completed at the last checkpoint this store took part in
         self.written_bytes, self.written_seconds = 0, 0.0
+        self._lock = threading.Lock()
 
     def get(self, client: int) -> State | None:
         """The client's saved state (from the cache, else its newest file), or None if it has none yet."""
-        state = self._cache.get(client)
-        if state is not None:
-            self._cache.move_to_end(client)
+        with self._lock:  # worker threads (fabric.workers > 1) share the cache and the index
+            state = self._cache.get(client)
+            if state is not None:
+                self._cache.move_to_end(client)
+                return state
+            versions = self.files.versions.get(client)
+            if not versions:
+                return None
+            newest = max(versions)
+            state = files.read_state(self.files.path(client, newest), versions[newest])
+            self._remember(client, state)
             return state
-        versions = self.files.versions.get(client)
-        if not versions:
-            return None
-        newest = max(versions)
-        state = files.read_state(self.files.path(client, newest), versions[newest])
-        self._remember(client, state)
-        return state
 
     def put(self, client: int, state: State) -> None:
         """Write a detached CPU copy of ``state`` as ``client``'s file of this round (nothing for empty state)."""
         if not state:
             return
         state = {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
-        started = time.perf_counter()
-        digest, size = files.write_state(self.folder, client, self._version, state)
-        self.written_seconds += time.perf_counter() - started
-        self.files.add(client, self._version, digest)
-        self._changed[client] = [self._version, digest]
-        self.written_bytes += size
-        self._remember(client, state)
+        with self._lock:
+            started = time.perf_counter()
+            digest, size = files.write_state(self.folder, client, self._version, state)
+            self.written_seconds += time.perf_counter() - started
+            self.files.add(client, self._version, digest)
+            self._changed[client] = [self._version, digest]
+            self.written_bytes += size
+            self._remember(client, state)
 
     def __contains__(self, client: int) -> bool:
         return bool(self.files.versions.get(client))

@@ -158,7 +158,7 @@ class Federation:
         self.log.open(s.rounds_done, s.ledger.rows, s.baseline)
         wall, last_eval = s.wall_before, s.last_evaluation()
         bars = RoundBars(s.rounds_done, o.rounds, clients_per_round(len(self.trainable), o.fraction), self.rank == 0,
-                         o.record["eval"]["label_fraction"])
+                         self.evaluator.o.label_fraction)
         for round_ in bars:
             t0 = time.perf_counter()
             with bars.round(round_) as tick:

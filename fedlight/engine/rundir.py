@@ -166,7 +166,7 @@ def _recover(path: Path) -> None:
             _put_back(path)
 
 
-def _with_later_defaults(saved: dict[str, Any]) -> dict[str, Any]:
+def with_later_defaults(saved: dict[str, Any]) -> dict[str, Any]:
     """``saved`` with the keys a later fedlight added to a schema section filled in from their
     defaults, which keep the old behaviour: a run folder written before an option existed resumes."""
     defaults = asdict(Recipe())
@@ -192,7 +192,7 @@ def _check_same_experiment(path: Path, recipe: dict[str, Any]) -> None:
     saved_path = path / RECIPE
     if not saved_path.is_file():
         return
-    saved = _with_later_defaults(read_yaml_mapping(saved_path, "the run's recipe", RECIPE_COPY_FIX))
+    saved = with_later_defaults(read_yaml_mapping(saved_path, "the run's recipe", RECIPE_COPY_FIX))
     changed = sorted(_differences(saved, recipe, NOT_THE_EXPERIMENT))
     if changed:
         raise UserError(f"--resume with a recipe that differs from '{saved_path}' in {', '.join(changed)}; "

@@ -52,10 +52,10 @@ def core_keys(record: dict[str, Any]) -> tuple[str, ...]:
     """``CORE_KEYS`` plus the core keys that the recipe's own values make read: the partition
     kind's keys, ``local.momentum`` for SGD, ``local.lr_decay`` for the exponential schedule,
     ``local.schedule`` when it is set."""
-    local = record["local"]
-    return (CORE_KEYS + PARTITION_KEYS.get(record["partition"]["kind"], ())
-            + (("local.momentum",) if local["optimizer"] == "sgd" else ())
-            + (("local.lr_decay",) if local["lr_schedule"] == "exponential" else ())
+    local = record.get("local", {})
+    return (CORE_KEYS + PARTITION_KEYS.get(record.get("partition", {}).get("kind"), ())
+            + (("local.momentum",) if local.get("optimizer") == "sgd" else ())
+            + (("local.lr_decay",) if local.get("lr_schedule") == "exponential" else ())
             + (("local.schedule",) if local.get("schedule") is not None else ()))
 
 

@@ -8,6 +8,8 @@ manifest, recipes, ``tasks.txt``, array script; finished tasks' files are left a
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,17 +103,18 @@ def run_sweep(recipe: str, grid: list[str], seeds: int, out: str, options: Sweep
     old = mf.read_manifest(out_dir)
     version = mf.FORMAT if old is None else old["fedlight_sweep"]  # a sweep from before keeps its run names
     names = run_names(tasks) if version == mf.FORMAT else mf.index_names([t.index for t in tasks])
-    entries, texts = [], {}
+    entries, texts, plain = [], {}, {}
     for task in tasks:
         run_dir = mf.run_path(out_dir, names[task.index])
         resolved = load_recipe(base, [*overrides, *task.overrides, f"run.dir={run_dir}"])
         check_recipe(resolved)  # what fit would refuse, each task refuses here, before anything is written
         entries.append(mf.task_entry(out_dir, task.index, names[task.index], task.overrides, resolved))
         texts[task.index] = (mf.recipe_text(resolved), resolved.rounds)
+        plain[task.index] = asdict(resolved)
     grid_record = [{"key": a.key, "values": list(a.raw)} for a in axes]
     manifest = mf.new_manifest(base, overrides, grid_record, seed_list, entries, version)
     if old is not None:
-        mf.check_same_sweep(old, manifest, out_dir)
+        mf.check_same_sweep(old, manifest, out_dir, plain)
         manifest["submissions"] = old.get("submissions", [])
     local = options.executor == "local"
     if options.submit_now:

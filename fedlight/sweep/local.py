@@ -56,7 +56,7 @@ def task_environment() -> dict[str, str]:
     env = os.environ.copy()
     env.setdefault("OMP_NUM_THREADS", "1")
     source = str(Path(fedlight.__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (source, env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), source) if p)  # theirs first
     return env
 
 

@@ -18,8 +18,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from fedlight.config.files import dump_yaml, read_json
+from fedlight.config.files import dump_yaml, read_json, read_yaml_mapping
 from fedlight.config.schema import Recipe
+from fedlight.engine.rundir import with_later_defaults
 from fedlight.errors import UserError
 
 MANIFEST = "manifest.json"
@@ -113,11 +114,23 @@ def _entry_problem(entry: Any, fields: dict[str, type]) -> str | None:
     return None
 
 
-def check_same_sweep(old: dict[str, Any], new: dict[str, Any], out: Path) -> None:
-    """Refuse ``out`` if its manifest describes other tasks than the sweep asked for now."""
-    def identity(m: dict[str, Any]) -> list[tuple]:
-        return [(t["index"], tuple(t["overrides"]), t["digest"]) for t in m["tasks"]]
+def check_same_sweep(old: dict[str, Any], new: dict[str, Any], out: Path, resolved: dict[int, dict[str, Any]]) -> None:
+    """Refuse ``out`` if its manifest describes other tasks than the sweep asked for now.
 
-    if identity(old) != identity(new):
+    A task whose digest differs is still the same when its recipe file there, with the keys a
+    later fedlight added filled from their defaults (as a resumed run folder is read), equals
+    ``resolved[index]`` (the task's resolved recipe now, as a plain mapping): a sweep written
+    before an option existed is refreshed, not refused.
+    """
+    def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+        if (a["index"], a["overrides"]) != (b["index"], b["overrides"]):
+            return False
+        if a["digest"] == b["digest"]:
+            return True
+        path = Path(a["recipe"])
+        fix = f"delete '{out}' to start the sweep over"
+        return path.is_file() and with_later_defaults(read_yaml_mapping(path, "sweep task recipe", fix)) == resolved[b["index"]]
+
+    if len(old["tasks"]) != len(new["tasks"]) or not all(map(same, old["tasks"], new["tasks"])):
         raise UserError(f"--out '{out}' holds another sweep (its {MANIFEST} lists other tasks or recipes, "
                         f"from {old.get('base_recipe')}); choose a new --out, or delete '{out}' to start over")

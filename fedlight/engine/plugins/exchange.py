@@ -72,6 +72,13 @@ class ExchangeOptions:
     kmeans_iters: int = 100
     importance_model: Literal["global", "local"] = "global"
 
+    def __post_init__(self) -> None:
+        counts = {k: getattr(self, k) for k in ("reserve", "approx", "clusters", "pull_size", "pull_every", "kmeans_iters")}
+        low = [f"exchange.{k}={v}" for k, v in counts.items() if v < 1]
+        if low or self.avg_degree <= 0:
+            raise UserError(f"{', '.join(low) or f'exchange.avg_degree={self.avg_degree}'} must be > 0; "
+                            "e.g. the paper's reserve 500, approx 1000, clusters 4, pull_every 10, avg_degree 3")
+
     def check(self, devices: int, method: str | None) -> None:
         """Raise a UserError if these options cannot run on ``devices`` devices training ``method``."""
         if self.importance_model == "local" and self.policy != "smart":

@@ -29,6 +29,7 @@ from lightning.fabric import Fabric
 from fedlight.data.partition import matching_test_split
 from fedlight.engine.plugin import Report, RoundPlugin, State
 from fedlight.engine.sampling import sample_clients
+from fedlight.errors import UserError
 from fedlight.seeding import numpy_rng
 
 ARRIVAL = "new_device_round"  # history column and checkpoint key
@@ -50,6 +51,11 @@ class NewDeviceOptions:
     test: int = 500
     goal_acc: float = 0.975
     fraction: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.train < 1 or self.test < 1 or not (0 <= self.goal_acc <= 1 and 0 <= self.fraction <= 1):
+            raise UserError(f"new_device.train={self.train} and .test={self.test} must be >= 1, .goal_acc="
+                            f"{self.goal_acc} and .fraction={self.fraction} in [0, 1]; e.g. 3000, 500, 0.975, 0.1")
 
 
 class NewDevice(RoundPlugin):
