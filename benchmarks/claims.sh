@@ -143,18 +143,18 @@ fi
 # device's data 16 times (rounds = 16): a seed-0 pilot showed BYOL's kNN 34.3 -> 48.2 there, while
 # at the recipe's 4 rounds it stayed at its floor. Metric kNN (k = 200); RR is the paper's
 # (buffer.policy=random), the score the paper's (online prediction).
+S=recipes/sofed_fmnist.yaml  # the two SOFed blocks' rows and claims
+FU='method={name: fedu, hidden_dim: 512, output_dim: 128, momentum: 0.99}'
+FS='method={name: simclr, hidden_dim: 512, output_dim: 128}'
+SOFED=(--set rounds=16 --set eval.every=16 --per-seed --extra buffer_rescored
+  --row sofed $S --row byol-rr $S buffer.policy=random --row byol-fifo $S buffer.policy=fifo
+  --row fedu-is $S "$FU" --row fedsimclr-is $S "$FS" --row sofed-lazy50 $S buffer.lazy_interval=50
+  --claim sofed '>' byol-rr 'Table III: IS above RR' --claim sofed '>' byol-fifo 'Table III: IS above FIFO'
+  --claim sofed '>' fedu-is 'Table I: SOFed 78.66 vs FedU-IS 77.71'
+  --claim fedu-is '>' fedsimclr-is 'Table I: FedU-IS 77.71 vs FedSimCLR-IS 73.39'
+  --claim sofed-lazy50 '~' sofed 'Table VI: T = 50 keeps accuracy')
 if [ -z "$ARGS" ] || want sofed; then
-  S=recipes/sofed_fmnist.yaml
-  FU='method={name: fedu, hidden_dim: 512, output_dim: 128, momentum: 0.99}'
-  FS='method={name: simclr, hidden_dim: 512, output_dim: 128}'
-  $R --out runs/repro/sofed --set rounds=16 --set eval.every=16 --metric knn_acc --per-seed \
-    --extra linear_probe_acc --extra linear_probe_acc@0.1 --extra buffer_rescored \
-    --row sofed $S --row byol-rr $S buffer.policy=random --row byol-fifo $S buffer.policy=fifo \
-    --row fedu-is $S "$FU" --row fedsimclr-is $S "$FS" --row sofed-lazy50 $S buffer.lazy_interval=50 \
-    --claim sofed '>' byol-rr 'Table III: IS above RR' --claim sofed '>' byol-fifo 'Table III: IS above FIFO' \
-    --claim sofed '>' fedu-is 'Table I: SOFed 78.66 vs FedU-IS 77.71' \
-    --claim fedu-is '>' fedsimclr-is 'Table I: FedU-IS 77.71 vs FedSimCLR-IS 73.39' \
-    --claim sofed-lazy50 '~' sofed 'Table VI: T = 50 keeps accuracy'
+  $R --out runs/repro/sofed --metric knn_acc --extra linear_probe_acc --extra linear_probe_acc@0.1 "${SOFED[@]}"
 fi
 
 # SOFed again, on a metric with signal. The block above was inconclusive on kNN (signal 1.9-3.8);
@@ -163,17 +163,8 @@ fi
 # That metric was chosen from those runs' signal, not from their A - B, and every arm is re-run
 # on fresh seeds (3, 4, 5) so that no verdict reads a run that chose it; setting otherwise as above.
 if [ -z "$ARGS" ] || want sofed_probe; then
-  S=recipes/sofed_fmnist.yaml
-  FU='method={name: fedu, hidden_dim: 512, output_dim: 128, momentum: 0.99}'
-  FS='method={name: simclr, hidden_dim: 512, output_dim: 128}'
-  $R --seeds 3 4 5 --out runs/repro/sofed_probe --set rounds=16 --set eval.every=16 --metric linear_probe_acc@1 \
-    --per-seed --extra knn_acc --extra linear_probe_acc --extra buffer_rescored \
-    --row sofed $S --row byol-rr $S buffer.policy=random --row byol-fifo $S buffer.policy=fifo \
-    --row fedu-is $S "$FU" --row fedsimclr-is $S "$FS" --row sofed-lazy50 $S buffer.lazy_interval=50 \
-    --claim sofed '>' byol-rr 'Table III: IS above RR' --claim sofed '>' byol-fifo 'Table III: IS above FIFO' \
-    --claim sofed '>' fedu-is 'Table I: SOFed 78.66 vs FedU-IS 77.71' \
-    --claim fedu-is '>' fedsimclr-is 'Table I: FedU-IS 77.71 vs FedSimCLR-IS 73.39' \
-    --claim sofed-lazy50 '~' sofed 'Table VI: T = 50 keeps accuracy'
+  $R --seeds 3 4 5 --out runs/repro/sofed_probe --metric linear_probe_acc@1 --extra knn_acc --extra linear_probe_acc \
+    "${SOFED[@]}"
 fi
 
 # Server optimizers (Reddi et al., ICLR 2021) against FedAvg on the quickstart twin, at the
