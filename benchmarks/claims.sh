@@ -54,8 +54,8 @@ fi
 # model's classifier (test_acc). Rule, fixed before the runs: each term's row is its mu with the
 # highest mean final test_acc over the 3 seeds (the table's tuning; reproduce.py's best(GLOB)),
 # then verdict.py judges contrastive > l2 between those two rows. Both sides are a best of 6
-# noisy means, so the selection's upward bias is on both. 36 runs of the full twin (~8 CPU-min
-# each) do not fit a session, so this sweep trains on a quarter of its images (data.subset=5000:
+# noisy means, so the selection's upward bias is on both. 36 runs of the full twin were first
+# estimated at ~8 CPU-min each (they took ~1.5), so this sweep trains on a quarter of its images (data.subset=5000:
 # 500 a party; test set, rounds, epochs unchanged), fixed before any run of it. The sweeps at
 # both scales: benchmarks/moon_mu_sweep.sh.
 MU_ROWS=()
