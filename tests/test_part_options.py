@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 from typing import Any, Callable
 
@@ -9,6 +10,7 @@ import pytest
 
 from fedlight import registry
 from fedlight.config import load_recipe
+from fedlight.config.schema import Recipe
 from fedlight.engine.assemble import part_options
 from fedlight.engine.evaluator import EvalOptions
 from fedlight.engine.faults import FaultOptions
@@ -88,3 +90,24 @@ def test_an_exchange_policy_under_another_schedule_is_refused(tiny_recipe: Path,
     monkeypatch.setitem(registry.SCHEDULES.builtins, "other", registry.SCHEDULES["epochs"])
     with pytest.raises(UserError, match="exchange.policy=uniform runs in local.schedule=exchange only .got other."):
         _options(tiny_recipe, "exchange.policy=uniform", "local.iterations=10", "local.schedule=other")
+
+
+@pytest.mark.parametrize("section, options, differ", [
+    ("faults", FaultOptions, {}),
+    ("buffer", BufferOptions, {}),
+    ("exchange", ExchangeOptions, {}),
+    ("eval", EvalOptions, {}),
+    ("new_device", NewDeviceOptions, {"rotation": None}),  # the section is off until rotation is set
+])
+def test_each_parts_defaults_are_its_recipe_sections(section: str, options: type, differ: dict[str, Any]) -> None:
+    """The recipe schema and a part's options spell the same defaults twice (a part is usable
+    without a recipe); a change to one that misses the other fails here."""
+    recipe = asdict(Recipe())[section]
+    part = {f.name: f.default if f.default is not MISSING else f.default_factory() for f in fields(options)}
+    shared = (set(recipe) & set(part)) - set(differ)
+    assert shared and {k: recipe[k] for k in shared} == {k: _plain(part[k]) for k in shared}
+    assert all(recipe[k] == v for k, v in differ.items())  # the recipe's own, on purpose
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value

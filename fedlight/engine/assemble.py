@@ -128,7 +128,9 @@ def new_device_options(recipe: Recipe, aggregator: Aggregator) -> NewDeviceOptio
 
 def client_store_kind(recipe: Recipe, module: FederatedModule, aggregator: Aggregator, clients: int) -> str:
     """``run.client_state`` resolved: ``auto`` keeps the states in memory while every client's
-    (its private tensors, its whole model for local-only) fits in ``run.state_cache_mb``."""
+    model state (its private tensors, its whole model for local-only) fits in ``run.state_cache_mb``.
+    What a schedule keeps per client (SOFed's buffer ids, CF-CL's pulled set) is not counted: it
+    is small beside a model and only known once the client has trained."""
     per_client = module.private_state()
     if aggregator.keeps_models_local:
         per_client = {**module.shared_state(), **per_client}
