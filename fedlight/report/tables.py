@@ -57,7 +57,7 @@ class GroupTable:
 
     def markdown(self) -> list[str]:
         """The table's Markdown lines."""
-        rows = [[*map(_md_cell, values), str(seeds), *(c.text() for c in cells), f"{mb:.2f}"]
+        rows = [[*map(md_cell, values), str(seeds), *(c.text() for c in cells), f"{mb:.2f}"]
                 for values, seeds, cells, mb in self.rows]
         return markdown_table(self.headers(), rows)
 
@@ -83,7 +83,7 @@ class GroupTable:
                  " & ".join(latex_escape(h) for h in self.headers()) + " \\\\", "\\midrule"]
         for values, seeds, cells, mb in self.rows:
             metric_cells = ["$" + c.text(r" \pm ") + "$" if c.mean is not None else "--" for c in cells]
-            lines.append(" & ".join([*(latex_escape(_md_cell(v)) for v in values), str(seeds), *metric_cells,
+            lines.append(" & ".join([*(latex_escape(md_cell(v)) for v in values), str(seeds), *metric_cells,
                                      f"{mb:.2f}"]) + " \\\\")
         return "\n".join([*lines, "\\bottomrule", "\\end{tabular}"]) + "\n"
 
@@ -93,7 +93,8 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
             *("| " + " | ".join(row) + " |" for row in rows)]
 
 
-def _md_cell(value: Any) -> str:
+def md_cell(value: Any) -> str:
+    """A recipe value as a Markdown table cell (``-`` for none, ``|`` escaped)."""
     return "-" if value is None else str(value).replace("|", "\\|")
 
 

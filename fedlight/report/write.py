@@ -20,7 +20,7 @@ from fedlight.errors import UserError
 from fedlight.eval import metric_names
 from fedlight.report.plots import write_plots
 from fedlight.report.runs import Run, find_runs, varying_keys
-from fedlight.report.tables import Cell, GroupTable, markdown_table
+from fedlight.report.tables import Cell, GroupTable, markdown_table, md_cell
 
 REPORT = "report.md"
 TABLES = {"report.csv": GroupTable.csv, "report.tex": GroupTable.latex}
@@ -66,10 +66,6 @@ def mean_std(values: list[float]) -> str:
     return Cell.of(values).text()
 
 
-def _cell(value: Any) -> str:
-    return "-" if value is None else str(value).replace("|", "\\|")
-
-
 def render(runs: list[Run], sources: list[str], table: GroupTable, plots: list[str], out: Path) -> str:
     """The markdown text of the report (run folders relative to ``out``, where it is written)."""
     done = [r for r in runs if r.finished]
@@ -84,7 +80,7 @@ def render(runs: list[Run], sources: list[str], table: GroupTable, plots: list[s
     lines += table.markdown() + [""]
     lines += [f"![{p.removesuffix('.png').replace('_', ' ')}]({p})" for p in plots] + [""]
     lines += ["## Runs", ""]
-    run_rows = [[f"`{os.path.relpath(r.path, out.resolve())}`", *(_cell(r.keys.get(k)) for k in keys), str(r.seed),
+    run_rows = [[f"`{os.path.relpath(r.path, out.resolve())}`", *(md_cell(r.keys.get(k)) for k in keys), str(r.seed),
                  *(mean_std([r.final[m]] if m in r.final else []) for m in metrics),
                  f"{r.total_bytes / 1e6:.2f}", str(r.results["rounds_completed"])] for r in done]
     lines += markdown_table(["run", *keys, "seed", *(metric_names.title(m) for m in metrics), "MB", "rounds"],
