@@ -160,7 +160,8 @@ SOFED=(--set rounds=16 --set eval.every=16 --per-seed --extra buffer_rescored
   --claim fedu-is '>' fedsimclr-is 'Table I: FedU-IS 77.71 vs FedSimCLR-IS 73.39'
   --claim sofed-lazy50 '~' sofed 'Table VI: T = 50 keeps accuracy')
 if [ -z "$ARGS" ] || want sofed; then
-  $R --out runs/repro/sofed --metric knn_acc --extra linear_probe_acc --extra linear_probe_acc@0.1 "${SOFED[@]}"
+  $R --out runs/repro/sofed --metric knn_acc --extra linear_probe_acc --extra linear_probe_acc@0.1 \
+    --extra linear_probe_acc@1 "${SOFED[@]}"
 fi
 
 # SOFed again, on a metric with signal. The block above was inconclusive on kNN (signal 1.9-3.8);
