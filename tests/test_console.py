@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import io
+
+from tqdm import tqdm
+
 from fedlight.engine.console import final_line, metrics_text
-from fedlight.engine.progress import RoundBars
+from fedlight.engine.progress import ClientTicks, RoundBars
 from fedlight.eval import metric_names
 
 
@@ -41,9 +45,10 @@ def test_final_line_names_every_label_fraction_measured() -> None:
 
 
 def test_one_plain_line_per_round_off_a_terminal(capsys) -> None:
-    progress = RoundBars(done=1, total=3, clients=4, enabled=True, label_fraction=0.1)
+    progress = RoundBars(done=1, total=3, enabled=True, label_fraction=0.1)
     assert list(progress) == [1, 2]
     with progress.round(1) as tick:
+        tick.expect(4)
         for _ in range(4):
             tick()
     progress.show({"round": 2, "train_loss": 1.23456, "linear_probe_acc": 0.5, "knn_acc": None,
@@ -58,7 +63,16 @@ def test_one_plain_line_per_round_off_a_terminal(capsys) -> None:
 
 
 def test_other_ranks_print_nothing(capsys) -> None:
-    progress = RoundBars(done=0, total=1, clients=1, enabled=False, label_fraction=1.0)
+    progress = RoundBars(done=0, total=1, enabled=False, label_fraction=1.0)
     progress.show({"round": 1, "train_loss": 1.0, "seconds": 1.0}, None)
     progress.close()
     assert capsys.readouterr() == ("", "")
+
+
+def test_the_clients_bar_counts_up_to_what_the_round_deals() -> None:
+    bar = tqdm(total=None, file=io.StringIO(), disable=False)
+    ticks = ClientTicks(bar)
+    ticks.expect(3)  # e.g. two sampled clients and a new device
+    ticks()
+    ticks()
+    assert (bar.n, bar.total) == (2, 3)

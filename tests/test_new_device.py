@@ -12,6 +12,7 @@ from fedlight.config import load_recipe
 from fedlight.data.rotated import add_rotated_device, rotated_images
 from fedlight.data.sources import synthetic
 from fedlight.engine.fit import fit
+from fedlight.engine.progress import ClientTicks
 from fedlight.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,10 +78,13 @@ def _clients(history: list[dict]) -> list[list[int]]:
 
 @pytest.mark.parametrize("method, p", [("fedavg", 0.0), ("lg", 0.5)])
 def test_short_run_reports_normal_and_rotated_accuracy_and_trains_the_device_after_the_goal(
-        tmp_path: Path, method: str, p: float) -> None:
+        tmp_path: Path, method: str, p: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    expected: list[int] = []  # what each round's clients bar counts up to
+    monkeypatch.setattr(ClientTicks, "expect", lambda self, n: expected.append(n))
     overrides = [f"new_device.fraction={p}"] + ([LG] if method == "lg" else [])
     results = fit(_recipe(tmp_path, *overrides))
     history = results["history"]
+    assert expected == [len(row["clients"]) for row in history]  # the device counted once it arrives
     assert all(0 <= row["normal_acc"] <= 1 and 0 <= row["rotated_acc"] <= 1 for row in history)
     assert set(results["final"]) >= {"normal_acc", "rotated_acc"}
     arrival = next(row["round"] for row in history if row["normal_acc"] >= 0.3) + 1  # 1-based

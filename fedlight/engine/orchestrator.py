@@ -31,12 +31,12 @@ from fedlight.engine.evaluator import METRICS, Evaluator, final_metrics
 from fedlight.engine.lr_schedule import round_lr
 from fedlight.engine.options import RoundOptions
 from fedlight.engine.plugin import ClientSchedule, FaultModel, Report, RoundPlugin, State
-from fedlight.engine.progress import RoundBars
+from fedlight.engine.progress import ClientTicks, RoundBars
 from fedlight.engine.run_checkpoint import RunCheckpoint
 from fedlight.engine.run_log import RunLog
 from fedlight.engine.run_state import RunState, evaluation_failed
 from fedlight.engine.rundir import CHECKPOINT, write_json
-from fedlight.engine.sampling import clients_per_round, sample_clients
+from fedlight.engine.sampling import sample_clients
 from fedlight.engine.workers import Workers, sum_states
 from fedlight.methods.base import FederatedModule
 from fedlight.server.base import Aggregator
@@ -78,7 +78,7 @@ class Federation:
     def _set_global(self, state: State) -> None:
         self.s.global_state = {k: v.detach().clone() for k, v in state.items()}
 
-    def _train_round(self, round_: int, tick: Callable[[], None]) -> list[Report]:
+    def _train_round(self, round_: int, tick: ClientTicks) -> list[Report]:
         """Train and aggregate one round; returns every rank's client reports, by client."""
         if any(self.workers.each(lambda m: m.on_round_start(round_, self.s.history))):  # e.g. LG leaving FedAvg
             self._set_global(self.module.shared_state())  # the method changed what it shares
@@ -97,6 +97,7 @@ class Federation:
             acc, reports = self.s.partial["acc"], list(self.s.partial["reports"])
             hands = [[c for c in hand if c not in {rep["client"] for rep in reports}] for hand in hands]
             self.s.partial = None
+        tick.expect(sum(map(len, hands)))
         jobs = [(hand, acc if w == 0 else None) for w, hand in enumerate(hands)]  # worker 0 goes on from a resumed sum
         results = self.workers.map(lambda m, job: self.clients.train_hand(m, *job, round_, self.s.global_state, tick),
                                    jobs)
@@ -157,8 +158,7 @@ class Federation:
             s.baseline = self.evaluator.model_metrics()
         self.log.open(s.rounds_done, s.ledger.rows, s.baseline)
         wall, last_eval = s.wall_before, s.last_evaluation()
-        bars = RoundBars(s.rounds_done, o.rounds, clients_per_round(len(self.trainable), o.fraction), self.rank == 0,
-                         self.evaluator.o.label_fraction)
+        bars = RoundBars(s.rounds_done, o.rounds, self.rank == 0, self.evaluator.o.label_fraction)
         for round_ in bars:
             t0 = time.perf_counter()
             with bars.round(round_) as tick:

@@ -9,7 +9,7 @@ bar turns into one long line of overwritten states, so each round prints one pla
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from tqdm.auto import tqdm
 
@@ -17,19 +17,33 @@ from fedlight.engine.console import interactive, metrics_text
 from fedlight.eval import metric_names
 
 
+class ClientTicks:
+    """One round's clients bar: ``expect(n)`` once the round knows which clients this process
+    trains (a plug-in may add some, e.g. a new device; a resumed round has fewer left), then a
+    call per trained client."""
+
+    def __init__(self, bar: tqdm) -> None:
+        self.bar = bar
+
+    def expect(self, clients: int) -> None:
+        self.bar.reset(total=clients)
+
+    def __call__(self) -> None:
+        self.bar.update(1)
+
+
 class RoundBars:
-    """Progress over rounds ``done`` .. ``total`` and, inside each, over its ``clients``.
+    """Progress over rounds ``done`` .. ``total`` and, inside each, over the clients it trains.
 
     Args:
         done: rounds already completed (a resumed run starts there).
         total: R, the run's rounds.
-        clients: clients sampled a round.
         enabled: whether this process shows anything (rank 0).
         label_fraction: ``eval.label_fraction``, named next to the probe and kNN accuracies.
     """
 
-    def __init__(self, done: int, total: int, clients: int, enabled: bool = True, label_fraction: float = 1.0) -> None:
-        self.total, self.clients, self.enabled, self.label_fraction = total, clients, enabled, label_fraction
+    def __init__(self, done: int, total: int, enabled: bool = True, label_fraction: float = 1.0) -> None:
+        self.total, self.enabled, self.label_fraction = total, enabled, label_fraction
         self.bars = enabled and interactive()
         self.bar = tqdm(range(done, total), initial=done, total=total, desc="rounds", disable=not self.bars,
                         dynamic_ncols=True)
@@ -38,13 +52,13 @@ class RoundBars:
         return iter(self.bar)
 
     @contextmanager
-    def round(self, round_: int) -> Iterator[Callable[[], None]]:
-        """The (0-based) round's clients bar; yields the tick a trained client calls. An exception
+    def round(self, round_: int) -> Iterator[ClientTicks]:
+        """The (0-based) round's clients bar, as the ticks a trained client calls. An exception
         closes both bars, so a stopped run's last line is its message, not a progress bar."""
-        bar = tqdm(total=self.clients, leave=False, desc=f"round {round_ + 1} clients", disable=not self.bars,
+        bar = tqdm(total=None, leave=False, desc=f"round {round_ + 1} clients", disable=not self.bars,
                    dynamic_ncols=True)
         try:
-            yield lambda: bar.update(1)
+            yield ClientTicks(bar)
         except BaseException:
             bar.close()
             self.bar.close()
