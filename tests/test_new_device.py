@@ -113,8 +113,12 @@ def test_before_arrival_the_run_is_the_run_without_the_device(tmp_path: Path) ->
 @pytest.mark.parametrize("override, fix", [
     ("method={name: lg, objective: supervised, warmup_goal_acc: 0.3, warmup_rounds: 5}", "warmup_goal_metric"),
     ("local.iterations=5", "drop local.iterations"),
+    ("new_device.test=100000", "new_device.test.*lower it"),  # a data error, still before the run folder
 ])
-def test_new_device_user_errors(tmp_path: Path, override: str, fix: str) -> None:
+def test_new_device_user_errors(tmp_path: Path, override: str, fix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    def claimed(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the run folder was claimed before the error")
+    monkeypatch.setattr("fedlight.engine.fit.claim_run_dir", claimed)
     with pytest.raises(UserError, match=fix):
         fit(_recipe(tmp_path, override))
     assert not (tmp_path / "run").exists()

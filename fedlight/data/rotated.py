@@ -45,13 +45,18 @@ def rotated_images(images: torch.Tensor, degrees: float) -> torch.Tensor:
     return rotate(images, degrees)
 
 
+def check_device_fits(data: ImageData, train: int, test: int) -> None:
+    """Raises a UserError if the splits hold fewer than the new device's ``train`` / ``test`` images."""
+    for key, n, have in (("train", train, len(data.train_y)), ("test", test, len(data.test_y))):
+        if n > have:
+            raise UserError(f"recipe key 'new_device.{key}' is {n} but the {key} split has {have} images; lower it")
+
+
 def add_rotated_device(data: ImageData, parts: list[np.ndarray], degrees: float, train: int, test: int,
                        seed: int) -> RotatedDevice:
     """A new client holding ``train`` seeded random training images rotated by ``degrees``, and its
     ``test`` rotated test images (``new_device.*``; raises a UserError if the data has too few)."""
-    for key, n, have in (("train", train, len(data.train_y)), ("test", test, len(data.test_y))):
-        if n > have:
-            raise UserError(f"recipe key 'new_device.{key}' is {n} but the {key} split has {have} images; lower it")
+    check_device_fits(data, train, test)
     g = torch_generator(seed, "new-device")
     train_source = torch.randperm(len(data.train_y), generator=g)[:train].sort().values
     test_source = torch.randperm(len(data.test_y), generator=g)[:test].sort().values

@@ -14,6 +14,7 @@ from lightning.fabric import Fabric
 from fedlight import registry
 from fedlight.config.schema import Recipe
 from fedlight.data.partition import partition
+from fedlight.data.rotated import check_device_fits
 from fedlight.data.sources import ImageData, load_dataset, take_subset
 from fedlight.engine import launch, preemption
 from fedlight.engine.assemble import build_federation, part_options
@@ -119,6 +120,8 @@ def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
     if server.uses_public_set:  # e.g. FLESD's queue against its public set: needs the partition, not the run
         f = recipe.fabric
         server.check_public_set(len(parts[recipe.partition.public_client]), f.devices * f.num_nodes)
+    if recipe.new_device.rotation is not None:  # its sizes against the splits, before the run folder
+        check_device_fits(data, recipe.new_device.train, recipe.new_device.test)
     module = build_module(recipe, data)  # the method's own checks (LG's global_layers) come before the run folder
     fabric = make_fabric(recipe)
     folder = None
