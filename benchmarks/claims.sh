@@ -178,9 +178,9 @@ fi
 # SOFed, a third setting (2026-11-24). Both blocks above fit kNN on the 1% label subset (50
 # images) and score on 2,000 test images; here kNN fits on every label (5,000) and scores on the
 # full 10,000-image test set. A pilot of the sofed row alone (seeds 6-9, never used for a
-# verdict; REPRODUCTION.md, SOFed) measured that kNN 62.39 at random init, 64.0 after 16 rounds
-# and 66.54 +- 0.89 after 32 (signal 4.7, still rising from round 24), so this block trains
-# 48 rounds. Metric, rounds and seeds (10, 11, 12) were fixed from the pilot, before any run here.
+# verdict; REPRODUCTION.md, SOFed) measured that kNN 62.39 at random init, 62.83 after 16 rounds
+# and 66.54 +- 0.89 after 32 (signal 4.7, still rising: 65.11 at round 24), so this block
+# trains 48 rounds. Metric, rounds and seeds (10, 11, 12) were fixed from the pilot, before any run here.
 if [ -z "$ARGS" ] || want sofed_long; then
   $R --seeds 10 11 12 --out runs/repro/sofed_long --metric knn_acc --extra linear_probe_acc \
     --extra linear_probe_acc@0.1 --extra linear_probe_acc@0.01 --per-round --set rounds=48 --set eval.every=16 \

@@ -69,9 +69,8 @@ class SimulatedFaults(FaultModel):
         limit = self.o.max_bad_clients
         if limit is None or len(bad) <= limit:
             return
-        if self.rank == 0:
-            with open(self.run_dir / "faults.csv", "a") as f:
-                f.write(CommLedger.csv_lines(rows))
+        if self.rank == 0:  # log_round will not run for this round
+            self._append(rows)
         kept = (f"the last good checkpoint '{self.run_dir / CHECKPOINT}' (round {rounds_done}) is intact"
                 if rounds_done else "no round had completed, so there is no checkpoint")
         raise RunStopped(f"round {round_ + 1}: {len(bad)} clients diverged (NaN/Inf loss or update; clients "
@@ -90,9 +89,12 @@ class SimulatedFaults(FaultModel):
         (run_dir / "faults.csv").write_text(faults.CSV_HEADER + CommLedger.csv_lines(self.rows))
 
     def log_round(self, logger: Any, row: dict[str, Any]) -> dict[str, float]:
-        with open(self.run_dir / "faults.csv", "a") as f:
-            f.write(CommLedger.csv_lines([f for f in self.rows if f[0] == row["round"]]))
+        self._append([f for f in self.rows if f[0] == row["round"]])
         return {f"faults/{k}": row[k] for k in COLUMNS}
+
+    def _append(self, rows: list[list]) -> None:
+        with open(self.run_dir / "faults.csv", "a") as f:
+            f.write(CommLedger.csv_lines(rows))
 
     def state_dict(self) -> dict[str, Any]:
         return {"faults": self.rows}
