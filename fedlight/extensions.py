@@ -16,6 +16,7 @@ the first paragraph of the object's docstring.
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 from collections.abc import Iterator, Mapping
 from typing import Any, Generic, TypeVar
@@ -30,12 +31,11 @@ class Table(Mapping[str, T], Generic[T]):
 
     Args:
         group: the entry-point group, e.g. ``fedlight.methods``.
-        builtins: fedlight's own entries.
-        descriptions: one line for a built-in whose object has no docstring of its own (a lambda).
+        builtins: fedlight's own entries: the object, or the ``module:attr`` string that names it.
     """
 
-    def __init__(self, group: str, builtins: dict[str, T], descriptions: dict[str, str] | None = None) -> None:
-        self.group, self.builtins, self.descriptions = group, dict(builtins), dict(descriptions or {})
+    def __init__(self, group: str, builtins: dict[str, T | str]) -> None:
+        self.group, self.builtins = group, dict(builtins)
         self._found: dict[str, importlib.metadata.EntryPoint] | None = None
         self._loaded: dict[str, T] = {}
 
@@ -47,7 +47,11 @@ class Table(Mapping[str, T], Generic[T]):
 
     def __getitem__(self, name: str) -> T:
         if name in self.builtins:
-            return self.builtins[name]
+            entry = self.builtins[name]
+            if isinstance(entry, str):  # "module:attr" (fedlight.catalog): imported on first use
+                module, _, attr = entry.partition(":")
+                entry = self.builtins[name] = getattr(importlib.import_module(module), attr)
+            return entry
         if name not in self._loaded:
             ep = self._entry_points()[name]  # KeyError for an unknown name, as a mapping should
             try:
@@ -71,9 +75,7 @@ class Table(Mapping[str, T], Generic[T]):
         return "fedlight" if name in self.builtins else self._entry_points()[name].value
 
     def description(self, name: str) -> str:
-        """The first paragraph of the entry's docstring, as one line (or its given description)."""
-        if name in self.descriptions:
-            return self.descriptions[name]
+        """The first paragraph of the entry's docstring, as one line."""
         doc = (getattr(self[name], "__doc__", None) or "").strip()
         return " ".join(line.strip() for line in doc.split("\n\n")[0].splitlines())
 

@@ -1,7 +1,7 @@
-"""The one module that knows every concrete method, aggregator and backbone.
+"""Builds and validates the methods, aggregators and backbones that ``fedlight.catalog`` names.
 
-Other packages add their own through entry points (``fedlight.extensions``): the tables below
-find them, so they appear in the valid names an error lists and in ``fedlight methods``.
+Other packages add their own through entry points (``fedlight.extensions``): the catalog's
+tables find them, so they appear in the valid names an error lists and in ``fedlight methods``.
 
 ``method.*`` and ``server.*`` recipe keys are the keyword arguments of the chosen class's
 constructor (minus those the engine supplies), type-checked against its annotations, so a
@@ -13,71 +13,18 @@ from __future__ import annotations
 
 import inspect
 import typing
-from typing import Any, Callable
+from typing import Any
 
-from torch import nn
-
+from fedlight.catalog import BACKBONES, METHODS, SCHEDULES, SERVERS, check_name
 from fedlight.config.coerce import coerce
 from fedlight.errors import UserError
-from fedlight.engine.plugin import ClientSchedule
-from fedlight.engine.plugins.epochs import EpochSchedule
-from fedlight.engine.plugins.exchange import ExchangeSchedule
-from fedlight.engine.plugins.stream import StreamSchedule
-from fedlight.extensions import Table, describe
+from fedlight.extensions import describe
 from fedlight.methods.base import FederatedModule, OptimizerSpec
-from fedlight.methods.byol import BYOL
-from fedlight.methods.fair import FairLocalGlobal
-from fedlight.methods.fedbn import FedBN
-from fedlight.methods.fedema import FedEMA
-from fedlight.methods.fedprox import FedProx
-from fedlight.methods.fedu import FedU
-from fedlight.methods.local_global import LocalGlobal
-from fedlight.methods.moon import MOON
-from fedlight.methods.scaffold import Scaffold as ScaffoldClient
-from fedlight.methods.simclr import SimCLR
-from fedlight.methods.supervised import Supervised
-from fedlight.methods.triplet import Triplet
 from fedlight.methods.wrapper import ObjectiveWrapper
-from fedlight.models.backbones import CFCLCNN, MLP, LeNet5, MoonCNN, ResNet18Cifar, SmallCNN
 from fedlight.server.base import Aggregator
-from fedlight.server.centralized import Centralized
-from fedlight.server.fedavg import FedAvg
-from fedlight.server.fedopt import FedAdagrad, FedAdam, FedYogi
-from fedlight.server.flesd import FLESD
-from fedlight.server.local_only import LocalOnly
-from fedlight.server.scaffold import Scaffold
 
-# local objectives; ``fedprox``, ``scaffold``, ``lg`` and ``fedbn`` wrap the objective named by ``method.objective``
-METHODS: Table[type[FederatedModule]] = Table("fedlight.methods", {
-    "simclr": SimCLR, "byol": BYOL, "supervised": Supervised, "moon": MOON, "fedu": FedU, "fedema": FedEMA,
-    "fedprox": FedProx, "scaffold": ScaffoldClient, "triplet": Triplet, "lg": LocalGlobal,
-    "lg_fair": FairLocalGlobal, "fedbn": FedBN,
-})
-SERVERS: Table[type[Aggregator]] = Table("fedlight.aggregators", {
-    "fedavg": FedAvg, "scaffold": Scaffold, "local_only": LocalOnly, "centralized": Centralized, "flesd": FLESD,
-    "fedadam": FedAdam, "fedyogi": FedYogi, "fedadagrad": FedAdagrad,
-})
-BACKBONES: Table[Callable[[int, int], nn.Module]] = Table("fedlight.backbones", {
-    "small_cnn": lambda channels, size: SmallCNN(channels),
-    "tiny_cnn": lambda channels, size: SmallCNN(channels, widths=(16, 32, 64)),  # CPU-scale streaming twins
-    "resnet18": lambda channels, size: ResNet18Cifar(channels),
-    "moon_cnn": MoonCNN,
-    "cfcl_cnn": CFCLCNN,
-    "lenet5": LeNet5,  # LG-FedAvg's CIFAR / MNIST CNN
-    "mlp": lambda channels, size: MLP(channels * size * size),  # LG-FedAvg's MNIST MLP
-    "mlp_small": lambda channels, size: MLP(channels * size * size, (64, 32)),  # tabular data (fair LG)
-}, descriptions={
-    "small_cnn": "Three conv-BN-ReLU blocks (32-64-128 channels) and global average pooling; fast on CPU.",
-    "tiny_cnn": "small_cnn at 16-32-64 channels (the CPU-scale streaming twins).",
-    "resnet18": "ResNet-18 with the CIFAR stem (SimCLR / FLESD / SOFed).",
-    "mlp": "LG-FedAvg's MNIST MLP over flattened inputs.",
-    "mlp_small": "A 64-32 MLP over flattened inputs (tabular data: fair LG-FedAvg).",
-})
-# how a client spends its round (``local.schedule``); ``engine/assemble.py`` builds the built-in ones,
-# a package's is called with a ``ScheduleContext``
-SCHEDULES: Table[Callable[..., ClientSchedule]] = Table("fedlight.schedules", {
-    "epochs": EpochSchedule, "stream": StreamSchedule, "exchange": ExchangeSchedule,
-})
+__all__ = ["BACKBONES", "METHODS", "SCHEDULES", "SERVERS", "build_method", "build_server", "validate"]
+
 # the server a method needs when the recipe's server does not fit it
 REQUIRED_SERVER = {"scaffold": "scaffold"}
 
@@ -99,8 +46,7 @@ def hints(cls: type) -> dict[str, Any]:
 def _options(section: str, spec: dict[str, Any], table: dict[str, type]) -> list[tuple[type, dict[str, Any]]]:
     """[(class, kwargs)] for the section, outermost first (a wrapper, then its objective)."""
     name = spec.get("name")
-    if name not in table:
-        raise UserError(f"unknown {section}.name {name!r}; valid names: {', '.join(sorted(table))}")
+    check_name(f"{section}.name", name, table)
     chain = [table[name]]
     if issubclass(chain[0], ObjectiveWrapper):
         inner = spec.get("objective", "supervised")

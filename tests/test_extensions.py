@@ -140,3 +140,22 @@ def test_a_schedule_from_another_package_is_listed_and_trains(tmp_path: Path, ti
     row = json.loads((tmp_path / "run" / "results.json").read_text())["history"][0]
     assert row["answered"] == 2  # both clients trained through the package's schedule, on half their samples
     assert row["trained_on"] == [n // 2 for n in row["client_sizes"]] and min(row["client_sizes"]) > 1
+
+
+def test_every_catalog_name_loads_the_object_it_names() -> None:
+    """The catalog names its built-ins as "module:attr" strings (no import until used): each must
+    resolve, to a class of the table's kind or a (channels, image_size) backbone factory."""
+    from torch import nn
+
+    from fedlight import catalog
+    from fedlight.engine.plugin import ClientSchedule
+    from fedlight.methods.base import FederatedModule
+    from fedlight.server.base import Aggregator
+
+    for table, kind in ((catalog.METHODS, FederatedModule), (catalog.SERVERS, Aggregator),
+                        (catalog.SCHEDULES, ClientSchedule)):
+        for name in list(table.builtins):
+            assert isinstance(table[name], type) and issubclass(table[name], kind), name
+    for name in list(catalog.BACKBONES.builtins):
+        net = catalog.BACKBONES[name](1, 28)
+        assert isinstance(net, nn.Module) and net.feature_dim > 0, name

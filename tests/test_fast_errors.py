@@ -1,4 +1,4 @@
-"""User errors that need no torch (keys, types, data paths, the run folder, a recipe's name) come
+"""User errors that need no torch (keys, types, names, data paths, the run folder, a recipe's name) come
 before torch and Lightning are imported: the CLI imports them lazily, after those checks."""
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ def test_user_errors_that_need_no_torch_come_before_torch_is_imported(tmp_path: 
     cases = {
         "unknown recipe key 'bogus'": [*quick, "bogus=1"],
         "rounds": [*quick, "rounds=many"],
+        "unknown method.name 'simclrr'; valid names: byol,": [*quick, "method.name=simclrr"],
+        "unknown server.name 'fedavgg'": [*quick, "server.name=fedavgg"],
+        "unknown model.backbone 'resnet'": [*quick, "model.backbone=resnet"],
         "has no Fashion-MNIST file": [*quick, f"data.root={tmp_path / 'nothing'}"],
         "cifar10 not found in data.root": [*quick, "data.name=cifar10", f"data.root={tmp_path / 'nothing'}"],
         f"run folder '{used}' is not empty": [*quick, f"run.dir={used}"],

@@ -19,6 +19,7 @@ import torch
 from lightning.fabric import Fabric
 
 from fedlight import registry
+from fedlight.catalog import check_name
 from fedlight.config.schema import Recipe
 from fedlight.data.rotated import add_rotated_device
 from fedlight.data.sources import ImageData
@@ -222,8 +223,7 @@ def schedule_name(recipe: Recipe) -> str:
         raise UserError("local.iterations and stream.velocity are two different schedules; drop one")
     implied = "exchange" if l.iterations is not None else "stream" if streaming else "epochs"
     name = l.schedule or implied
-    if name not in registry.SCHEDULES:
-        raise UserError(f"unknown local.schedule {name!r}; valid names: {', '.join(registry.SCHEDULES)}")
+    check_name("local.schedule", name, registry.SCHEDULES)
     if name in BUILTIN_SCHEDULES and name != implied:
         need = BUILTIN_SCHEDULES[name]
         raise UserError(f"local.schedule={name} " + (f"needs {need} set" if need else "trains epochs: drop "

@@ -12,6 +12,7 @@ import torch
 from lightning.fabric import Fabric
 
 from fedlight import registry
+from fedlight.catalog import check_name
 from fedlight.config.schema import Recipe
 from fedlight.data.partition import partition
 from fedlight.data.rotated import check_device_fits
@@ -104,9 +105,7 @@ def check_recipe(recipe: Recipe) -> Aggregator:
         raise UserError("server.aggregate_every is now local.iterations (SGD iterations a round, CF-CL's Ta); "
                         f"set local.iterations={recipe.server['aggregate_every']} and drop server.aggregate_every")
     server = registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client)
-    if recipe.model.backbone not in registry.BACKBONES:
-        raise UserError(f"unknown model.backbone {recipe.model.backbone!r}; valid names: "
-                        f"{', '.join(registry.BACKBONES)}")
+    check_name("model.backbone", recipe.model.backbone, registry.BACKBONES)
     part_options(recipe, server)  # each part checks its own options; assemble, that they go together
     return server
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import torch
 from torch import nn
 
 from fedlight.config.checks import fraction, positive, probability

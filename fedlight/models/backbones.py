@@ -151,3 +151,31 @@ class MLP(nn.Module):
         for layer in self.children():
             x = nn.functional.relu(layer(x))
         return x
+
+
+# The ``model.backbone`` names whose network takes other arguments than (channels, image size):
+# each is the factory ``fedlight.catalog`` names, ``(channels, image_size) -> nn.Module``.
+
+def small_cnn(channels: int, image_size: int) -> SmallCNN:
+    """Three conv-BN-ReLU blocks (32-64-128 channels) and global average pooling; fast on CPU."""
+    return SmallCNN(channels)
+
+
+def tiny_cnn(channels: int, image_size: int) -> SmallCNN:
+    """small_cnn at 16-32-64 channels (the CPU-scale streaming twins)."""
+    return SmallCNN(channels, widths=(16, 32, 64))
+
+
+def resnet18_cifar(channels: int, image_size: int) -> ResNet18Cifar:
+    """ResNet-18 with the CIFAR stem (SimCLR / FLESD / SOFed)."""
+    return ResNet18Cifar(channels)
+
+
+def mlp(channels: int, image_size: int) -> MLP:
+    """LG-FedAvg's MNIST MLP over flattened inputs."""
+    return MLP(channels * image_size * image_size)
+
+
+def mlp_small(channels: int, image_size: int) -> MLP:
+    """A 64-32 MLP over flattened inputs (tabular data: fair LG-FedAvg)."""
+    return MLP(channels * image_size * image_size, (64, 32))

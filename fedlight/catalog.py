@@ -1,0 +1,56 @@
+"""Every built-in method, aggregator, backbone and client schedule by name, none of them imported.
+
+A name maps to the ``module:attr`` that defines it, imported when the entry is first used
+(``fedlight.extensions.Table``), so a recipe's names can be checked before torch is imported
+(``engine/preflight.py``): a mistyped ``method.name`` is one line within a second, not after the
+seconds of imports. ``fedlight.registry`` builds and validates from these same tables.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fedlight.errors import UserError
+from fedlight.extensions import Table
+
+# local objectives; ``fedprox``, ``scaffold``, ``lg`` and ``fedbn`` wrap the objective named by ``method.objective``
+METHODS: Table[Any] = Table("fedlight.methods", {
+    "simclr": "fedlight.methods.simclr:SimCLR", "byol": "fedlight.methods.byol:BYOL",
+    "supervised": "fedlight.methods.supervised:Supervised", "moon": "fedlight.methods.moon:MOON",
+    "fedu": "fedlight.methods.fedu:FedU", "fedema": "fedlight.methods.fedema:FedEMA",
+    "fedprox": "fedlight.methods.fedprox:FedProx", "scaffold": "fedlight.methods.scaffold:Scaffold",
+    "triplet": "fedlight.methods.triplet:Triplet", "lg": "fedlight.methods.local_global:LocalGlobal",
+    "lg_fair": "fedlight.methods.fair:FairLocalGlobal", "fedbn": "fedlight.methods.fedbn:FedBN",
+})
+SERVERS: Table[Any] = Table("fedlight.aggregators", {
+    "fedavg": "fedlight.server.fedavg:FedAvg", "scaffold": "fedlight.server.scaffold:Scaffold",
+    "local_only": "fedlight.server.local_only:LocalOnly", "centralized": "fedlight.server.centralized:Centralized",
+    "flesd": "fedlight.server.flesd:FLESD", "fedadam": "fedlight.server.fedopt:FedAdam",
+    "fedyogi": "fedlight.server.fedopt:FedYogi", "fedadagrad": "fedlight.server.fedopt:FedAdagrad",
+})
+# ``(channels, image_size) -> nn.Module``
+BACKBONES: Table[Any] = Table("fedlight.backbones", {
+    name: f"fedlight.models.backbones:{attr}" for name, attr in {
+        "small_cnn": "small_cnn", "tiny_cnn": "tiny_cnn", "resnet18": "resnet18_cifar", "moon_cnn": "MoonCNN",
+        "cfcl_cnn": "CFCLCNN", "lenet5": "LeNet5", "mlp": "mlp", "mlp_small": "mlp_small"}.items()
+})
+# how a client spends its round (``local.schedule``); ``engine/assemble.py`` builds the built-in ones,
+# a package's is called with a ``ScheduleContext``
+SCHEDULES: Table[Any] = Table("fedlight.schedules", {
+    "epochs": "fedlight.engine.plugins.epochs:EpochSchedule",
+    "stream": "fedlight.engine.plugins.stream:StreamSchedule",
+    "exchange": "fedlight.engine.plugins.exchange:ExchangeSchedule",
+})
+
+
+def check_name(key: str, name: Any, table: Table[Any]) -> None:
+    """Raise the UserError for a recipe ``key`` (e.g. ``method.name``) naming nothing in ``table``."""
+    if name not in table:
+        raise UserError(f"unknown {key} {name!r}; valid names: {', '.join(table)}")
+
+
+def check_names(method: dict[str, Any], server: dict[str, Any], backbone: str) -> None:
+    """``method.name``, ``server.name`` and ``model.backbone`` each name something (no import)."""
+    check_name("method.name", method.get("name"), METHODS)
+    check_name("server.name", server.get("name"), SERVERS)
+    check_name("model.backbone", backbone, BACKBONES)
