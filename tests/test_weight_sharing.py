@@ -134,6 +134,14 @@ def test_moon_l2_term_applies_from_the_first_round_with_weight_mu() -> None:
     assert torch.isclose(m.training_step(batch, 0), ce + 0.16, atol=1e-5)
 
 
+def test_only_the_contrastive_term_keeps_a_state_per_client() -> None:
+    """MOON's negative is the client's previous model; the l2 term has none, so it stores nothing."""
+    contrastive, l2 = (MOON(MoonCNN(1, 28), num_classes=10, output_dim=16, term=t) for t in ("contrastive", "l2"))
+    assert contrastive.private_state() and all(k.startswith("previous.") for k in contrastive.private_state())
+    assert l2.private_state() == {}
+    assert set(l2.shared_state()) == set(contrastive.shared_state())
+
+
 def test_moon_cnn_shapes() -> None:
     assert MoonCNN(3, 32)(torch.randn(2, 3, 32, 32)).shape == (2, 84)
     assert MoonCNN(1, 28)(torch.randn(2, 1, 28, 28)).shape == (2, 84)

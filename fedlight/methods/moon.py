@@ -73,7 +73,8 @@ class MOON(Supervised):
     client's model after its last local training) is the client's private state; a client
     without one (its first round) trains with mu = 0, i.e. plain FedAvg. ``frozen_global``
     is rebuilt from the global model every round. The l2 term needs no previous model, so it
-    applies from a client's first round on (z = z_glob at its first step).
+    applies from a client's first round on (z = z_glob at its first step), and its clients keep
+    no state between rounds (``previous`` is then transient).
 
     Args:
         backbone: encoder (B, C, H, W) -> (B, D); MOON uses ``moon_cnn`` (D = 84).
@@ -96,6 +97,8 @@ class MOON(Supervised):
         self.previous = _Representation(backbone, self.projection_head)
         self.frozen_global = _Representation(backbone, self.projection_head)
         self.mu, self.tau, self.term = mu, tau, term
+        if term == "l2":  # no previous model to keep between a client's rounds: nothing stored per client
+            self.private_modules, self.transient_modules = (), ("frozen_global", "previous")
 
     def reset_private_state(self) -> None:
         self.previous.valid.fill_(False)
