@@ -24,6 +24,7 @@ from fedlight import registry
 from fedlight.config import load_recipe
 from fedlight.engine.fit import build_module, make_fabric, prepare_data
 from fedlight.engine.assemble import build_federation, build_views
+from fedlight.engine.progress import ClientTicks
 from fedlight.engine.sampling import sample_clients
 
 from plain_loop import local_train, shared_state
@@ -37,7 +38,7 @@ def run_fedlight(recipe, data, parts, rounds: int) -> tuple[float, dict]:
                            registry.build_server(recipe.server, recipe.clients.num), Path(tempfile.mkdtemp()))
     start = time.perf_counter()
     for r in range(rounds):
-        fed._train_round(r, None)
+        fed._train_round(r, ClientTicks())
     return time.perf_counter() - start, fed.s.global_state
 
 

@@ -37,6 +37,7 @@ from fedlight.config import load_recipe
 from fedlight.engine.evaluator import Evaluator
 from fedlight.engine.fit import build_module, make_fabric, prepare_data
 from fedlight.engine.assemble import build_federation, build_views, eval_options
+from fedlight.engine.progress import ClientTicks
 
 REPO = Path(__file__).resolve().parents[1]
 WORKLOAD = str(REPO / "benchmarks/workloads/cross_device_fmnist.yaml")
@@ -118,7 +119,7 @@ def engine_per_client(data, parts, rounds: int = 4) -> None:
     per_client = []
     for r in range(rounds):
         start = time.perf_counter()
-        reports = fed._train_round(r, None)
+        reports = fed._train_round(r, ClientTicks())
         outside = time.perf_counter() - start - sum(rep["seconds"] for rep in reports)
         per_client.append(1000 * outside / len(reports))
     print(f"engine time per client outside local training: {statistics.median(per_client[1:]):.2f} ms "

@@ -45,7 +45,7 @@ SCHEDULES: Table[Any] = Table("fedlight.schedules", {
 
 def check_name(key: str, name: Any, table: Table[Any]) -> None:
     """Raise the UserError for a recipe ``key`` (e.g. ``method.name``) naming nothing in ``table``."""
-    if name not in table:
+    if not isinstance(name, str) or name not in table:  # a list or mapping is no name (nor hashable)
         raise UserError(f"unknown {key} {name!r}; valid names: {', '.join(table)}")
 
 

@@ -36,6 +36,7 @@ def test_user_errors_that_need_no_torch_come_before_torch_is_imported(tmp_path: 
         "rounds": [*quick, "rounds=many"],
         "unknown method.name 'simclrr'; valid names: byol,": [*quick, "method.name=simclrr"],
         "unknown server.name 'fedavgg'": [*quick, "server.name=fedavgg"],
+        "unknown method.name ['simclr']": [*quick, "method.name=[simclr]"],
         "unknown model.backbone 'resnet'": [*quick, "model.backbone=resnet"],
         "has no Fashion-MNIST file": [*quick, f"data.root={tmp_path / 'nothing'}"],
         "cifar10 not found in data.root": [*quick, "data.name=cifar10", f"data.root={tmp_path / 'nothing'}"],

@@ -22,8 +22,8 @@ class ClientTicks:
     trains (a plug-in may add some, e.g. a new device; a resumed round has fewer left), then a
     call per trained client."""
 
-    def __init__(self, bar: tqdm) -> None:
-        self.bar = bar
+    def __init__(self, bar: tqdm | None = None) -> None:
+        self.bar = bar if bar is not None else tqdm(disable=True)  # none shown (benchmarks driving rounds)
 
     def expect(self, clients: int) -> None:
         self.bar.reset(total=clients)
