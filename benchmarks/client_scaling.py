@@ -52,7 +52,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from vs_flower import measure, parse_with_overrides  # noqa: E402
+from command_line import parse_with_overrides  # noqa: E402
+from vs_flower import measure  # noqa: E402
 
 DEFAULT_RECIPE = HERE / "workloads" / "cross_device_fmnist.yaml"
 IMAGE_BYTES = 28 * 28  # one uint8 Fashion-MNIST image

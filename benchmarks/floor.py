@@ -37,7 +37,8 @@ from pathlib import Path
 START = time.perf_counter()
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from vs_flower import measure, parse_with_overrides  # noqa: E402
+from command_line import parse_with_overrides  # noqa: E402
+from vs_flower import measure  # noqa: E402
 
 NOT_SECONDS = ("steps", "mean batch", "clients", "workers")  # what child_phases reports besides its phases
 

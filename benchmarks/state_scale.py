@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from command_line import parse_with_overrides
+
 HERE = Path(__file__).resolve().parent
 
 RECIPE = HERE.parent / "recipes" / "quickstart_fmnist.yaml"
@@ -82,15 +84,6 @@ def child(argv: list[str]) -> None:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
     out.write_text(json.dumps({"rows": rows, "peak_bytes": peak}))
     sys.exit(code)
-
-
-def parse_with_overrides(parser: argparse.ArgumentParser) -> argparse.Namespace:
-    """The command line; ``key=value`` arguments anywhere land in ``args.overrides`` (as in
-    ``vs_flower.py``, which this script does not import: it needs psutil, for process trees)."""
-    overrides = [a for a in sys.argv[1:] if "=" in a and not a.startswith("-")]
-    args = parser.parse_args([a for a in sys.argv[1:] if a not in overrides])
-    args.overrides = overrides
-    return args
 
 
 def overrides(method: str, clients: int, store: str, args: argparse.Namespace) -> list[str]:

@@ -72,17 +72,6 @@ def measure(cmd: list[str], env: dict[str, str], log: Path) -> tuple[float, int]
     return wall, peak
 
 
-def parse_with_overrides(parser: argparse.ArgumentParser) -> argparse.Namespace:
-    """Parses the command line; ``key=value`` arguments anywhere in it land in ``args.overrides``
-    (fedlight recipe overrides)."""
-    argv = sys.argv[1:]
-    overrides = [a for a in argv if "=" in a and not a.startswith("-")]
-    parser.epilog = "key=value arguments (anywhere) are passed to fedlight as recipe overrides."
-    args = parser.parse_args([a for a in argv if a not in overrides])
-    args.overrides = overrides
-    return args
-
-
 def run_fedlight(recipe: str, folder: Path, env: dict[str, str], overrides: list[str]) -> dict:
     cmd = [sys.executable, "-m", "fedlight", "fit", "--recipe", recipe, *overrides, f"run.dir={folder}", "--overwrite"]
     wall, peak = measure(cmd, env, folder.with_suffix(".log"))
