@@ -167,11 +167,14 @@ def _recover(path: Path) -> None:
 
 
 def with_later_defaults(saved: dict[str, Any]) -> dict[str, Any]:
-    """``saved`` with the keys a later fedlight added to a schema section filled in from their
-    defaults, which keep the old behaviour: a run folder written before an option existed resumes."""
-    defaults = asdict(Recipe())
-    return {k: {**defaults[k], **v} if isinstance(v, dict) and is_dataclass(getattr(Recipe(), k, None)) else v
-            for k, v in saved.items()}
+    """``saved`` with what a later fedlight added filled in from its defaults, which keep the old
+    behaviour: a key in a schema section, or a whole section (``new_device``); a run folder or a
+    sweep written before an option existed resumes."""
+    recipe = Recipe()
+    defaults = asdict(recipe)
+    sections = {k for k in defaults if is_dataclass(getattr(recipe, k))}
+    filled = {k: {**defaults[k], **v} if k in sections and isinstance(v, dict) else v for k, v in saved.items()}
+    return {**{k: defaults[k] for k in sections - set(saved)}, **filled}
 
 
 def _differences(saved: dict[str, Any], recipe: dict[str, Any], ignore: tuple[str, ...]) -> list[str]:
