@@ -112,7 +112,7 @@ def _not_writable(path: Path, exc: OSError) -> UserError:
     return UserError(f"run folder '{path}' is not writable ({exc.strerror}); set run.dir to a writable folder")
 
 
-def _has_checkpoint(path: Path) -> bool:
+def has_checkpoint(path: Path) -> bool:
     """Whether the run folder ``path`` holds a checkpoint to resume (``load_checkpoint`` falls back to ``.prev``)."""
     return (path / CHECKPOINT).is_file() or (path / (CHECKPOINT + ".prev")).is_file()
 
@@ -160,7 +160,7 @@ def _recover(path: Path) -> None:
     if (path / MOVING).is_dir():
         _finish_move(path)
     if (path / REPLACED).is_dir():
-        if _has_checkpoint(path):  # the new run had saved: it had replaced the old one
+        if has_checkpoint(path):  # the new run had saved: it had replaced the old one
             shutil.rmtree(path / REPLACED)
         else:
             _put_back(path)
@@ -210,11 +210,11 @@ def _plan(path: Path, recipe: dict[str, Any], resume: bool, overwrite: bool) -> 
     """
     used = bool(_run_entries(path))
     if resume:
-        if not _has_checkpoint(path) and not (path / RECIPE).is_file():
+        if not has_checkpoint(path) and not (path / RECIPE).is_file():
             raise UserError(f"run folder '{path}' has no checkpoint to resume ({CHECKPOINT}); drop --resume")
         _check_same_experiment(path, recipe)
         # a run killed before its first checkpoint saved only its recipe: it starts again from round 0
-        return _has_checkpoint(path), not _has_checkpoint(path)
+        return has_checkpoint(path), not has_checkpoint(path)
     if used and not overwrite:
         raise UserError(f"run folder '{path}' is not empty; pass --resume to continue it, "
                         "--overwrite to replace it, or set run.dir elsewhere")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, IO
 
 import fedlight
+from fedlight.engine.rundir import has_checkpoint
 
 POLL_SECONDS = 0.2
 
@@ -40,9 +41,7 @@ class LocalTask:
 def resume_flag(run_dir: Path) -> str:
     """``--resume`` where ``run_dir`` holds a checkpoint (``last.pt``, or the ``.prev`` that
     ``load_checkpoint`` falls back to), else ``--overwrite``: the array script's rule."""
-    checkpoints = run_dir / "checkpoints"
-    has_one = (checkpoints / "last.pt").is_file() or (checkpoints / "last.pt.prev").is_file()
-    return "--resume" if has_one else "--overwrite"
+    return "--resume" if has_checkpoint(run_dir) else "--overwrite"
 
 
 def fit_command(task: LocalTask, python: str = sys.executable) -> list[str]:
