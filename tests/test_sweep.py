@@ -245,6 +245,9 @@ def test_run_names_are_readable_safe_and_unique() -> None:
                                                "alpha=1_name=simclr_seed=0", "alpha=1_name=byol_seed=0"]
     alike = expand(parse_grid(["data.root=a/b,a:b"]), [0])  # both become root=a-b_seed=0
     assert run_names(alike) == {0: "root=a-b_seed=0_task0", 1: "root=a-b_seed=0_task1"}
+    x = "x" * (MAX_LENGTH - len("root=a-b_seed=0"))  # alike at exactly MAX_LENGTH: the suffix must not overflow it
+    long_alike = run_names(expand(parse_grid([f"data.root=a/b{x},a:b{x}"]), [0]))
+    assert len(set(long_alike.values())) == 2 and all(len(n) <= MAX_LENGTH for n in long_alike.values())
 
 
 def test_sweep_takes_overrides_as_fit_does(tmp_path: Path, tiny_recipe: Path, capsys) -> None:

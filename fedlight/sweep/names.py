@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import Counter
 
 from fedlight.sweep.grid import Task
 
@@ -40,8 +41,7 @@ def run_names(tasks: list[Task]) -> dict[int, str]:
     labels = key_labels(keys)
     names = {t.index: safe_name("_".join([*(f"{labels[k]}={v}" for k, v in t.settings), f"seed={t.seed}"]))
              for t in tasks}
-    clashing = {n for n in names.values() if list(names.values()).count(n) > 1}  # values alike once made safe
-    names = {i: f"{n}_task{i}" if n in clashing else n for i, n in names.items()}
-    if len(set(names.values())) < len(names):  # a value ending in "_task<i>" itself: the index goes first
-        names = {i: f"{i:04d}_{n}" for i, n in names.items()}
-    return names
+    # values alike once made safe get the task index; no other name can end in "_task<i>" (each
+    # ends in its seed or, cut, in a digest), and safe_name keeps the longer one within MAX_LENGTH
+    counts = Counter(names.values())
+    return {i: safe_name(f"{n}_task{i}") if counts[n] > 1 else n for i, n in names.items()}
