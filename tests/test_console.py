@@ -35,6 +35,11 @@ def test_final_line_of_a_supervised_run_starts_with_test_acc() -> None:
                     "kNN, 100% labels 0.7500 (random init 0.2000); 12.3 s; run folder runs/tiny")
 
 
+def test_final_line_leaves_out_a_metric_that_is_no_finite_number() -> None:
+    line = final_line(_results({"knn_acc": float("nan"), "test_acc": 0.5}, {"test_acc": 0.1}))
+    assert line == "final: test 0.5000 (random init 0.1000); 12.3 s; run folder runs/tiny"
+
+
 def test_final_line_names_every_label_fraction_measured() -> None:
     line = final_line(_results({"linear_probe_acc": 0.6, "knn_acc": 0.5, "test_acc": None,
                                 "linear_probe_acc@0.01": 0.4, "linear_probe_acc@1": 0.7},

@@ -23,13 +23,17 @@ def interactive() -> bool:
     return sys.stdout.isatty() and sys.stderr.isatty()
 
 
+def _shown(named: dict[str, Any]) -> list[str]:
+    """The keys of ``named`` a line prints, main metric first: finite numbers, not spreads (``*_std``)."""
+    return metric_names.order([k for k, v in named.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+                               and not k.endswith("_std") and math.isfinite(v)])
+
+
 def metrics_text(metrics: dict[str, Any], label_fraction: float) -> str:
     """``'test 0.9100, linear probe, 10% labels 0.8000, kNN, 10% labels 0.7000'``: the numeric metrics,
     main one first, each named with its label fraction (spreads over clients, ``*_std``, left out)."""
     named = metric_names.with_fraction(metrics, label_fraction)
-    shown = [k for k, v in named.items() if metric_names.is_metric(k) and isinstance(v, (int, float))
-             and not isinstance(v, bool) and not k.endswith("_std") and math.isfinite(v)]
-    return ", ".join(f"{metric_names.title(k)} {named[k]:.4f}" for k in metric_names.order(shown))
+    return ", ".join(f"{metric_names.title(k)} {named[k]:.4f}" for k in _shown(named) if metric_names.is_metric(k))
 
 
 def final_line(results: dict[str, Any]) -> str:
@@ -39,9 +43,7 @@ def final_line(results: dict[str, Any]) -> str:
     fraction = (recipe.get("eval") or {}).get("label_fraction", 1.0)
     final = metric_names.with_fraction(results.get("final") or {}, fraction)
     base = metric_names.with_fraction(results.get("baseline") or {}, fraction)
-    shown = [k for k in metric_names.order(list(final)) if isinstance(final[k], (int, float))
-             and not isinstance(final[k], bool) and not k.endswith("_std")]
     parts = [f"{metric_names.title(k)} {final[k]:.4f}"
-             + (f" (random init {base[k]:.4f})" if isinstance(base.get(k), (int, float)) else "") for k in shown]
+             + (f" (random init {base[k]:.4f})" if isinstance(base.get(k), (int, float)) else "") for k in _shown(final)]
     folder = (recipe.get("run") or {}).get("dir") or f"runs/{recipe.get('name')}"
     return f"final: {'; '.join(parts) or 'no metric'}; {results['wall_seconds']:.1f} s; run folder {folder}"
