@@ -113,7 +113,8 @@ def test_before_arrival_the_run_is_the_run_without_the_device(tmp_path: Path) ->
 @pytest.mark.parametrize("override, fix", [
     ("method={name: lg, objective: supervised, warmup_goal_acc: 0.3, warmup_rounds: 5}", "warmup_goal_metric"),
     ("local.iterations=5", "drop local.iterations"),
-    ("new_device.test=100000", "new_device.test.*lower it"),  # a data error, still before the run folder
+    ("new_device.test=100000", "new_device.test.*lower it"),
+    ("eval.local_test=true", "eval.local_test would split"),  # a data error, still before the run folder
 ])
 def test_new_device_user_errors(tmp_path: Path, override: str, fix: str, monkeypatch: pytest.MonkeyPatch) -> None:
     def claimed(*args: object, **kwargs: object) -> None:

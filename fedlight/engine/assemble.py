@@ -117,6 +117,9 @@ def new_device_options(recipe: Recipe, aggregator: Aggregator) -> NewDeviceOptio
     if recipe.local.iterations is not None or recipe.stream.velocity is not None:
         raise UserError("new_device.rotation trains the new device by epochs; drop local.iterations and "
                         "stream.velocity, or new_device.rotation")
+    if recipe.eval.local_test:  # LocalTests would split the test set over every device, the rotated one too
+        raise UserError("new_device.rotation reports each original device on its own test split (normal_acc); "
+                        "eval.local_test would split the test set again, over the rotated device too: drop it")
     if method.get("name") == "lg":
         metric, goal, warmup = (method.get("warmup_goal_metric", "test_acc"), method.get("warmup_goal_acc"),
                                 method.get("warmup_rounds", 0))
