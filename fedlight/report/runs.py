@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,7 @@ class Run:
         kNN names (``linear_probe_acc@0.1``), so runs with 10% and 1% labels never share a column."""
         return metric_names.with_fraction(metrics or {}, self.label_fraction)
 
-    @property
+    @cached_property  # read per metric by the table, the Markdown and the plots
     def final(self) -> dict[str, Any]:
         """The final metrics that have a value, named with their label fraction."""
         return {k: v for k, v in self.named(self.results.get("final")).items() if v is not None}

@@ -102,9 +102,10 @@ def write_report(paths: list[str], out: str | Path, group_by: list[str] | None =
     runs = find_runs(paths)  # every results.json is read and checked before anything is written
     done = [r for r in runs if r.finished]
     keys = grouping_keys(done, group_by)
-    table = GroupTable.build(group_runs(done, keys), keys, metric_keys(done, metrics))
+    groups = group_runs(done, keys)
+    table = GroupTable.build(groups, keys, metric_keys(done, metrics))
     out.mkdir(parents=True, exist_ok=True)
-    plots = write_plots(group_runs(done, keys), keys, table.metrics, out) if done else []
+    plots = write_plots(groups, keys, table.metrics, out) if done else []
     texts = {name: write(table) for name, write in TABLES.items()}
     texts[REPORT] = render(runs, [str(p) for p in paths], table, plots, out)
     for name, text in texts.items():  # each file is the old one or the new one, never half of one
