@@ -166,3 +166,10 @@ def test_corrupt_cifar_pickle_is_one_line(tmp_path: Path, no_md5) -> None:
         (folder / b).write_bytes(b"garbage")
     with pytest.raises(UserError, match="cifar10.*cannot be read"):
         load_dataset("cifar10", str(tmp_path), download=False)
+
+
+def test_preflight_knows_every_torchvision_dataset_the_loader_reads() -> None:
+    from fedlight.data.locate import TORCHVISION_DATASETS
+    from fedlight.data.sources import TORCHVISION
+
+    assert set(TORCHVISION_DATASETS) == set(TORCHVISION)

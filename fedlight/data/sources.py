@@ -78,16 +78,24 @@ def _fashion_mnist(root: Path, download: bool, mnist: bool = False) -> ImageData
                      arrays["test_x"].unsqueeze(1), arrays["test_y"].long(), num_classes=10)
 
 
-def _torchvision(name: str, root: Path, download: bool) -> ImageData:
+# ``data.name`` -> (its torchvision dataset class, classes)
+TORCHVISION = {"cifar10": ("CIFAR10", 10), "cifar100": ("CIFAR100", 100), "svhn": ("SVHN", 10), "stl10": ("STL10", 10)}
+
+
+def _dataset_class(name: str) -> type:
     import torchvision.datasets as tvd
+
+    return getattr(tvd, TORCHVISION[name][0])
+
+
+def _torchvision(name: str, root: Path, download: bool) -> ImageData:
+    cls = _dataset_class(name)
 
     def split(train: bool) -> tuple[torch.Tensor, torch.Tensor]:
         if name in ("cifar10", "cifar100"):
-            cls = tvd.CIFAR10 if name == "cifar10" else tvd.CIFAR100
             ds = cls(str(root), train=train, download=download)
             x = torch.from_numpy(np.ascontiguousarray(ds.data)).permute(0, 3, 1, 2)
             return x.contiguous(), torch.as_tensor(ds.targets, dtype=torch.long)
-        cls = tvd.SVHN if name == "svhn" else tvd.STL10
         ds = cls(str(root), split="train" if train else "test", download=download)
         return torch.from_numpy(np.ascontiguousarray(ds.data)), torch.as_tensor(ds.labels, dtype=torch.long)
 
@@ -105,8 +113,7 @@ def _torchvision(name: str, root: Path, download: bool) -> ImageData:
     except Exception as exc:  # malformed pickles / .mat / binaries raise anything
         raise UserError(f"{name} in data.root '{root}' cannot be read ({type(exc).__name__}: {exc}); "
                         "re-download it (data.download=true) or replace the files") from None
-    num_classes = {"cifar10": 10, "cifar100": 100, "svhn": 10, "stl10": 10}[name]
-    return ImageData(train_x, train_y, test_x, test_y, num_classes)
+    return ImageData(train_x, train_y, test_x, test_y, TORCHVISION[name][1])
 
 
 def _first_damaged(name: str, root: Path) -> Path | None:
@@ -116,10 +123,9 @@ def _first_damaged(name: str, root: Path) -> Path | None:
     torchvision reports a missing file and a damaged one alike ("not found or corrupted"); its
     dataset classes list the files and their checksums, which this reads to tell them apart.
     """
-    import torchvision.datasets as tvd
     from torchvision.datasets.utils import check_integrity
 
-    cls = {"cifar10": tvd.CIFAR10, "cifar100": tvd.CIFAR100, "svhn": tvd.SVHN, "stl10": tvd.STL10}[name]
+    cls = _dataset_class(name)
     if hasattr(cls, "split_list"):  # SVHN: one .mat file a split, in root itself
         files = [(root / cls.split_list[s][1], cls.split_list[s][2]) for s in ("train", "test")]
     else:  # CIFAR, STL-10: a folder of batches (and CIFAR's meta file)
