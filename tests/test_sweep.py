@@ -301,6 +301,18 @@ def test_executor_options_that_do_not_fit(tmp_path: Path, tiny_recipe: Path, cap
     assert not out.exists()
 
 
+def test_a_sweep_keeps_the_run_names_its_manifest_records(tmp_path: Path, tiny_recipe: Path, monkeypatch) -> None:
+    """A later fedlight that names runs otherwise must not orphan a sweep's finished runs."""
+    import fedlight.sweep.command as command
+
+    out = tmp_path / "sweep"
+    assert _sweep(tiny_recipe, out) == 0
+    before = _names(out)
+    monkeypatch.setattr(command, "run_names", lambda tasks: {t.index: f"renamed{t.index}" for t in tasks})
+    assert _sweep(tiny_recipe, out) == 0
+    assert _names(out) == before and not (out / "runs/renamed0").exists()
+
+
 def test_a_sweep_from_before_keeps_its_index_names(tmp_path: Path, tiny_recipe: Path, capsys, monkeypatch) -> None:
     """A format-1 sweep folder (runs/0003, no tasks.txt) is refreshed, not refused or renamed."""
     import fedlight.sweep.command as command
@@ -309,7 +321,7 @@ def test_a_sweep_from_before_keeps_its_index_names(tmp_path: Path, tiny_recipe: 
     out = tmp_path / "sweep"
     with monkeypatch.context() as old_fedlight:
         old_fedlight.setattr(mf, "FORMAT", mf.INDEX_NAMES)
-        old_fedlight.setattr(command, "run_names", lambda tasks: mf.index_names([t.index for t in tasks]))
+        old_fedlight.setattr(command, "run_names", lambda tasks: {t.index: f"{t.index:04d}" for t in tasks})
         assert _sweep(tiny_recipe, out) == 0
     manifest = json.loads((out / "manifest.json").read_text())
     manifest["tasks"] = [{k: v for k, v in t.items() if k != "name"} for t in manifest["tasks"]]

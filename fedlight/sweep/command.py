@@ -101,8 +101,10 @@ def run_sweep(recipe: str, grid: list[str], seeds: int, out: str, options: Sweep
     seed_list = [first.seed + i for i in range(seeds)]  # the recipe's seed, then the next ones
     tasks = expand(axes, seed_list)
     old = mf.read_manifest(out_dir)
-    version = mf.FORMAT if old is None else old["fedlight_sweep"]  # a sweep from before keeps its run names
-    names = run_names(tasks) if version == mf.FORMAT else mf.index_names([t.index for t in tasks])
+    version = mf.FORMAT if old is None else old["fedlight_sweep"]
+    names = run_names(tasks)
+    if old is not None:  # a sweep keeps the run names it was made with (a format-1 sweep's: '0003')
+        names.update({t["index"]: Path(t["run_dir"]).name for t in old["tasks"]})
     entries, texts, plain = [], {}, {}
     for task in tasks:
         run_dir = mf.run_path(out_dir, names[task.index])

@@ -29,11 +29,6 @@ FORMAT = 2
 INDEX_NAMES = 1  # the format that named runs by their index
 
 
-def index_names(indices: list[int]) -> dict[int, str]:
-    """The run names of a format-1 sweep: ``{3: '0003'}``."""
-    return {i: f"{i:04d}" for i in indices}
-
-
 def recipe_path(out: Path, name: str) -> Path:
     """Where the task named ``name`` keeps its resolved recipe (the array script computes the same path)."""
     return out / "recipes" / f"{name}.yaml"
