@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every verdict in REPRODUCTION.md's top table, as the command that makes it (issue 18).
+# Every verdict in REPRODUCTION.md's top table, as the command that makes it.
 # The claims and their rule (benchmarks/verdict.py) were written down before these runs;
 # finished runs are reused, so re-running a block only re-tabulates it.
 #   bash benchmarks/claims.sh lg_fair      # one block;  bash benchmarks/claims.sh  # all

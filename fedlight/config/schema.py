@@ -53,7 +53,7 @@ class LocalConfig:
     batch_size: int = check(at_least(2), 128)  # a batch of one is skipped (BatchNorm, contrastive losses)
     lr: float = check(positive, 1e-3)
     optimizer: Literal["adam", "sgd", "adamw"] = "adam"
-    # over the rounds of the method's current phase (engine/orchestrator.py, Federation._round_lr):
+    # over the rounds of the method's current phase (engine/lr_schedule.py, round_lr):
     # cosine (FedU / FedEMA) or exponential, lr x (1 - lr_decay)^t (LG-FedAvg, Table 6)
     lr_schedule: Literal["constant", "cosine", "exponential"] = "constant"
     lr_decay: float = check(decay, 0.0)
