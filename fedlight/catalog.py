@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from fedlight.errors import UserError
-from fedlight.extensions import Table
+from fedlight.extensions import Table, describe
 
 # local objectives; ``fedprox``, ``scaffold``, ``lg`` and ``fedbn`` wrap the objective named by ``method.objective``
 METHODS: Table[Any] = Table("fedlight.methods", {
@@ -54,3 +54,9 @@ def check_names(method: dict[str, Any], server: dict[str, Any], backbone: str) -
     check_name("method.name", method.get("name"), METHODS)
     check_name("server.name", server.get("name"), SERVERS)
     check_name("model.backbone", backbone, BACKBONES)
+
+
+def describe_all() -> str:
+    """Every name with its one-line description (``fedlight methods``), read from the sources:
+    neither torch nor the parts are imported."""
+    return describe({"methods": METHODS, "aggregators": SERVERS, "backbones": BACKBONES, "client schedules": SCHEDULES})

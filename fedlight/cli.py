@@ -124,9 +124,9 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _methods(args: argparse.Namespace) -> int:
-    from fedlight import registry
+    from fedlight.catalog import describe_all
 
-    print(registry.describe_all())
+    print(describe_all())
     return 0
 
 

@@ -11,13 +11,16 @@ Groups: ``fedlight.methods`` (a ``FederatedModule`` subclass), ``fedlight.aggreg
 ``fedlight.schedules`` (``(ScheduleContext) -> ClientSchedule``). A :class:`Table` holds the
 built-in names and finds the installed ones when first asked for a name it lacks or for its
 list; a built-in name wins over an entry point of the same name. Its one-line description is
-the first paragraph of the object's docstring.
+the first paragraph of the object's docstring, read from its module's source file when it can be
+found there, so ``fedlight methods`` imports neither torch nor any package it lists.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.metadata
+import importlib.util
 from collections.abc import Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -74,10 +77,42 @@ class Table(Mapping[str, T], Generic[T]):
         """``fedlight``, or the ``module:attr`` an entry point names."""
         return "fedlight" if name in self.builtins else self._entry_points()[name].value
 
+    def target(self, name: str) -> str | None:
+        """The ``module:attr`` that defines ``name``, or None for a built-in given as the object itself."""
+        entry = self.builtins[name] if name in self.builtins else self._entry_points()[name].value
+        return entry if isinstance(entry, str) else None
+
     def description(self, name: str) -> str:
-        """The first paragraph of the entry's docstring, as one line."""
-        doc = (getattr(self[name], "__doc__", None) or "").strip()
-        return " ".join(line.strip() for line in doc.split("\n\n")[0].splitlines())
+        """The first paragraph of the entry's docstring, as one line: read from the source without
+        importing it where the ``module:attr`` is a class or function defined there, else from the
+        imported object."""
+        target = self.target(name)
+        doc = source_docstring(target) if target else None
+        if doc is None:
+            doc = getattr(self[name], "__doc__", None) or ""
+        return " ".join(line.strip() for line in doc.strip().split("\n\n")[0].splitlines())
+
+
+def source_docstring(target: str) -> str | None:
+    """The docstring of the class or function ``module:attr`` as its source file spells it, None where
+    the file or a definition of that name is not found (an alias, a compiled module): nothing is
+    imported but the module's parent packages."""
+    module, _, attr = target.partition(":")
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    try:
+        with open(spec.origin, encoding="utf-8") as source:
+            tree = ast.parse(source.read())
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name == attr.strip():
+            return ast.get_docstring(node) or ""
+    return None
 
 
 def describe(tables: dict[str, Table[Any]]) -> str:

@@ -15,10 +15,11 @@ import inspect
 import typing
 from typing import Any
 
+import torch
+
 from fedlight.catalog import BACKBONES, METHODS, SCHEDULES, SERVERS, check_name
 from fedlight.config.coerce import coerce
 from fedlight.errors import UserError
-from fedlight.extensions import describe
 from fedlight.methods.base import FederatedModule, OptimizerSpec
 from fedlight.methods.wrapper import ObjectiveWrapper
 from fedlight.server.base import Aggregator
@@ -100,14 +101,33 @@ def build_method(method: dict[str, Any], backbone: str, channels: int, image_siz
     return outer(objective=module, **outer_kwargs) if inner else module
 
 
+def check_declared(module: FederatedModule) -> None:
+    """Raise the UserError for a method whose state is not all declared shared, private or transient."""
+    undeclared = module.undeclared_state()
+    if undeclared:
+        modules = sorted({key.split(".")[0] for key in undeclared})
+        raise UserError(f"{type(module).__name__} has state in no declared module: {', '.join(modules)} "
+                        f"({undeclared[0]}, ...); add {'them' if len(modules) > 1 else 'it'} to the class's "
+                        "private_modules (kept by each client), shared_modules (averaged by the server) or "
+                        "transient_modules (rebuilt every round)")
+
+
+def check_method_state(method: dict[str, Any], backbone: str) -> None:
+    """``check_declared`` before any data is read, on a model built on torch's meta device (no
+    memory, no initialisation) for 3 x 32 x 32 images of 10 classes: which sub-modules a method
+    has does not depend on those sizes. A method that cannot be built so (its options refused,
+    or sizes it needs) is left to ``build_method`` on the real data, which raises the same."""
+    try:
+        with torch.device("meta"):
+            probe = build_method(method, backbone, 3, 32, 10, OptimizerSpec())
+    except Exception:  # noqa: BLE001 - the real build, with the data's sizes, reports it
+        return
+    check_declared(probe)
+
+
 def build_server(server: dict[str, Any], num_clients: int) -> Aggregator:
     """The aggregator named by ``server.name``."""
     ((cls, kwargs),) = _options("server", server, SERVERS)
     if "num_clients" in inspect.signature(cls.__init__).parameters:
         kwargs["num_clients"] = num_clients
     return cls(**kwargs)
-
-
-def describe_all() -> str:
-    """Every registered name with its one-line description (``fedlight methods``)."""
-    return describe({"methods": METHODS, "aggregators": SERVERS, "backbones": BACKBONES, "client schedules": SCHEDULES})

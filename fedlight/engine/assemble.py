@@ -154,9 +154,7 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
                      on_checkpoint: Callable[[], None] | None = None) -> Federation:
     """The run's round loop with the parts ``recipe`` asks for (every rank builds its own)."""
     module = fabric.to_device(module)  # worker 0: evaluation, checkpoints and the server use it
-    declared = {**module.shared_state(), **module.private_state(), **module.transient_state()}
-    undeclared = sorted(set(module.state_dict()) - set(declared))
-    assert not undeclared, f"{type(module).__name__} state not declared shared/private/transient: {undeclared[:3]}"
+    registry.check_declared(module)  # check_recipe asked already, unless a library caller skipped it
     o = part_options(recipe, aggregator)
     original, views = data, build_views(recipe, data)  # normalised, probed and tested on the original data
     rotated = None

@@ -106,6 +106,7 @@ def check_recipe(recipe: Recipe) -> Aggregator:
                         f"set local.iterations={recipe.server['aggregate_every']} and drop server.aggregate_every")
     server = registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client)
     check_name("model.backbone", recipe.model.backbone, registry.BACKBONES)
+    registry.check_method_state(recipe.method, recipe.model.backbone)
     part_options(recipe, server)  # each part checks its own options; assemble, that they go together
     return server
 
