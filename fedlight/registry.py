@@ -1,4 +1,4 @@
-"""Builds and validates the methods, aggregators and backbones that ``fedlight.catalog`` names.
+"""Builds and validates the methods, aggregators, backbones and round plug-ins that ``fedlight.catalog`` names.
 
 Other packages add their own through entry points (``fedlight.extensions``): the catalog's
 tables find them, so they appear in the valid names an error lists and in ``fedlight methods``.
@@ -7,6 +7,11 @@ tables find them, so they appear in the valid names an error lists and in ``fedl
 constructor (minus those the engine supplies), type-checked against its annotations, so a
 class's signature is its schema and its defaults are the paper's. A numeric parameter
 declares its range there too (``Annotated[float, positive]``, ``fedlight.config.checks``).
+A round plug-in from another package (``plugins.<name>.*``) is configured the same way.
+
+``resolved_settings`` records what a run's classes are built with, defaults included, so that a
+default changed in a later release cannot change an old run unnoticed (``engine/rundir.py``
+compares the record when the run resumes).
 """
 
 from __future__ import annotations
@@ -17,20 +22,23 @@ from typing import Any
 
 import torch
 
-from fedlight.catalog import BACKBONES, METHODS, SCHEDULES, SERVERS, check_name
+from fedlight.catalog import BACKBONES, METHODS, PLUGINS, SCHEDULES, SERVERS, check_name
 from fedlight.config.coerce import coerce
 from fedlight.errors import UserError
 from fedlight.methods.base import FederatedModule, OptimizerSpec
 from fedlight.methods.wrapper import ObjectiveWrapper
 from fedlight.server.base import Aggregator
 
-__all__ = ["BACKBONES", "METHODS", "SCHEDULES", "SERVERS", "build_method", "build_server", "validate"]
+__all__ = ["BACKBONES", "METHODS", "PLUGINS", "SCHEDULES", "SERVERS", "build_method", "build_plugins", "build_server",
+           "resolved_settings", "validate"]
 
 # the server a method needs when the recipe's server does not fit it
 REQUIRED_SERVER = {"scaffold": "scaffold"}
 
 # constructor arguments the engine fills in; a recipe cannot set them
-ENGINE_ARGS = frozenset({"self", "backbone", "optim", "num_classes", "objective", "num_clients"})
+ENGINE_ARGS = frozenset({"self", "backbone", "optim", "num_classes", "objective", "num_clients", "context"})
+# the local objective a wrapper (fedprox, scaffold, lg, ...) wraps when ``method.objective`` is not set
+DEFAULT_OBJECTIVE = "supervised"
 
 
 def _params(cls: type) -> dict[str, inspect.Parameter]:
@@ -50,7 +58,7 @@ def _options(section: str, spec: dict[str, Any], table: dict[str, type]) -> list
     check_name(f"{section}.name", name, table)
     chain = [table[name]]
     if issubclass(chain[0], ObjectiveWrapper):
-        inner = spec.get("objective", "supervised")
+        inner = spec.get("objective", DEFAULT_OBJECTIVE)
         if inner not in table or issubclass(table[inner], ObjectiveWrapper):
             valid = ", ".join(sorted(k for k, c in table.items() if not issubclass(c, ObjectiveWrapper)))
             raise UserError(f"{section}.objective {inner!r} is not a local objective; valid: {valid}")
@@ -63,7 +71,8 @@ def _options(section: str, spec: dict[str, Any], table: dict[str, type]) -> list
         owner = next((i for i, cls in enumerate(chain) if key in _params(cls)), None)
         if owner is None:
             valid = sorted({p for cls in chain for p in _params(cls)} | ({"objective"} if len(chain) > 1 else set()))
-            raise UserError(f"unknown recipe key '{section}.{key}' for {section}.name={name}; valid keys: "
+            named = section if section.startswith("plugins.") else f"{section}.name={name}"
+            raise UserError(f"unknown recipe key '{section}.{key}' for {named}; valid keys: "
                             + (", ".join(f"{section}.{p}" for p in valid) or "none"))
         kwargs[owner][key] = coerce(value, hints(chain[owner]).get(key, Any), f"{section}.{key}")
     return list(zip(chain, kwargs))
@@ -131,3 +140,84 @@ def build_server(server: dict[str, Any], num_clients: int) -> Aggregator:
     if "num_clients" in inspect.signature(cls.__init__).parameters:
         kwargs["num_clients"] = num_clients
     return cls(**kwargs)
+
+
+def _plugin_options(name: Any, options: Any) -> list[tuple[type, dict[str, Any]]]:
+    """[(class, kwargs)] of the round plug-in ``plugins.<name>``, whose value is its options (or empty)."""
+    check_name("plugins key", name, PLUGINS)
+    if options is None:
+        options = {}
+    if not isinstance(options, dict):
+        raise UserError(f"plugins.{name} must be a mapping of the plug-in's options (e.g. plugins.{name}={{}}), "
+                        f"got {options!r}")
+    if "name" in options:  # the section's key names the plug-in
+        raise UserError(f"plugins.{name}.name: a plug-in is named by its key in plugins; drop plugins.{name}.name")
+    return _options(f"plugins.{name}", {"name": name, **options}, PLUGINS)
+
+
+def check_plugins(plugins: dict[str, Any]) -> None:
+    """Raise the UserError for a ``plugins`` section naming an unknown plug-in or options it does not take."""
+    for name, options in plugins.items():
+        _plugin_options(name, options)
+
+
+def build_plugins(plugins: dict[str, Any], context: Any) -> list[Any]:
+    """The round plug-ins of the recipe's ``plugins`` section, each built as ``cls(context, **options)``
+    (``context``: an ``engine.plugin.PluginContext``), in the section's order."""
+    built = []
+    for name, options in plugins.items():
+        ((cls, kwargs),) = _plugin_options(name, options)
+        built.append(cls(context, **kwargs))
+    return built
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as YAML and JSON keep it and give it back equal: tuples as lists, other objects as text."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+
+
+def _constructed(head: dict[str, Any], chain: list[tuple[type, dict[str, Any]]]) -> dict[str, Any]:
+    """``head`` then every parameter of the chain's constructors a recipe may set, with the value
+    the class is built with: the recipe's, else the default (a key belongs to the outermost class
+    that takes it, as ``_options`` assigns it)."""
+    out = dict(head)
+    for cls, kwargs in chain:
+        for key, param in _params(cls).items():
+            if key not in out and (key in kwargs or param.default is not param.empty):
+                out[key] = _plain(kwargs.get(key, param.default))
+    return out
+
+
+def _backbone_built(name: str, channels: int, image_size: int) -> dict[str, Any]:
+    """What ``model.backbone`` builds for the data: its factory's further defaults (a backbone takes
+    only ``(channels, image_size)`` from fedlight), its ``feature_dim`` and its number of parameters,
+    which change with any width or layer a later release gives it. Built on the meta device: no memory."""
+    factory = BACKBONES[name]
+    params = list(inspect.signature(factory).parameters.values())[2:]
+    out: dict[str, Any] = {"name": name, **{p.name: _plain(p.default) for p in params if p.default is not p.empty}}
+    with torch.device("meta"):
+        net = factory(channels, image_size)
+    return {**out, "feature_dim": int(net.feature_dim), "parameters": sum(p.numel() for p in net.parameters())}
+
+
+def resolved_settings(method: dict[str, Any], server: dict[str, Any], backbone: str, plugins: dict[str, Any],
+                      channels: int, image_size: int) -> dict[str, Any]:
+    """The run's ``resolved`` record: what its method, aggregator, backbone and round plug-ins are
+    built with, defaults included (the recipe's other sections are written in full already).
+
+    Returns:
+        ``{"method": {name, objective (a wrapper's), every option}, "server": {...},
+        "backbone": {name, feature_dim, parameters, ...}, "plugins": {name: {every option}}}``.
+    """
+    chain = _options("method", method, METHODS)
+    head = {"name": method["name"]}
+    if len(chain) > 1:
+        head["objective"] = method.get("objective", DEFAULT_OBJECTIVE)
+    return {"method": _constructed(head, chain),
+            "server": _constructed({"name": server["name"]}, _options("server", server, SERVERS)),
+            "backbone": _backbone_built(backbone, channels, image_size),
+            "plugins": {name: _constructed({}, _plugin_options(name, options)) for name, options in plugins.items()}}

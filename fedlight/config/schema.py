@@ -1,7 +1,7 @@
 """The recipe schema: typed dataclasses, one per recipe section.
 
-Every key a recipe may set is a field here (``method.*`` and ``server.*`` are typed by the
-constructor of the chosen method or aggregator, see ``fedlight.registry``). Constraints that
+Every key a recipe may set is a field here (``method.*``, ``server.*`` and ``plugins.<name>.*`` are
+typed by the constructor of the chosen method, aggregator or round plug-in, see ``fedlight.registry``). Constraints that
 a value must meet are declared next to the field as ``metadata={"check": ...}``.
 """
 
@@ -212,6 +212,9 @@ class Recipe:
     views: ViewsConfig = field(default_factory=ViewsConfig)
     method: dict[str, Any] = field(default_factory=lambda: {"name": "simclr"})
     server: dict[str, Any] = field(default_factory=lambda: {"name": "fedavg"})
+    # round plug-ins from other packages (entry point ``fedlight.plugins``): name -> the keyword
+    # arguments of its constructor, typed and checked like ``method.*`` (``fedlight.registry``)
+    plugins: dict[str, Any] = field(default_factory=dict)
     eval: EvalConfig = field(default_factory=EvalConfig)
     fabric: FabricConfig = field(default_factory=FabricConfig)
     faults: FaultsConfig = field(default_factory=FaultsConfig)

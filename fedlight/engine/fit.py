@@ -19,7 +19,7 @@ from fedlight.data.rotated import check_device_fits
 from fedlight.data.sources import ImageData, load_dataset, take_subset
 from fedlight.engine import launch, preemption
 from fedlight.engine.assemble import build_federation, part_options
-from fedlight.engine.rundir import RECIPE, RunFolder, claim_run_dir, write_yaml
+from fedlight.engine.rundir import RECIPE, RESOLVED, RunFolder, claim_run_dir, write_yaml
 from fedlight.errors import UserError, warnings_if_it_works
 from fedlight.methods.base import FederatedModule, OptimizerSpec
 from fedlight.seeding import derive_seed, numpy_rng
@@ -107,6 +107,7 @@ def check_recipe(recipe: Recipe) -> Aggregator:
     server = registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client)
     check_name("model.backbone", recipe.model.backbone, registry.BACKBONES)
     registry.check_method_state(recipe.method, recipe.model.backbone)
+    registry.check_plugins(recipe.plugins)
     part_options(recipe, server)  # each part checks its own options; assemble, that they go together
     return server
 
@@ -123,19 +124,29 @@ def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
     if recipe.new_device.rotation is not None:  # its sizes against the splits, before the run folder
         check_device_fits(data, recipe.new_device.train, recipe.new_device.test)
     module = build_module(recipe, data)  # the method's own checks (LG's global_layers) come before the run folder
+    record = run_record(recipe, data)
     fabric = make_fabric(recipe)
     folder = None
     if fabric.global_rank == 0:  # rank 0 owns the run folder; the other ranks never lock it
-        folder = claim_run_dir(Path(recipe.run_dir), asdict(recipe), resume, overwrite, recipe.run.min_free_mb)
+        folder = claim_run_dir(Path(recipe.run_dir), record, resume, overwrite, recipe.run.min_free_mb)
     try:
-        return _run(fabric, recipe, data, parts, module, server, folder)
+        return _run(fabric, recipe, data, parts, module, server, folder, record)
     finally:
         if folder is not None:
             folder.release()
 
 
+def run_record(recipe: Recipe, data: ImageData) -> dict[str, Any]:
+    """What the run folder's ``recipe.yaml``, ``results.json`` and the hparams record of the run's
+    settings: the resolved recipe, and under ``resolved`` what its method, aggregator, backbone and
+    round plug-ins are built with, the constructors' defaults included (``registry.resolved_settings``)."""
+    resolved = registry.resolved_settings(recipe.method, recipe.server, recipe.model.backbone, recipe.plugins,
+                                          data.channels, data.image_size)
+    return {**asdict(recipe), RESOLVED: resolved}
+
+
 def _run(fabric: Fabric, recipe: Recipe, data: ImageData, parts: list, module: FederatedModule, server: Aggregator,
-         folder: RunFolder | None) -> dict[str, Any]:
+         folder: RunFolder | None, record: dict[str, Any]) -> dict[str, Any]:
     """Launch, restore (when rank 0 found a checkpoint to resume), write the recipe, train."""
     fabric.launch()
     restore = bool(fabric.broadcast(folder is not None and folder.resume, src=0))  # rank 0 looked at the folder
@@ -150,12 +161,12 @@ def _run(fabric: Fabric, recipe: Recipe, data: ImageData, parts: list, module: F
         torch.set_num_threads(recipe.fabric.threads)
     run_dir = Path(recipe.run_dir)
     federation = build_federation(fabric, recipe, data, parts, module, server, run_dir,
-                                  on_checkpoint=folder.saved if folder else None)
+                                  on_checkpoint=folder.saved if folder else None, record=record)
     try:
         if restore:
             federation.restore()  # a damaged checkpoint or too few rounds: refused before anything is written
         if folder is not None:
-            write_yaml(run_dir / RECIPE, asdict(recipe))
+            write_yaml(run_dir / RECIPE, record)
         return federation.run()
     finally:
         federation.workers.close()

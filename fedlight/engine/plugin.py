@@ -8,7 +8,8 @@ paper. A paper's behaviour is a part behind one of these narrow interfaces:
 * :class:`RoundPlugin`: anything else a round calls: a different client message (FLESD's
   public-set similarities and its server-side distillation), an extra evaluation (LG-FedAvg's
   local and new tests), faults. Each part owns its history columns, its TensorBoard scalars
-  and pictures, and the state it needs in a checkpoint.
+  and pictures, and the state it needs in a checkpoint. Another package adds one through the
+  entry point ``fedlight.plugins``, built from a :class:`PluginContext` and its recipe options.
 
 Every hook has a default that does nothing, so a part implements only what it changes; the
 loop calls each hook on every part in turn, as Lightning's ``fabric.call`` calls callbacks.
@@ -193,3 +194,31 @@ class ScheduleContext:
     batch_size: int
     num_classes: int
     seed: int
+
+
+@dataclass(frozen=True)
+class PluginContext:
+    """What a round plug-in from another package (entry point ``fedlight.plugins``) is built from:
+    ``cls(context, **options)``, the options being its recipe section ``plugins.<name>``.
+
+    Attributes:
+        fabric: devices, precision and this process's rank.
+        module: the worker model (worker 0's: the one evaluation and checkpoints use).
+        evaluator: the run's ``engine.evaluator.Evaluator`` (probe and kNN of a model state).
+        images: (N, C, H, W) uint8 training images on the device; labels: (N,) their labels on the CPU.
+        parts: every client's sample indices into ``images``.
+        trainable: the clients that train (a public client excepted).
+        rounds: R; num_classes: C; seed: the run seed; run_dir: the run folder.
+    """
+
+    fabric: Any
+    module: FederatedModule
+    evaluator: Any
+    images: torch.Tensor
+    labels: torch.Tensor
+    parts: list[torch.Tensor]
+    trainable: list[int]
+    rounds: int
+    num_classes: int
+    seed: int
+    run_dir: Path
