@@ -1,14 +1,15 @@
 """Names that other packages add to fedlight through entry points.
 
-A package adds a method, an aggregator, a backbone or a client schedule by declaring it in
-its ``pyproject.toml``; nothing in fedlight is edited::
+A package adds a method, an aggregator, a backbone, a client schedule or a round plug-in by
+declaring it in its ``pyproject.toml``; nothing in fedlight is edited::
 
     [project.entry-points."fedlight.methods"]
     my_method = "my_package.module:MyMethod"
 
 Groups: ``fedlight.methods`` (a ``FederatedModule`` subclass), ``fedlight.aggregators`` (an
-``Aggregator`` subclass), ``fedlight.backbones`` (``(channels, image_size) -> nn.Module``) and
-``fedlight.schedules`` (``(ScheduleContext) -> ClientSchedule``). A :class:`Table` holds the
+``Aggregator`` subclass), ``fedlight.backbones`` (``(channels, image_size) -> nn.Module``),
+``fedlight.schedules`` (``(ScheduleContext) -> ClientSchedule``) and ``fedlight.plugins`` (a
+``RoundPlugin`` built as ``cls(PluginContext, **options)``). A :class:`Table` holds the
 built-in names and finds the installed ones when first asked for a name it lacks or for its
 list; a built-in name wins over an entry point of the same name. Its one-line description is
 the first paragraph of the object's docstring, read from its module's source file when it can be
@@ -121,6 +122,8 @@ def describe(tables: dict[str, Table[Any]]) -> str:
     for title, table in tables.items():
         lines.append(f"{title} ({table.group}):")
         width = max(map(len, table), default=0)
+        if not width:
+            lines.append("  none installed")
         for name in table:
             origin = "" if table.origin(name) == "fedlight" else f"  [{table.origin(name)}]"
             lines.append(f"  {name:<{width}}  {table.description(name)}{origin}")

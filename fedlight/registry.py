@@ -195,11 +195,15 @@ def _constructed(head: dict[str, Any], chain: list[tuple[type, dict[str, Any]]])
 def _backbone_built(name: str, channels: int, image_size: int) -> dict[str, Any]:
     """What ``model.backbone`` builds for the data: its factory's further defaults (a backbone takes
     only ``(channels, image_size)`` from fedlight), its ``feature_dim`` and its number of parameters,
-    which change with any width or layer a later release gives it. Built on the meta device: no memory."""
+    which change with any width or layer a later release gives it. Built on the meta device (no
+    memory), or on the CPU where a backbone cannot be built there."""
     factory = BACKBONES[name]
     params = list(inspect.signature(factory).parameters.values())[2:]
     out: dict[str, Any] = {"name": name, **{p.name: _plain(p.default) for p in params if p.default is not p.empty}}
-    with torch.device("meta"):
+    try:
+        with torch.device("meta"):
+            net = factory(channels, image_size)
+    except Exception:  # noqa: BLE001 - e.g. weights copied from data in its constructor
         net = factory(channels, image_size)
     return {**out, "feature_dim": int(net.feature_dim), "parameters": sum(p.numel() for p in net.parameters())}
 
