@@ -1,4 +1,4 @@
-"""Verdict rules for REPRODUCTION.md, fixed before any run.
+"""Verdict rules for REPRODUCTION.md, fixed before any run (issue 18).
 
 A claim compares two rows A and B run on the same seeds, paired by seed (seed k of A against
 seed k of B), on one metric in points (%):
