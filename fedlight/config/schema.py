@@ -167,6 +167,9 @@ class FabricConfig:
     # NHWC images and conv weights: oneDNN's fast path on CPU (1.25-1.5x per step of the
     # 3-layer CNN, benchmarks/micro.py) and tensor cores' layout on GPU
     channels_last: bool = True
+    # minutes every rank of a multi-process run may wait for the others to join (engine/rendezvous.py);
+    # past it, each exits in one line naming MASTER_ADDR:MASTER_PORT; later collectives keep 30 min
+    rendezvous_timeout_min: float = check(positive, 10.0)
 
 
 @dataclass
