@@ -82,22 +82,27 @@ def test_a_rank_whose_peer_never_joins_or_was_killed_exits_in_one_line(tmp_path:
     assert not (tmp_path / "run").exists()  # rank 0's claim on the run folder is given back as it was
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1], ids=lambda s: s.name)
-def test_a_signal_ends_a_rank_waiting_at_the_rendezvous(tmp_path: Path, tiny_recipe: Path, sig: signal.Signals) -> None:
-    """Rank 0 waits for a rank 1 that never comes (the default 10-minute deadline); SIGTERM or
-    SIGUSR1 end it at once with one line and exit 3, as a preempted run. Before, the signal only
-    set the preemption flag, which the main thread, inside torch's wait, never read."""
-    port, log = _free_port(), tmp_path / "rank0.err"
-    rank0 = _rank(tiny_recipe, 0, port, log)
-    deadline = time.time() + NO_HANG
-    while not _listening(port) and rank0.poll() is None and time.time() < deadline:  # torch's store waits there
-        time.sleep(0.1)
-    assert _listening(port), log.read_text()[-3000:]
-    rank0.send_signal(sig)
-    code, lines = _ended(rank0, log)
-    assert code == 3 and len(lines) == 1, log.read_text()[-3000:]
-    assert lines[0] == (f"fedlight: stopped by {sig.name} while rank 0 of 2 waited for the other ranks at "
-                        f"127.0.0.1:{port}: nothing was trained since the last checkpoint; continue with --resume")
+def test_a_signal_ends_a_rank_waiting_at_the_rendezvous(tmp_path: Path, tiny_recipe: Path) -> None:
+    """Three ranks 0 wait for ranks 1 that never come (the default 10-minute deadline); SIGTERM or
+    SIGUSR1 end theirs at once with one line and exit 3, as a preempted run, and SIGINT with exit
+    130. Before, SIGTERM and SIGUSR1 only set the preemption flag and SIGINT's KeyboardInterrupt
+    waited too: the main thread, inside torch's wait, never ran their handlers."""
+    sigs = {signal.SIGTERM: 3, signal.SIGUSR1: 3, signal.SIGINT: 130}
+    ranks = {sig: (_free_port(), tmp_path / f"{sig.name}.err") for sig in sigs}
+    procs = {sig: _rank(tiny_recipe, 0, port, log, f"run.dir={tmp_path / sig.name}") for sig, (port, log) in ranks.items()}
+    for sig, proc in procs.items():
+        port, log = ranks[sig]
+        deadline = time.time() + NO_HANG
+        while not _listening(port) and proc.poll() is None and time.time() < deadline:  # torch's store waits there
+            time.sleep(0.1)
+        assert _listening(port), log.read_text()[-3000:]
+        proc.send_signal(sig)
+    for sig, proc in procs.items():
+        port, log = ranks[sig]
+        code, lines = _ended(proc, log)
+        assert code == sigs[sig] and len(lines) == 1, log.read_text()[-3000:]
+        assert lines[0] == (f"fedlight: stopped by {sig.name} while rank 0 of 2 waited for the other ranks at "
+                            f"127.0.0.1:{port}: nothing was trained since the last checkpoint; continue with --resume")
 
 
 COLLECTIVE = """

@@ -14,14 +14,12 @@ a rank that died before it joined held the whole allocation for half an hour. So
   a ``UserError`` naming the address, the port and what to check (exit 2);
 - while a rank waits, a thread woken through ``signal.set_wakeup_fd`` ends it on SIGTERM or
   SIGUSR1 (exit 3, as a preempted run: nothing was trained since the last checkpoint, and rank
-  0 requeues the SLURM job) or SIGINT (exit 130), and ends it (exit 2) should torch outlast its
-  own deadline by ``GRACE_SECONDS``.
+  0 requeues the SLURM job) or SIGINT (exit 130).
 """
 
 from __future__ import annotations
 
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -36,11 +34,10 @@ from lightning.fabric.strategies import DDPStrategy
 from torch.distributed.constants import default_pg_timeout
 
 from fedlight.engine import launch, preemption
-from fedlight.errors import PREEMPTED_EXIT, USER_ERROR_EXIT, UserError
+from fedlight.errors import PREEMPTED_EXIT, UserError
 
-GRACE_SECONDS = 30.0  # torch's own deadline comes first; this one only catches a wait that outlives it
 INTERRUPTED_EXIT = 128 + signal.SIGINT
-# public from torch 2.6 on; torch 2.4's name for the same call
+# torch.distributed.set_timeout in recent torch; older ones (2.4) call it _set_pg_timeout
 _set_timeout = getattr(dist, "set_timeout", None) or dist.distributed_c10d._set_pg_timeout
 
 
@@ -60,7 +57,7 @@ def join(fabric: Fabric, timeout_min: float) -> None:
         fabric.launch()
         return
     where = f"rank {fabric.global_rank} of {fabric.world_size}"
-    with _signals_end_the_wait(where, timeout_min, fabric.global_rank == 0):
+    with _signals_end_the_wait(where, requeues=fabric.global_rank == 0):
         try:
             fabric.launch()
         except RuntimeError as exc:  # torch's DistStoreError, DistNetworkError, gloo's connect errors
@@ -73,17 +70,14 @@ def _address() -> str:
     return f"{os.environ.get('MASTER_ADDR', '(MASTER_ADDR unset)')}:{os.environ.get('MASTER_PORT', '(MASTER_PORT unset)')}"
 
 
-def _what_to_check(timeout_min: float) -> str:
-    return ("check that every rank was started (fabric.num_nodes x fabric.devices processes, srun --ntasks), "
-            "that MASTER_ADDR is rank 0's node and resolves and is reachable from this one, that no firewall "
-            f"blocks MASTER_PORT, or raise fabric.rendezvous_timeout_min={timeout_min:g}")
-
-
-def _failed(where: str, timeout_min: float, exc: BaseException | None) -> str:
-    """One line: who waited where, what torch said (its first line: C++ frames follow), what to check."""
-    said = f" ({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''})" if exc else ""
+def _failed(where: str, timeout_min: float, exc: RuntimeError) -> str:
+    """One line: who waited where, what torch said (its first line: C++ frames may follow), what to check."""
+    said = (str(exc).strip().splitlines() or [""])[0]
     return (f"{where} could not join the other ranks at {_address()} within fabric.rendezvous_timeout_min="
-            f"{timeout_min:g}{said}; {_what_to_check(timeout_min)}")
+            f"{timeout_min:g} ({type(exc).__name__}: {said}); check that every rank was started "
+            "(fabric.num_nodes x fabric.devices processes, srun --ntasks), that MASTER_ADDR is rank 0's node and "
+            "resolves and is reachable from this one, that no firewall blocks MASTER_PORT, or raise "
+            f"fabric.rendezvous_timeout_min={timeout_min:g}")
 
 
 def _say(line: str) -> None:
@@ -93,18 +87,18 @@ def _say(line: str) -> None:
 
 
 @contextmanager
-def _signals_end_the_wait(where: str, timeout_min: float, requeues: bool) -> Iterator[None]:
-    """Within the block, SIGTERM / SIGUSR1 / SIGINT end the process at once, and so does the
-    deadline plus ``GRACE_SECONDS``. Signals must have Python handlers (``preemption.signals_handled``
-    installs them): CPython writes a caught signal's number to the wakeup fd from its C handler,
-    which runs whatever the main thread is doing."""
+def _signals_end_the_wait(where: str, requeues: bool) -> Iterator[None]:
+    """Within the block, SIGTERM / SIGUSR1 / SIGINT end the process at once, whatever the main thread
+    is doing: CPython's C-level handler writes a caught signal's number to the wakeup fd, where a
+    thread reads it. The signals need Python handlers for that (``preemption.signals_handled``
+    installs them for SIGTERM / SIGUSR1; SIGINT has Python's own)."""
     if threading.current_thread() is not threading.main_thread():  # the wakeup fd is the main thread's
         yield
         return
     read, write = os.pipe()
     os.set_blocking(write, False)
     previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
-    watcher = threading.Thread(target=_watch, args=(read, where, timeout_min, requeues), daemon=True,
+    watcher = threading.Thread(target=_watch, args=(read, where, requeues), daemon=True,
                                name="fedlight-rendezvous-watch")
     watcher.start()
     try:
@@ -116,17 +110,9 @@ def _signals_end_the_wait(where: str, timeout_min: float, requeues: bool) -> Ite
         os.close(read)
 
 
-def _watch(read: int, where: str, timeout_min: float, requeues: bool) -> None:
-    """Wait on the wakeup fd until it closes; a preemption signal, SIGINT or the deadline ends the process."""
-    limit = timeout_min * 60 + GRACE_SECONDS
-    while True:
-        ready, _, _ = select.select([read], [], [], limit)
-        if not ready:
-            _say(f"error: {_failed(where, timeout_min, None)}")
-            os._exit(USER_ERROR_EXIT)
-        data = os.read(read, 64)
-        if not data:
-            return
+def _watch(read: int, where: str, requeues: bool) -> None:
+    """Read signal numbers from the wakeup fd until it closes; SIGTERM, SIGUSR1 or SIGINT end the process."""
+    while data := os.read(read, 64):
         for signum in data:
             if signum in preemption.SIGNALS or signum == signal.SIGINT:
                 _stop(signal.Signals(signum), where, requeues)
