@@ -142,14 +142,14 @@ def test_sweep_on_slurm_with_a_preempted_task_then_report(cluster: SlurmCluster,
                for kind in ("round", "bytes"))
 
 
-def _submit_multinode(cluster: SlurmCluster, recipe: Path, run: Path, nodes: int) -> str:
+def _submit_multinode(cluster: SlurmCluster, recipe: Path, overrides: list[str], run: Path, nodes: int) -> str:
     """``sbatch slurm/multinode.sbatch`` of 2 ranks over ``nodes`` nodes; returns the job id."""
     with socket.socket() as s:  # a port of its own, not 15000 + the job id, which another test cluster may use
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     submit = subprocess.run(["sbatch", "--parsable", f"--nodes={nodes}", f"--ntasks-per-node={2 // nodes}",
                              "--gpus-per-node=0", "--cpus-per-task=1", "--time=10", f"--output={run}.out",
-                             str(REPO / "slurm/multinode.sbatch"), str(recipe), f"run.dir={run}"],
+                             str(REPO / "slurm/multinode.sbatch"), str(recipe), *overrides, f"run.dir={run}"],
                             env={**_env(cluster), "PYTHON": sys.executable, "MASTER_PORT": str(port)},
                             capture_output=True, text=True, timeout=30)
     assert submit.returncode == 0, submit.stderr
@@ -166,25 +166,30 @@ def _assert_same_run(a: Path, b: Path) -> None:
     assert ra["final"] == rb["final"] and ra["comm"] == rb["comm"] and ra["rounds_completed"] == rb["rounds_completed"]
 
 
+@pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir(),
+                    reason="the quickstart recipe needs Debian's dataset-fashion-mnist (scripts/setup.sh)")
 def test_two_nodes_equal_one_node_and_a_requeue_across_both_resumes_to_the_same_numbers(cluster: SlurmCluster,
                                                                                          tmp_path: Path) -> None:
-    """slurm/multinode.sbatch with 2 ranks on one node, 2 ranks on two nodes, and 2 ranks on two nodes
-    that get SIGUSR1 (what --signal=USR1@120 sends every rank) after their first round: the two-node
-    runs equal the one-node run bit for bit, the preempted one after its requeue too, and the
-    one-node run equals a 1-process run within float tolerance."""
+    """slurm/multinode.sbatch on the quickstart recipe at tiny size with 2 ranks on one node, 2 ranks
+    on two nodes, and 2 ranks on two nodes that get SIGUSR1 (what --signal=USR1@120 sends every
+    rank) after their first round: the two-node runs equal the one-node run bit for bit, the
+    preempted one after its requeue too, and the one-node run equals a 1-process run within float tolerance."""
     from fedlight.config import load_recipe
     from fedlight.engine.fit import fit
 
-    recipe, rounds = _recipe(tmp_path, rounds=4, clients=4, every=4), 4
+    recipe, rounds = REPO / "recipes/quickstart_fmnist.yaml", 4
+    tiny = [f"rounds={rounds}", "data.subset=240", "data.test_subset=60", "model.backbone=tiny_cnn", "clients.num=4",
+            "local.batch_size=32", "eval.every=4", "eval.probe_epochs=5", "eval.knn_k=5", "eval.projector_samples=0",
+            "fabric.accelerator=cpu", "fabric.threads=1"]
     one_node, two_nodes, preempted = tmp_path / "one_node", tmp_path / "two_nodes", tmp_path / "preempted"
-    jobs = {run: _submit_multinode(cluster, recipe, run, nodes)
+    jobs = {run: _submit_multinode(cluster, recipe, tiny, run, nodes)
             for run, nodes in ((preempted, 2), (two_nodes, 2), (one_node, 1))}
     deadline = time.time() + TIMEOUT
     while time.time() < deadline and not (preempted / "checkpoints/last.pt").exists():
         time.sleep(0.05)
     # the job's steps, i.e. every rank on both nodes (not the batch shell, which waits in srun)
     subprocess.run(["scancel", "--signal=USR1", jobs[preempted]], env=cluster.env, check=True, timeout=30)
-    fit(load_recipe(recipe, [f"run.dir={tmp_path / 'one_process'}"]))  # meanwhile, the 1-process run here
+    fit(load_recipe(recipe, [*tiny, f"run.dir={tmp_path / 'one_process'}"]))  # meanwhile, the 1-process run here
     for job in jobs.values():
         _wait_until_gone(cluster, job)
 
