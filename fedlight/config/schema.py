@@ -167,6 +167,10 @@ class FabricConfig:
     # NHWC images and conv weights: oneDNN's fast path on CPU (1.25-1.5x per step of the
     # 3-layer CNN, benchmarks/micro.py) and tensor cores' layout on GPU
     channels_last: bool = True
+    # minutes every rank of a multi-process run may wait for the others to join (engine/rendezvous.py);
+    # past it, each exits in one line naming MASTER_ADDR:MASTER_PORT; later collectives keep 30 min
+    # (0.6 s to a week: torch's timeout is a timedelta, which 1e300 minutes overflows)
+    rendezvous_timeout_min: float = check(lambda v: None if 0.01 <= v <= 10080 else "must be in [0.01, 10080]", 10.0)
 
 
 @dataclass

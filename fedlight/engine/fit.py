@@ -17,7 +17,7 @@ from fedlight.config.schema import Recipe
 from fedlight.data.partition import partition
 from fedlight.data.rotated import check_device_fits
 from fedlight.data.sources import ImageData, load_dataset, take_subset
-from fedlight.engine import launch, preemption
+from fedlight.engine import launch, preemption, rendezvous
 from fedlight.engine.assemble import build_federation, part_options
 from fedlight.engine.rundir import RECIPE, RESOLVED, RunFolder, claim_run_dir, write_yaml
 from fedlight.errors import UserError, warnings_if_it_works
@@ -73,7 +73,8 @@ def make_fabric(recipe: Recipe) -> Fabric:
         with warnings_if_it_works(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*`srun` command is available")  # noise in any case
             return Fabric(accelerator=f.accelerator, devices=f.devices, num_nodes=f.num_nodes,
-                          precision=f.precision, strategy="ddp" if processes > 1 else "auto")
+                          precision=f.precision,
+                          strategy=rendezvous.strategy(f.rendezvous_timeout_min) if processes > 1 else "auto")
     except (RuntimeError, ValueError) as exc:  # Lightning's MisconfigurationException is a ValueError
         raise UserError(f"fabric.accelerator={f.accelerator} fabric.devices={f.devices} "
                         f"fabric.precision={f.precision} cannot be set up here ({exc}); "
@@ -147,8 +148,9 @@ def run_record(recipe: Recipe, data: ImageData) -> dict[str, Any]:
 
 def _run(fabric: Fabric, recipe: Recipe, data: ImageData, parts: list, module: FederatedModule, server: Aggregator,
          folder: RunFolder | None, record: dict[str, Any]) -> dict[str, Any]:
-    """Launch, restore (when rank 0 found a checkpoint to resume), write the recipe, train."""
-    fabric.launch()
+    """Launch (every rank joins within ``fabric.rendezvous_timeout_min``), restore (when rank 0
+    found a checkpoint to resume), write the recipe, train."""
+    rendezvous.join(fabric, recipe.fabric.rendezvous_timeout_min)
     restore = bool(fabric.broadcast(folder is not None and folder.resume, src=0))  # rank 0 looked at the folder
     # Lightning sets PYTORCH_NVML_BASED_CUDA_CHECK=1 on import, so that asking whether CUDA exists
     # cannot poison a later fork. fedlight forks nothing (its ranks start before torch is

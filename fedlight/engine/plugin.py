@@ -61,6 +61,12 @@ class RoundPlugin:
         """
         return {}, []
 
+    def random_init_metrics(self, global_state: State) -> dict[str, float | None]:
+        """This part's metrics of the random-init model, before round 1 (rank 0): the floor its
+        ``evaluate`` columns are judged against, in ``results.json``'s ``baseline``. Every client
+        then holds ``global_state``; no upload is charged and no state of the part changes."""
+        return {}
+
     needs_clients = False  # ``evaluate`` needs every client's stored state (a collective)
     metric_prefixes: tuple[str, ...] = ()  # history columns of ``evaluate`` that are final metrics
 
@@ -114,6 +120,11 @@ class ClientWork:
     state: State = field(default_factory=dict)
     d2d_bytes: int = 0
     sent: list[tuple[str, str, int]] = field(default_factory=list)
+
+
+def random_init_metrics(parts: list[RoundPlugin], global_state: State) -> dict[str, float | None]:
+    """Every part's ``random_init_metrics``, merged."""
+    return {k: v for part in parts for k, v in part.random_init_metrics(global_state).items()}
 
 
 class ClientSchedule(RoundPlugin):

@@ -36,9 +36,10 @@ LOCK = ".fedlight.lock"
 REPLACED = ".fedlight-replaced"
 MOVING = REPLACED + ".partial"
 BOOKKEEPING = frozenset({LOCK, REPLACED, MOVING})  # entries that belong to the folder, not to a run
-# recipe keys a resumed run may change: rounds may grow, faults model the cluster and run says
-# where the run lives (a moved folder resumes), none of them is the experiment
-NOT_THE_EXPERIMENT = ("rounds", "faults", "run")
+# recipe keys (or sections) a resumed run may change: rounds may grow, faults and the rendezvous's
+# deadline model the cluster and run says where the run lives (a moved folder resumes), none of
+# them is the experiment
+NOT_THE_EXPERIMENT = ("rounds", "faults", "run", "fabric.rendezvous_timeout_min")
 # recipe.yaml's record of what the run's classes were built with (``registry.resolved_settings``);
 # where both runs hold one, the sections of constructor options are compared through it
 RESOLVED = "resolved"
@@ -189,7 +190,8 @@ def _differences(saved: dict[str, Any], recipe: dict[str, Any], ignore: tuple[st
             continue
         new = recipe.get(k)
         if isinstance(v, dict) and isinstance(new, dict):
-            out += [f"{k}.{key}" for key in sorted(set(v) | set(new)) if v.get(key) != new.get(key)]
+            out += [f"{k}.{key}" for key in sorted(set(v) | set(new))
+                    if v.get(key) != new.get(key) and f"{k}.{key}" not in ignore]
         else:
             out.append(k)
     return out
