@@ -98,3 +98,14 @@ def test_a_backbone_that_builds_otherwise_is_named(one_round, capsys) -> None:
     assert main([*args, "--resume", "rounds=2"]) == 2
     line = error_line(capsys)
     assert "model.backbone.parameters=1000" in line and "model.backbone.parameters=93472" in line
+
+
+def test_a_report_groups_by_the_recipe_not_by_the_record() -> None:
+    """Runs of two methods differ in every ``resolved.method.*`` key; ``method.name`` tells them apart."""
+    from fedlight.report.runs import Run, varying_keys
+
+    def run(name: str, options: dict) -> Run:
+        return Run(Path(name), {"recipe": {"seed": 0, "method": {"name": name},
+                                           "resolved": {"method": {"name": name, **options}}}})
+
+    assert varying_keys([run("simclr", {"temperature": 0.5}), run("byol", {"momentum": 0.99})]) == ["method.name"]
