@@ -132,6 +132,11 @@ class ClientSchedule(RoundPlugin):
     def begin_round(self, round_: int, global_state: State, receivers: list[int]) -> None:
         """Before ``round_``'s clients train; ``receivers``: this process's first worker's clients."""
 
+    def planned_steps(self, client: int) -> int | None:
+        """The optimizer steps ``client`` takes in a round when it does all its work (the progress
+        bars and the run's ETA), or None when the schedule cannot tell beforehand."""
+        return None
+
     def option_keys(self) -> tuple[str, ...]:
         """What ``ScheduleContext`` hands a schedule of its ``local.*`` keys (built-ins narrow it)."""
         return ("local.epochs", "local.iterations")
