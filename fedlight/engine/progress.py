@@ -116,10 +116,12 @@ class ClientTicks:
         self.clock = clock if clock is not None else RunClock(0, 1)
         self.on_change = on_change
         self.lock = threading.Lock()
+        self.started = 0  # clients begun (a disabled tqdm bar counts nothing)
 
     def expect(self, clients: int) -> None:
         self.bar.reset(total=clients)
         self.clock.start_round(clients)
+        self.started = 0
 
     def plan(self, steps: int | None) -> None:
         """The optimizer steps this process's clients take this round (None: their schedule cannot tell)."""
@@ -128,8 +130,8 @@ class ClientTicks:
     def __call__(self) -> None:
         """A client starts (the bar counts clients begun)."""
         with self.lock:
-            if self.bar.n:  # the one before it is done
-                self.clock.clients_done += 1
+            self.clock.clients_done = self.started  # the ones begun before it are done (with one worker)
+            self.started += 1
             self.bar.update(1)
         self._changed()
 
@@ -207,7 +209,7 @@ class RoundBars:
             left = clock.remaining()
             if left is not None and left > LONG_CPU_RUN_SECONDS:
                 pace = (clock.now() - clock.round_start) / clock.steps_done
-                say(f"estimated duration on this CPU: about {duration(left)} ({pace:.2f} s an optimizer step over "
+                say(f"estimated time on this CPU: about {duration(left)} more ({pace:.2f} s an optimizer step over "
                     f"the first {clock.steps_done}); a GPU, fewer rounds or a *_fmnist recipe is quicker")
         steps = f"{clock.steps_done}/{clock.steps}" if clock.steps else str(clock.steps_done)
         if self.bars:
@@ -215,7 +217,7 @@ class RoundBars:
                 self.last_line = clock.now()
                 ticks.bar.set_postfix_str(f"steps {steps}, run ETA {self.eta()}", refresh=False)
         elif clock.now() - self.last_line >= self.every:
-            self._line(f"round {self.round_ + 1}/{self.total}: client {ticks.bar.n}/{clock.clients}, "
+            self._line(f"round {self.round_ + 1}/{self.total}: client {ticks.started}/{clock.clients}, "
                        f"step {steps}; run ETA {self.eta()}")
 
     def _line(self, text: str) -> None:
