@@ -33,21 +33,22 @@ def test_metric_names_attach_the_label_fraction() -> None:
 def test_final_line_of_a_supervised_run_starts_with_test_acc() -> None:
     line = final_line(_results({"linear_probe_acc": 0.8, "knn_acc": 0.75, "test_acc": 0.9},
                                {"linear_probe_acc": 0.3, "knn_acc": 0.2, "test_acc": 0.1}))
-    assert line == ("final: test 0.9000 (random init 0.1000); linear probe, 100% labels 0.8000 (random init 0.3000); "
-                    "kNN, 100% labels 0.7500 (random init 0.2000); 12.3 s; run folder runs/tiny")
+    # in percent, as the README and the report print them
+    assert line == ("final: test 90.00% (random init 10.00%); linear probe, 100% labels 80.00% (random init 30.00%); "
+                    "kNN, 100% labels 75.00% (random init 20.00%); 12.3 s; run folder runs/tiny")
 
 
 def test_final_line_leaves_out_a_metric_that_is_no_finite_number() -> None:
     line = final_line(_results({"knn_acc": float("nan"), "test_acc": 0.5}, {"test_acc": 0.1}))
-    assert line == "final: test 0.5000 (random init 0.1000); 12.3 s; run folder runs/tiny"
+    assert line == "final: test 50.00% (random init 10.00%); 12.3 s; run folder runs/tiny"
 
 
 def test_final_line_names_every_label_fraction_measured() -> None:
     line = final_line(_results({"linear_probe_acc": 0.6, "knn_acc": 0.5, "test_acc": None,
                                 "linear_probe_acc@0.01": 0.4, "linear_probe_acc@1": 0.7},
                                {"linear_probe_acc": 0.2, "linear_probe_acc@0.01": 0.1}, label_fraction=0.1))
-    assert line.startswith("final: linear probe, 100% labels 0.7000; linear probe, 10% labels 0.6000 (random init "
-                           "0.2000); linear probe, 1% labels 0.4000 (random init 0.1000); kNN, 10% labels 0.5000;")
+    assert line.startswith("final: linear probe, 100% labels 70.00%; linear probe, 10% labels 60.00% (random init "
+                           "20.00%); linear probe, 1% labels 40.00% (random init 10.00%); kNN, 10% labels 50.00%;")
     assert "test" not in line  # a self-supervised method has no classifier
 
 
@@ -64,7 +65,7 @@ def test_one_plain_line_per_round_off_a_terminal(capsys) -> None:
                          "seconds": 1.0}, None)
     progress.close()
     out, err = capsys.readouterr()
-    assert out == "round 2/3: loss 1.2346, linear probe, 10% labels 0.5000; 2.0 s; ETA 2 s\nround 3/3: loss -; 1.0 s\n"
+    assert out == "round 2/3: loss 1.2346, linear probe, 10% labels 50.00%; 2.0 s; ETA 2 s\nround 3/3: loss -; 1.0 s\n"
     assert err == ""  # no bar, no carriage return
     assert metrics_text({"knn_acc_std": 0.1, "knn_acc": float("nan")}, 1.0) == ""
 

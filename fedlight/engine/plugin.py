@@ -27,6 +27,7 @@ from fedlight.engine.local_loop import LocalResult
 from fedlight.methods.base import FederatedModule
 
 State = dict[str, torch.Tensor]
+ACCURACY = "accuracy"  # the TensorBoard tag group of every accuracy curve (listed first: alphabetical)
 Report = dict[str, Any]  # one client's round: client, status, loss, steps, samples, ... (kept in checkpoints)
 
 
