@@ -48,15 +48,15 @@ def resolve_recipe(given: str) -> str:
                     "give a recipe file's path, or a name 'fedlight recipes' lists")
 
 
-# a sentence's end: . ! or ? then a capital, not after an abbreviation the recipes use (sec. III, et al. 2022)
-SENTENCE_END = re.compile(r"(?<!\bsec\.)(?<!\bal\.)(?<!\bFig\.)(?<!\bEq\.)(?<!\bvs\.)(?<!e\.g\.)(?<!i\.e\.)"
-                          r"(?<=[.!?])\s+(?=[A-Z])")
+# a sentence's end: . ! or ? then a space, not after an abbreviation the recipes use (sec. III, et al. 2022)
+SENTENCE_END = re.compile(r"(?<!\bsec\.)(?<!\bal\.)(?<!\bFig\.)(?<!\bEq\.)(?<!\beq\.)(?<!\bcf\.)(?<!\bvs\.)(?<!e\.g\.)(?<!i\.e\.)"
+                          r"(?<=[.!?])\s+(?=\S)")
 
 
 def first_comment(path: Path) -> str:
     """The first sentence of the first ``#`` comment block of ``path`` (a recipe's description), or ''.
 
-    A sentence ends at ``.``, ``!`` or ``?`` before a capital letter or the block's end; it may run
+    A sentence ends at ``.``, ``!`` or ``?`` before a space or the block's end; it may run
     over several comment lines, which are joined."""
     block: list[str] = []
     for line in path.read_text(encoding="utf-8").splitlines():
