@@ -49,7 +49,7 @@ def resolve_recipe(given: str) -> str:
 
 
 # a sentence's end: . ! or ? then a space, not after an abbreviation the recipes use (sec. III, et al. 2022)
-SENTENCE_END = re.compile(r"(?<!\bsec\.)(?<!\bal\.)(?<!\bFig\.)(?<!\bEq\.)(?<!\beq\.)(?<!\bcf\.)(?<!\bvs\.)(?<!e\.g\.)(?<!i\.e\.)"
+SENTENCE_END = re.compile(r"(?<!\bsec\.)(?<!\bal\.)(?<!\bFig\.)(?<!\bEq\.)(?<!\beq\.)(?<!\bcf\.)(?<!\bvs\.)(?<!e\.g\.)(?<!i\.e\.)(?<!i\.i\.d\.)"
                           r"(?<=[.!?])\s+(?=\S)")
 
 
