@@ -50,7 +50,7 @@ def resolve_recipe(given: str) -> str:
 
 # a sentence's end: . ! or ? then a space, not after an abbreviation the recipes use (sec. III, et al. 2022)
 ABBREVIATIONS = ("sec.", "al.", "Fig.", "Eq.", "eq.", "cf.", "vs.", "e.g.", "i.e.", "i.i.d.")
-SENTENCE_END = re.compile("".join(f"(?<!{re.escape(a)})" for a in ABBREVIATIONS) + r"(?<=[.!?])\s+(?=\S)")
+SENTENCE_END = re.compile("".join(rf"(?<!\b{re.escape(a)})" for a in ABBREVIATIONS) + r"(?<=[.!?])\s+(?=\S)")
 
 
 def first_comment(path: Path) -> str:
