@@ -82,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--executor", default="slurm", choices=("slurm", "local"),
                        help="slurm: an array job (default); local: run the tasks now, as processes on this machine")
     sweep.add_argument("--parallel", type=int, default=1, metavar="N", help="--executor local: N tasks at once")
-    report = sub.add_parser("report", help="compare finished runs: report.md, .csv and .tex tables, PNG plots")
+    report = sub.add_parser("report", help="compare finished runs: report.md, .csv and .tex tables, PNG and SVG plots")
     report.add_argument("paths", nargs="+", help="run folders, or folders to search for results.json (a sweep)")
     report.add_argument("--out", default=None, help="where the report goes (default: the one folder given, else ./report)")
     report.add_argument("--group-by", default=None, metavar="KEYS",
@@ -140,7 +140,8 @@ def _report(args: argparse.Namespace) -> int:
 
     out = args.out or (args.paths[0] if len(args.paths) == 1 else "report")
     group_by = None if args.group_by is None else [k.strip() for k in args.group_by.split(",") if k.strip()]
-    print(f"wrote {write_report(args.paths, out, group_by, args.metric)}")
+    written = write_report(args.paths, out, group_by, args.metric)
+    print(f"wrote {len(written)} files:\n" + "\n".join(f"  {path}" for path in written))
     return 0
 
 
