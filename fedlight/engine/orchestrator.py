@@ -175,8 +175,8 @@ class Federation:
                 except Exception as exc:  # the round is trained and aggregated: it is saved first (below)
                     failure = exc
             s.ledger.rows.extend(uploads)
-            timing = {"seconds": time.perf_counter() - t0, "eval_seconds": time.perf_counter() - t_eval,  # training: per worker
-                      "train_seconds": sum(rep.get("seconds", 0.0) for rep in reports) / (self.world * len(self.workers))}
+            timing = {"seconds": time.perf_counter() - t0, "eval_seconds": time.perf_counter() - t_eval,
+                      "train_seconds": sum(r.get("seconds", 0.0) for r in reports) / (self.world * len(self.workers))}
             row = s.add_round(round_, reports, metrics, rows + uploads, self._lr(round_), timing, self.hooks)
             wall = s.wall_before + time.perf_counter() - start
             self.checkpoint.save(s, wall)

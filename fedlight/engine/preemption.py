@@ -51,7 +51,8 @@ class Preempted(Exception):
         else:
             then = f"continue with: {resume}"
         where = f"round {self.rounds_done}" + (f" and {self.clients_done} clients of the next" if self.clients_done else "")
-        return f"{'interrupted' if self.interrupted else 'preempted'}: checkpoint after {where} saved in '{run_dir}'; {then}"
+        stopped = "interrupted" if self.interrupted else "preempted"
+        return f"{stopped}: checkpoint after {where} saved in '{run_dir}'; {then}"
 
 
 def requeue_after(stop: Preempted) -> None:

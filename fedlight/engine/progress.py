@@ -64,7 +64,8 @@ class RunClock:
         now: the clock (seconds); ``time.perf_counter`` unless a test drives it.
     """
 
-    def __init__(self, done: int, total: int, eval_every: int = 1, now: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, done: int, total: int, eval_every: int = 1,
+                 now: Callable[[], float] = time.perf_counter) -> None:
         self.total, self.eval_every, self.now = total, max(eval_every, 1), now
         self.rounds_done, self.round_seconds, self.eval_seconds = done, [], 0.0
         self.round_start = now()
@@ -72,7 +73,8 @@ class RunClock:
 
     def start_round(self, clients: int = 0, steps: int = 0) -> None:
         """A round starts that trains ``clients`` here, with ``steps`` planned optimizer steps (0: unknown)."""
-        self.round_start, self.clients, self.steps, self.clients_done, self.steps_done = self.now(), clients, steps, 0, 0
+        self.round_start, self.clients, self.steps = self.now(), clients, steps
+        self.clients_done = self.steps_done = 0
 
     def round_fraction(self) -> float:
         """The share of the running round's training done (0 .. 1)."""
@@ -161,7 +163,8 @@ class RoundBars:
 
     def __init__(self, done: int, total: int, enabled: bool = True, label_fraction: float = 1.0,
                  eval_every: int = 1, on_cpu: bool = False, every: float = HEARTBEAT_SECONDS) -> None:
-        self.total, self.enabled, self.label_fraction, self.on_cpu, self.every = total, enabled, label_fraction, on_cpu, every
+        self.total, self.enabled, self.label_fraction = total, enabled, label_fraction
+        self.on_cpu, self.every = on_cpu, every
         self.bars = enabled and interactive()
         self.clock = RunClock(done, total, eval_every)
         self.bar = tqdm(range(done, total), initial=done, total=total, desc="rounds", disable=not self.bars,
