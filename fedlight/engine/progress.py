@@ -218,7 +218,7 @@ class RoundBars:
         if self.bars:
             if clock.now() - self.last_line >= 0.5:
                 self.last_line = clock.now()
-                ticks.bar.set_postfix_str(f"steps {steps}, run ETA {self.eta()}", refresh=False)
+                ticks.bar.set_postfix_str(f"steps {steps}, run ETA {self.eta()}")  # redrawn: steps come between clients
         elif clock.now() - self.last_line >= self.every:
             self._line(f"round {self.round_ + 1}/{self.total}: client {ticks.started}/{clock.clients}, "
                        f"step {steps}; run ETA {self.eta()}")
@@ -239,8 +239,8 @@ class RoundBars:
             self._line(f"evaluating {what} (features, linear probe, kNN) before round 1")
 
         def part(name: str) -> None:
-            bar.set_description_str(f"evaluating {what}: {name}", refresh=False)
             bar.update(1)
+            bar.set_description_str(f"evaluating {what}: {name}")  # redrawn now: a part takes seconds
             if self.enabled and not self.bars and self.clock.now() - self.last_line >= self.every:
                 self._line(f"evaluating {what}: {name}; run ETA {self.eta()}")
 
