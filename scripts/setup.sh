@@ -65,10 +65,10 @@ fi
 case "$PYTHON" in */*) PYTHON="$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")" ;; esac
 extra=; modules="fedlight lightning lightly torchmetrics torchvision tensorboard matplotlib tqdm omegaconf"
 if [ "$target" = test ]; then extra='[dev]'; modules="$modules sklearn pytest hypothesis"; fi
-# (re)install when a module is missing or the installed fedlight is not this checkout; find_spec
+# (re)install when a module is missing or the installed fedlight is not this checkout (PYTHONPATH aside); find_spec
 # locates a module without importing it (importing torch and Lightning alone takes seconds)
 here=$(pwd)
-if ! (cd / && "$PYTHON" -c "
+if ! (cd / && env -u PYTHONPATH "$PYTHON" -c "
 import importlib.util, os, sys
 missing = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]
 here = os.path.dirname(os.path.realpath(importlib.util.find_spec('fedlight').origin)) if 'fedlight' not in missing else ''
