@@ -1,12 +1,21 @@
-PYTHON ?= python3
+# `make quickstart` and `make test` set up a project-local environment (.venv) first; see
+# scripts/setup.sh for what each installs. PYTHON=<interpreter> uses an existing one instead
+# (`make test PYTHON=python3`), TORCH=cpu installs a CPU-only PyTorch, PYTEST_ARGS picks tests.
+VENV ?= .venv
+PYTHON ?= $(VENV)/bin/python
+TORCH ?= default
+PYTEST_ARGS ?= tests
+SETUP = VENV=$(VENV) PYTHON=$(PYTHON) TORCH=$(TORCH) bash scripts/setup.sh
 
 .PHONY: setup quickstart test
 
 setup:
-	PYTHON=$(PYTHON) bash scripts/setup.sh
+	$(SETUP) quickstart
 
-quickstart: setup
+quickstart:
+	$(SETUP) quickstart
 	$(PYTHON) -m fedlight fit --recipe recipes/quickstart_fmnist.yaml --overwrite
 
-test: setup
-	$(PYTHON) -m pytest tests
+test:
+	$(SETUP) test
+	$(PYTHON) -m pytest $(PYTEST_ARGS)

@@ -11,11 +11,14 @@ import argparse
 import difflib
 import logging
 import os
+import shlex
 import sys
-from typing import TYPE_CHECKING, NoReturn
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
 
+from fedlight import __version__
 from fedlight.engine import launch
-from fedlight.errors import PREEMPTED_EXIT, USER_ERROR_EXIT, UserError, one_line
+from fedlight.errors import INTERRUPTED_EXIT, PREEMPTED_EXIT, USER_ERROR_EXIT, UserError, one_line
 
 if TYPE_CHECKING:
     from fedlight.config.schema import Recipe
@@ -23,7 +26,12 @@ if TYPE_CHECKING:
 
 class _Parser(argparse.ArgumentParser):
     """argparse whose usage mistakes (a clash, a misspelt flag, a value of the wrong type) are one
-    line, like every other user error, instead of a usage block: a ``UserError``, exit code 2."""
+    line, like every other user error, instead of a usage block: a ``UserError``, exit code 2.
+    Abbreviated flags are refused (``--resum`` is no ``--resume``), in every subcommand."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         raise UserError(f"{message}; see '{self.prog} --help'")
@@ -37,8 +45,21 @@ class _Parser(argparse.ArgumentParser):
         self.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
 
 
+DESCRIPTION = """Simulate federated self-supervised learning (SimCLR, BYOL, FedAvg, FedProx, SCAFFOLD, MOON, ...)
+on one machine or a SLURM cluster, from a recipe."""
+EXAMPLES = """examples:
+  fedlight recipes                                           the recipes fedlight ships
+  fedlight fit --recipe quickstart_fmnist                    run one (Ctrl-C stops it; --resume continues)
+  fedlight fit --recipe quickstart_fmnist rounds=3 --overwrite
+  fedlight sweep --recipe quickstart_fmnist --grid partition.alpha=0.1,1 --seeds 3 --out sweeps/a --executor local
+  fedlight report sweeps/a                                   tables and plots of finished runs
+  fedlight <command> --help                                  a command's options"""
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="fedlight", description=__doc__)
+    parser = _Parser(prog="fedlight", description=DESCRIPTION, epilog=EXAMPLES,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"fedlight {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     fit = sub.add_parser("fit", help="run a federated simulation from a recipe")
     fit.add_argument("--recipe", required=True,
@@ -61,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--executor", default="slurm", choices=("slurm", "local"),
                        help="slurm: an array job (default); local: run the tasks now, as processes on this machine")
     sweep.add_argument("--parallel", type=int, default=1, metavar="N", help="--executor local: N tasks at once")
-    report = sub.add_parser("report", help="compare finished runs: report.md, .csv and .tex tables, PNG plots")
+    report = sub.add_parser("report", help="compare finished runs: report.md, .csv and .tex tables, PNG and SVG plots")
     report.add_argument("paths", nargs="+", help="run folders, or folders to search for results.json (a sweep)")
     report.add_argument("--out", default=None, help="where the report goes (default: the one folder given, else ./report)")
     report.add_argument("--group-by", default=None, metavar="KEYS",
@@ -119,7 +140,8 @@ def _report(args: argparse.Namespace) -> int:
 
     out = args.out or (args.paths[0] if len(args.paths) == 1 else "report")
     group_by = None if args.group_by is None else [k.strip() for k in args.group_by.split(",") if k.strip()]
-    print(f"wrote {write_report(args.paths, out, group_by, args.metric)}")
+    written = write_report(args.paths, out, group_by, args.metric)
+    print(f"wrote {len(written)} files:\n" + "\n".join(f"  {path}" for path in written))
     return 0
 
 
@@ -160,14 +182,25 @@ def _fit_ranks(recipe: Recipe, args: argparse.Namespace) -> int:
 
     try:
         results = fit(recipe, resume=args.resume, overwrite=args.overwrite)
-    except Preempted as stop:  # SIGUSR1 / SIGTERM: checkpointed (and requeued inside SLURM)
-        print(f"fedlight: {stop.describe(recipe.run_dir)}", file=sys.stderr)
-        return PREEMPTED_EXIT
+    except Preempted as stop:  # SIGUSR1 / SIGTERM (checkpointed, requeued inside SLURM) or Ctrl-C
+        print(f"fedlight: {stop.describe(recipe.run_dir, resume_command(args.argv))}", file=sys.stderr)
+        return INTERRUPTED_EXIT if stop.interrupted else PREEMPTED_EXIT
+    except KeyboardInterrupt:  # before the run took Ctrl-C in hand, or a second Ctrl-C: stopped at once
+        kept = Path(recipe.run_dir, "checkpoints", "last.pt").exists()
+        print("fedlight: interrupted; " + (f"the last checkpoint in '{recipe.run_dir}' is kept: continue with: "
+                                            f"{resume_command(args.argv)}" if kept else "no checkpoint was saved"),
+              file=sys.stderr)
+        return INTERRUPTED_EXIT
     if results["final"] and not launch.is_child():
         from fedlight.engine.console import final_line
 
         print(final_line(results))
     return 0
+
+
+def resume_command(argv: list[str]) -> str:
+    """The command that continues the run ``fedlight <argv>`` started: the same, with ``--resume``."""
+    return shlex.join(["fedlight", *[a for a in argv if a not in ("--resume", "--overwrite")], "--resume"])
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -197,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
         if not launch.is_child():  # rank 0 says it once
             print(f"fedlight: error: {one_line(str(exc))}", file=sys.stderr)
         return USER_ERROR_EXIT
+    except KeyboardInterrupt:  # Ctrl-C before a run started (a run says more: _fit_ranks)
+        print("fedlight: interrupted", file=sys.stderr)
+        return INTERRUPTED_EXIT
 
 
 def run() -> None:

@@ -6,6 +6,8 @@ from typing import Iterator
 
 USER_ERROR_EXIT = 2
 PREEMPTED_EXIT = 3  # checkpointed after SIGUSR1 / SIGTERM (and requeued inside SLURM)
+INTERRUPTED_EXIT = 130  # stopped by Ctrl-C (SIGINT): 128 + 2, as a shell reports an interrupted command
+STOPPED_EXITS = (PREEMPTED_EXIT, INTERRUPTED_EXIT)  # a rank that stopped cleanly, its checkpoint saved
 
 
 class UserError(Exception):

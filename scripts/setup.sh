@@ -1,44 +1,84 @@
 #!/usr/bin/env bash
-# Installs what fedlight needs on a fresh Debian machine (idempotent, quick when already done):
-#   - Fashion-MNIST from Debian's dataset-fashion-mnist (for the quickstart and the tests),
-#   - Debian's slurm-wlm and munge (the real-SLURM tests start a two-node cluster on this host with them),
-#   - fedlight itself with its dependencies and the dev extra, into the current Python.
+# Sets up what `make quickstart` or `make test` needs (idempotent: a second call checks and
+# returns in about a second). Usage: scripts/setup.sh quickstart|test
+#
+#   quickstart: a project-local Python environment (.venv, made with `python3 -m venv`; the
+#               system Python is left untouched) holding fedlight and its dependencies
+#               (`pip install -e .`), and Debian's dataset-fashion-mnist (Fashion-MNIST under
+#               /usr/share/datasets/fashion-mnist, apt-get as root; otherwise a hint).
+#   test:       the same plus the dev extra (pytest, hypothesis, scikit-learn) and, as root with
+#               apt-get, Debian's slurm-wlm and munge, which only the real-SLURM tests use (a
+#               two-node cluster on this host; tests/test_slurm.py is skipped without them).
+#
+# Environment: PYTHON=<interpreter> installs into that interpreter instead of a venv (the Makefile
+# passes it: `make test PYTHON=python3`); VENV=<folder> (default .venv); TORCH=cpu installs
+# PyTorch's CPU-only build first (from TORCH_CPU_INDEX, PyTorch's CPU wheel index: needs internet).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
+target=${1:-quickstart}
+case "$target" in quickstart|test) ;; *) echo "usage: $0 quickstart|test" >&2; exit 2 ;; esac
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-$VENV/bin/python}
+TORCH=${TORCH:-default}
+TORCH_CPU_INDEX=${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
+
+as_root_with_apt() { command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; }
+apt_updated=
+apt_install() {  # apt_install PACKAGE...: quietly, after one `apt-get update`
+  export DEBIAN_FRONTEND=noninteractive
+  [ -n "$apt_updated" ] || { apt-get update -qq; apt_updated=1; }
+  apt-get install -y -qq "$@" >/dev/null
+}
 
 if [ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-    echo "setup: installing Debian's dataset-fashion-mnist"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist >/dev/null
+  if as_root_with_apt; then
+    echo "setup: apt-get install dataset-fashion-mnist (Debian's Fashion-MNIST, for the quickstart)"
+    apt_install dataset-fashion-mnist
   else
     echo "setup: Fashion-MNIST is not in /usr/share/datasets/fashion-mnist; install Debian's" \
          "dataset-fashion-mnist, or run recipes with data.root=<folder> data.download=true" >&2
   fi
 fi
 
-missing_slurm=
-for tool in sbatch srun scontrol slurmctld slurmd munged; do
-  command -v "$tool" >/dev/null || missing_slurm="$missing_slurm $tool"
-done
-if [ -n "$missing_slurm" ]; then
-  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-    echo "setup: installing Debian's slurm-wlm and munge (missing:$missing_slurm)"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq && apt-get install -y -qq slurm-wlm munge >/dev/null
-  else
-    echo "setup: SLURM/munge missing ($missing_slurm); tests/test_slurm.py will be skipped" \
-         "(as root with apt-get: apt-get install slurm-wlm munge)" >&2
+if [ "$target" = test ]; then
+  missing_slurm=
+  for tool in sbatch srun scontrol slurmctld slurmd munged; do
+    PATH="$PATH:/usr/sbin:/sbin" command -v "$tool" >/dev/null || missing_slurm="$missing_slurm $tool"
+  done
+  if [ -n "$missing_slurm" ]; then
+    if as_root_with_apt; then
+      echo "setup: apt-get install slurm-wlm munge (only for the real-SLURM tests, tests/test_slurm.py)"
+      apt_install slurm-wlm munge
+    else
+      echo "setup: SLURM/munge missing ($missing_slurm); tests/test_slurm.py will be skipped" \
+           "(as root: apt-get install slurm-wlm munge)" >&2
+    fi
   fi
 fi
 
-# (re)install when a dependency is missing or the installed fedlight is not this checkout
+if [ "$PYTHON" = "$VENV/bin/python" ] && [ ! -x "$PYTHON" ]; then
+  echo "setup: python3 -m venv $VENV (a project-local environment; the system Python is not changed)"
+  python3 -m venv "$VENV"
+fi
+
+# absolute, for the checks below run from / (not realpath: a venv's python is a link to the base one)
+case "$PYTHON" in */*) PYTHON="$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")" ;; esac
+extra=; modules="fedlight lightning lightly torchmetrics torchvision tensorboard matplotlib tqdm omegaconf"
+if [ "$target" = test ]; then extra='[dev]'; modules="$modules sklearn pytest hypothesis"; fi
+# (re)install when a module is missing or the installed fedlight is not this checkout (PYTHONPATH aside); find_spec
+# locates a module without importing it (importing torch and Lightning alone takes seconds)
 here=$(pwd)
-if ! (cd / && "$PYTHON" -c "
-import os, sys, fedlight, lightning, lightly, torchmetrics, torchvision, tensorboard, sklearn, pytest, hypothesis
-sys.exit(os.path.dirname(os.path.realpath(fedlight.__file__)) != os.path.realpath('$here/fedlight'))
-") 2>/dev/null; then
-  echo "setup: pip install -e .[dev]"
-  "$PYTHON" -m pip install -q --disable-pip-version-check -e '.[dev]'
+if ! (cd / && env -u PYTHONPATH "$PYTHON" -c "
+import importlib.util, os, sys
+missing = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]
+here = os.path.dirname(os.path.realpath(importlib.util.find_spec('fedlight').origin)) if 'fedlight' not in missing else ''
+sys.exit(bool(missing) or here != os.path.realpath('$here/fedlight'))
+" $modules) 2>/dev/null; then
+  if [ "$TORCH" = cpu ] && ! (cd / && "$PYTHON" -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is None)"); then
+    echo "setup: pip install torch torchvision --index-url $TORCH_CPU_INDEX (CPU-only PyTorch) into $PYTHON"
+    "$PYTHON" -m pip install -q --disable-pip-version-check torch torchvision --index-url "$TORCH_CPU_INDEX"
+  fi
+  echo "setup: pip install -e .$extra (fedlight, torch, Lightning, lightly, torchmetrics, TensorBoard, ...) into $PYTHON"
+  # (the filter drops pip's notes on local index folders that lack a project: this machine's, not fedlight's)
+  "$PYTHON" -m pip install -q --disable-pip-version-check -e ".$extra" 2> >(grep -v "^WARNING: Location '" >&2)
 fi

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from tqdm import tqdm
 
 from fedlight.engine.console import final_line, metrics_text
-from fedlight.engine.progress import ClientTicks, RoundBars
+from fedlight.engine.progress import ClientTicks, RoundBars, RunClock, duration, step_done
 from fedlight.eval import metric_names
 
 
@@ -31,21 +33,22 @@ def test_metric_names_attach_the_label_fraction() -> None:
 def test_final_line_of_a_supervised_run_starts_with_test_acc() -> None:
     line = final_line(_results({"linear_probe_acc": 0.8, "knn_acc": 0.75, "test_acc": 0.9},
                                {"linear_probe_acc": 0.3, "knn_acc": 0.2, "test_acc": 0.1}))
-    assert line == ("final: test 0.9000 (random init 0.1000); linear probe, 100% labels 0.8000 (random init 0.3000); "
-                    "kNN, 100% labels 0.7500 (random init 0.2000); 12.3 s; run folder runs/tiny")
+    # in percent, as the README and the report print them
+    assert line == ("final: test 90.00% (random init 10.00%); linear probe, 100% labels 80.00% (random init 30.00%); "
+                    "kNN, 100% labels 75.00% (random init 20.00%); 12.3 s; run folder runs/tiny")
 
 
 def test_final_line_leaves_out_a_metric_that_is_no_finite_number() -> None:
     line = final_line(_results({"knn_acc": float("nan"), "test_acc": 0.5}, {"test_acc": 0.1}))
-    assert line == "final: test 0.5000 (random init 0.1000); 12.3 s; run folder runs/tiny"
+    assert line == "final: test 50.00% (random init 10.00%); 12.3 s; run folder runs/tiny"
 
 
 def test_final_line_names_every_label_fraction_measured() -> None:
     line = final_line(_results({"linear_probe_acc": 0.6, "knn_acc": 0.5, "test_acc": None,
                                 "linear_probe_acc@0.01": 0.4, "linear_probe_acc@1": 0.7},
                                {"linear_probe_acc": 0.2, "linear_probe_acc@0.01": 0.1}, label_fraction=0.1))
-    assert line.startswith("final: linear probe, 100% labels 0.7000; linear probe, 10% labels 0.6000 (random init "
-                           "0.2000); linear probe, 1% labels 0.4000 (random init 0.1000); kNN, 10% labels 0.5000;")
+    assert line.startswith("final: linear probe, 100% labels 70.00%; linear probe, 10% labels 60.00% (random init "
+                           "20.00%); linear probe, 1% labels 40.00% (random init 10.00%); kNN, 10% labels 50.00%;")
     assert "test" not in line  # a self-supervised method has no classifier
 
 
@@ -62,7 +65,7 @@ def test_one_plain_line_per_round_off_a_terminal(capsys) -> None:
                          "seconds": 1.0}, None)
     progress.close()
     out, err = capsys.readouterr()
-    assert out == "round 2/3: loss 1.2346, linear probe, 10% labels 0.5000; 2.0 s\nround 3/3: loss -; 1.0 s\n"
+    assert out == "round 2/3: loss 1.2346, linear probe, 10% labels 50.00%; 2.0 s; ETA 2 s\nround 3/3: loss -; 1.0 s\n"
     assert err == ""  # no bar, no carriage return
     assert metrics_text({"knn_acc_std": 0.1, "knn_acc": float("nan")}, 1.0) == ""
 
@@ -81,3 +84,99 @@ def test_the_clients_bar_counts_up_to_what_the_round_deals() -> None:
     ticks()
     ticks()
     assert (bar.n, bar.total) == (2, 3)
+
+
+class _Clock:
+    """A clock a test moves by hand (seconds)."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_the_run_eta_extrapolates_the_running_round_then_uses_finished_rounds() -> None:
+    now = _Clock()
+    clock = RunClock(done=0, total=4, eval_every=1, now=now)
+    assert clock.remaining() is None  # nothing measured yet
+    clock.eval_seconds = 2.0  # the random-init evaluation took 2 s
+    clock.start_round(clients=2, steps=10)
+    now.t, clock.steps_done = 5.0, 5  # half the round's steps in 5 s: a round is 10 s + 2 s of evaluation
+    assert clock.remaining() == (12 - 5) + 12 * 3
+    clock.end_round(12.0)
+    assert clock.remaining() == 12 * 3
+    now.t = 13.0  # 8 s into round 2 (round 1 was logged as ended at 5 s)
+    assert clock.remaining() == (12 - 8) + 12 * 2
+    unplanned = RunClock(done=1, total=2, now=now)  # a schedule that plans no steps: clients tell
+    unplanned.start_round(clients=4)
+    now.t, unplanned.clients_done = 23.0, 1  # a quarter of the clients in 10 s: 30 s left
+    assert unplanned.remaining() == 3 * 10.0
+
+
+def test_steps_and_clients_off_a_terminal_print_a_line_when_the_run_was_silent(capsys) -> None:
+    bars = RoundBars(done=0, total=2, enabled=True, every=0.0)  # every event is "long enough"
+    step_done()  # outside a round: counted nowhere
+    with bars.round(0) as tick:
+        tick.expect(2)
+        tick.plan(4)
+        tick()
+        step_done()
+        step_done()
+    step_done()
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "fedlight: round 1/2: client 1/2, step 0/4; run ETA ?"
+    assert err[-1].startswith("fedlight: round 1/2: client 1/2, step 2/4; run ETA ")
+    assert len(err) == 3 and bars.clock.steps_done == 2
+
+
+def test_an_evaluation_names_its_parts_and_the_random_init_one_is_announced(capsys) -> None:
+    bars = RoundBars(done=0, total=2, enabled=True, every=1e9)  # no line for silence
+    assert bars.evaluate("the random-init encoder", lambda part: part("features") or 7) == 7
+    bars.evaluate("round 1", lambda part: part("kNN"))
+    assert capsys.readouterr().err == ("fedlight: evaluating the random-init encoder (features, linear probe, kNN) "
+                                       "before round 1\n")
+    quiet = RoundBars(done=0, total=2, enabled=True, every=0.0)
+    quiet.evaluate("round 1", lambda part: part("linear probe"))
+    assert capsys.readouterr().err == "fedlight: evaluating round 1: linear probe; run ETA ?\n"
+
+
+def _steps(bars: RoundBars, steps: int, seconds_each: float) -> None:
+    with bars.round(0) as tick:
+        tick.expect(1)
+        tick.plan(1000)
+        tick()
+        for _ in range(steps):
+            bars.clock.now.t += seconds_each
+            step_done()
+
+
+@pytest.mark.parametrize("on_cpu, seconds_each, said", [(True, 10.0, True), (True, 0.01, False), (False, 10.0, False)])
+def test_a_long_run_on_a_cpu_is_announced_once_with_its_estimate(capsys, on_cpu, seconds_each, said) -> None:
+    bars = RoundBars(done=0, total=10, enabled=True, on_cpu=on_cpu, every=1e9)
+    bars.clock = RunClock(0, 10, now=_Clock())
+    _steps(bars, 40, seconds_each)
+    err = capsys.readouterr().err
+    if said:  # 10 rounds x 1,000 steps x 10 s, less the first 20 steps: 99,800 s
+        assert err == ("fedlight: estimated time on this CPU: about 27 h 43 min more (10.00 s an optimizer step over "
+                       "the first 20); a GPU, fewer rounds or a *_fmnist recipe is quicker\n")
+    else:
+        assert err == ""
+
+
+def test_duration_reads_as_a_person_would() -> None:
+    assert [duration(s) for s in (4.2, 600, 11_400)] == ["4 s", "10 min", "3 h 10 min"]
+
+
+def test_a_real_run_counts_the_steps_its_schedule_planned(tiny_recipe, monkeypatch) -> None:
+    """The local loops' steps reach the round's progress, as many as the epoch schedule planned."""
+    from fedlight.config import load_recipe
+    from fedlight.engine.fit import fit
+
+    seen = []
+    real_show = RoundBars.show
+    monkeypatch.setattr(RoundBars, "show",
+                        lambda self, row, last: seen.append((self.clock.steps_done, self.clock.steps))
+                        or real_show(self, row, last))
+    fit(load_recipe(tiny_recipe, ["eval.probe_epochs=2", "data.subset=300"]))
+    assert len(seen) == 2 and all(done == planned > 0 for done, planned in seen), seen

@@ -56,8 +56,9 @@ def test_results_json_schema(tiny_run: Path) -> None:
                 "bytes_d2d", *TIMING} <= set(row)
         assert 0 < row["train_seconds"] < row["seconds"] and 0 < row["eval_seconds"] < row["seconds"]
         assert 0 <= row["linear_probe_acc"] <= 1 and row["bytes_up"] > 0 and row["bytes_d2d"] == 0
-    assert set(res["final"]) == set(res["baseline"]) == {"linear_probe_acc", "knn_acc", "test_acc"}
-    assert res["final"]["test_acc"] is None  # SimCLR has no classifier
+    # SimCLR has no classifier: no test_acc anywhere (not a null)
+    assert set(res["final"]) == set(res["baseline"]) == {"linear_probe_acc", "knn_acc"}
+    assert not [row for row in res["history"] if "test_acc" in row]
     assert res["comm"]["bytes_up"] == sum(r["bytes_up"] for r in res["history"])
     assert res["recipe"]["data"]["name"] == "synthetic"
 
@@ -81,9 +82,18 @@ def test_tensorboard_has_the_scalars(tiny_run: Path) -> None:
     acc = EventAccumulator(str(tiny_run / "tensorboard"), size_guidance={"images": 0, "tensors": 0})
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
-    assert {"train/loss", "eval/linear_probe_acc", "eval/knn_acc", "comm/bytes_up", "comm/bytes_down",
-            "baseline/linear_probe_acc", "time/train_seconds", "final/knn_acc"} <= tags
+    assert {"train/loss", "accuracy/linear_probe_acc", "accuracy/knn_acc", "comm/bytes_up", "comm/bytes_down",
+            "time/train_seconds", "final/knn_acc"} <= tags
+    assert not [t for t in tags if t.startswith(("baseline/", "eval/"))]
     assert [e.step for e in acc.Scalars("train/loss")] == [1, 2]
+    # the random-init encoder is step 0 of the accuracy curves; the final metrics sit at the last round
+    res = json.loads((tiny_run / "results.json").read_text())
+    probe = acc.Scalars("accuracy/linear_probe_acc")
+    assert [e.step for e in probe] == [0, 1, 2]
+    assert probe[0].value == pytest.approx(res["baseline"]["linear_probe_acc"])
+    assert [e.step for e in acc.Scalars("final/knn_acc")] == [2]
+    assert acc.Scalars("final/knn_acc")[0].value == pytest.approx(res["final"]["knn_acc"])
+    assert min(t.split("/")[0] for t in tags) == "accuracy"  # the first group TensorBoard lists
     assert "data/partition" in acc.Tags()["images"]
     assert (tiny_run / "tensorboard" / "projector_config.pbtxt").is_file() or any(
         p.name == "projector_config.pbtxt" for p in (tiny_run / "tensorboard").rglob("*"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import os
 import signal
 import subprocess
@@ -117,4 +118,29 @@ def test_sigterm_between_two_clients_checkpoints_the_half_round(tmp_path: Path, 
     monkeypatch.setattr(epochs, "train_client", count)
     fit(load_recipe(recipe, [*FAST, f"run.dir={run}"]), resume=True)
     assert len(resumed) == 1 + 3 * 2  # client 1 of round 2, then rounds 3-5: not a restart from round 1
+    _assert_same_run(run, straight_run)
+
+
+def test_ctrl_c_mid_round_says_one_line_exits_130_and_its_command_resumes_bit_exact(tmp_path: Path, straight) -> None:
+    """Ctrl-C (SIGINT) stops the run as a preemption does: no traceback, one line naming the
+    checkpoint and the exact command that continues it, exit 130; that command ends where a
+    straight run ends."""
+    recipe, straight_run = straight
+    run = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
+    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "fedlight", "fit", "--recipe", str(recipe), *FAST, f"run.dir={run}"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _wait_for(run / "checkpoints/last.pt")  # round 1 is saved: round 2 is under way
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    said = [line for line in err.splitlines() if "checkpoint" in line]
+    assert len(said) == 1 and said[0] == err.splitlines()[-1], err
+    assert said[0].startswith("fedlight: interrupted: checkpoint after round ") and f"saved in '{run}'" in said[0]
+    resume = shlex.split(said[0].split("; continue with: ")[1])
+    assert resume == ["fedlight", "fit", "--recipe", str(recipe), *FAST, f"run.dir={run}", "--resume"]
+    done = subprocess.run([sys.executable, "-m", *resume], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
     _assert_same_run(run, straight_run)

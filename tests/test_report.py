@@ -56,13 +56,17 @@ def test_varying_keys_ignore_the_run_folder(tmp_path: Path) -> None:
 def test_report_tables_and_plots(tmp_path: Path, capsys) -> None:
     sweep = _sweep(tmp_path)
     assert main(["report", str(sweep)]) == 0
-    assert str(sweep / "report.md") in capsys.readouterr().out
+    out = capsys.readouterr().out.splitlines()
+    written = sorted(line.strip() for line in out[1:])
+    assert out[0] == f"wrote {len(written)} files:" and out[1] == f"  {sweep / 'report.md'}"
+    assert written == sorted(str(p) for p in sweep.iterdir() if p.is_file())  # every file it wrote, and no other
     text = (sweep / "report.md").read_text()
     assert ("| partition.alpha | seeds | linear probe, 100% labels (%) | kNN, 100% labels (%) | MB communicated |"
             in text)
-    # bytes per run: 2 rounds x (up + down); alpha 1.0 runs send 2 MB and 3 MB
-    assert "| 0.1 | 3 | 60.00 ± 10.00 | 42.00 ± 3.46 | 1.00 |" in text
-    assert "| 1.0 | 2 | 85.00 ± 7.07 | 70.00 ± 0.00 | 2.50 |" in text
+    # bytes per run: 2 rounds x (up + down); alpha 1.0 runs send 2 MB and 3 MB; every random init is 10%
+    assert "| 0.1 | 3 | 60.00 ± 10.00 (init 10.00) | 42.00 ± 3.46 (init 10.00) | 1.00 |" in text
+    assert "| 1.0 | 2 | 85.00 ± 7.07 (init 10.00) | 70.00 ± 0.00 (init 10.00) | 2.50 |" in text
+    assert "shaded band is ± one sample standard deviation over seeds" in text
     assert "5 finished runs" in text and "seeds [0, 1, 2]" in text
     assert "Not finished (left out)" in text and "0099" in text
     assert "test (%)" not in text  # no run has a classifier
@@ -78,7 +82,8 @@ def test_report_on_a_list_of_run_folders(tmp_path: Path) -> None:
     out = tmp_path / "cmp"
     assert main(["report", str(sweep / "runs/0000"), str(sweep / "runs/0003"), "--out", str(out)]) == 0
     text = (out / "report.md").read_text()
-    assert "| partition.alpha | seeds |" in text and "| 0.1 | 1 | 50.00 | 40.00 | 1.00 |" in text
+    assert "| partition.alpha | seeds |" in text
+    assert "| 0.1 | 1 | 50.00 (init 10.00) | 40.00 (init 10.00) | 1.00 |" in text
 
 
 def test_report_without_runs_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
@@ -167,7 +172,8 @@ def test_headers_name_the_label_fraction_and_never_mix_two(tmp_path: Path) -> No
     text = (tmp_path / "runs/report.md").read_text()
     assert ("| eval.label_fraction | seeds | linear probe, 10% labels (%) | linear probe, 1% labels (%) | "
             "kNN, 10% labels (%) | kNN, 1% labels (%) | MB communicated |") in text
-    assert "| 0.1 | 1 | 60.00 | - | 50.00 | - | 0.00 |" in text and "| 0.01 | 1 | - | 40.00 | - | 30.00 | 0.00 |" in text
+    assert "| 0.1 | 1 | 60.00 (init 10.00) | - | 50.00 (init 10.00) | - | 0.00 |" in text
+    assert "| 0.01 | 1 | - | 40.00 (init 10.00) | - | 30.00 (init 10.00) | 0.00 |" in text
 
 
 def test_csv_and_latex_tables(tmp_path: Path) -> None:
@@ -175,14 +181,15 @@ def test_csv_and_latex_tables(tmp_path: Path) -> None:
     assert main(["report", str(sweep)]) == 0
     rows = list(csv.reader((sweep / "report.csv").read_text().splitlines()))
     assert rows[0] == ["partition.alpha", "seeds", "linear probe, 100% labels mean (%)",
-                       "linear probe, 100% labels std (%)", "kNN, 100% labels mean (%)", "kNN, 100% labels std (%)",
-                       "MB communicated"]
-    assert rows[1] == ["0.1", "3", "60.0000", "10.0000", "42.0000", "3.4641", "1.0000"]
-    assert rows[2] == ["1.0", "2", "85.0000", "7.0711", "70.0000", "0.0000", "2.5000"]
+                       "linear probe, 100% labels std (%)", "linear probe, 100% labels random init (%)",
+                       "kNN, 100% labels mean (%)", "kNN, 100% labels std (%)", "kNN, 100% labels random init (%)",
+                       "MB communicated", "below random init"]
+    assert rows[1] == ["0.1", "3", "60.0000", "10.0000", "10.0000", "42.0000", "3.4641", "10.0000", "1.0000", ""]
+    assert rows[2] == ["1.0", "2", "85.0000", "7.0711", "10.0000", "70.0000", "0.0000", "10.0000", "2.5000", ""]
     tex = (sweep / "report.tex").read_text()
     assert tex.startswith("\\begin{tabular}{llrrr}\n\\toprule\n") and tex.endswith("\\bottomrule\n\\end{tabular}\n")
     assert "partition.alpha & seeds & linear probe, 100\\% labels (\\%) & kNN, 100\\% labels (\\%)" in tex
-    assert "0.1 & 3 & $60.00 \\pm 10.00$ & $42.00 \\pm 3.46$ & 1.00 \\\\" in tex
+    assert "0.1 & 3 & $60.00 \\pm 10.00$ (init 10.00) & $42.00 \\pm 3.46$ (init 10.00) & 1.00 \\\\" in tex
 
 
 def test_group_by_and_metric_options(tmp_path: Path, capsys) -> None:
@@ -193,7 +200,8 @@ def test_group_by_and_metric_options(tmp_path: Path, capsys) -> None:
     # all five finished runs in one group; kNN only: (40 + 40 + 46 + 70 + 70) / 5 = 53.2
     assert "| method.name | seeds | kNN, 100% labels (%) | MB communicated |" in text
     assert "| simclr | 5 | 53.20 ± " in text and "linear probe" not in text
-    assert sorted(p.name for p in out.glob("*.png")) == ["knn_acc@1_vs_bytes.png", "knn_acc@1_vs_round.png"]
+    assert sorted(p.name for p in out.glob("*_vs_*")) == ["knn_acc@1_vs_bytes.png", "knn_acc@1_vs_bytes.svg",
+                                                          "knn_acc@1_vs_round.png", "knn_acc@1_vs_round.svg"]
     for bad, fragment in ((["--group-by", "partition.alpah"], "--group-by partition.alpah: not a recipe key"),
                           (["--metric", "f1"], "--metric f1: no finished run measured it; choose from")):
         capsys.readouterr()
@@ -215,12 +223,36 @@ def test_plots_start_at_random_init_with_integer_rounds_and_the_legend_outside(t
     done = [r for r in runs if r.finished]
     files = plots.write_plots([((0.1,), done[:3]), ((1.0,), done[3:])], ["partition.alpha"],
                               ["linear_probe_acc@1", "knn_acc@1"], tmp_path / "plots")
-    assert len(files) == len(figures) == 4
+    assert len(files) == 2 * len(figures) == 8  # each plot as PNG and SVG
+    assert all((tmp_path / "plots" / f).stat().st_size > 0 for f in files)
+    assert (tmp_path / "plots/knn_acc@1_vs_round.svg").read_text().lstrip().startswith("<?xml")
     for fig in figures:
         ax = fig.axes[0]
         assert ax.get_lines()[0].get_xdata()[0] == 0  # the random-init point
         legend = ax.get_legend()
+        assert [t.get_text() for t in legend.get_texts()] == ["alpha = 0.1", "alpha = 1.0"]  # as a reader says it
+        assert legend.get_title().get_text() == "mean over seeds; band: ± 1 std over seeds"
         fig.canvas.draw()
         assert legend.get_window_extent().x0 >= ax.get_window_extent().x1  # right of the data
     round_axis = figures[0].axes[0]
     assert all(float(t).is_integer() for t in round_axis.get_xticks())
+
+
+def test_a_group_that_ends_below_its_random_init_is_flagged(tmp_path: Path) -> None:
+    """A run that trained its encoder into something worse than random must be visible in every table."""
+    _write_run(tmp_path / "runs/0000", 0.1, 0, 0.05, 0.40, 1000)  # probe 5% against a random init of 10%
+    _write_run(tmp_path / "runs/0001", 0.1, 1, 0.07, 0.40, 1000)
+    assert main(["report", str(tmp_path / "runs")]) == 0
+    text = (tmp_path / "runs/report.md").read_text()
+    assert "| 2 | 6.00 ± 1.41 (init 10.00; below init) | 40.00 ± 0.00 (init 10.00) |" in text
+    rows = list(csv.reader((tmp_path / "runs/report.csv").read_text().splitlines()))
+    assert rows[1][-1] == "linear probe, 100% labels"
+    assert "\\textbf{$6.00 \\pm 1.41$} (init 10.00; below init)" in (tmp_path / "runs/report.tex").read_text()
+
+
+def test_legend_names_are_the_keys_last_part_unless_two_share_it() -> None:
+    from fedlight.report.plots import group_label, legend_names
+
+    assert group_label(["partition.alpha", "method.name"], (0.1, "byol")) == "alpha = 0.1, name = byol"
+    assert legend_names(["method.mu", "server.mu", "seed"]) == ["method.mu", "server.mu", "seed"]
+    assert group_label([], ()) == "all runs"

@@ -173,3 +173,34 @@ def test_preflight_knows_every_torchvision_dataset_the_loader_reads() -> None:
     from fedlight.data.sources import TORCHVISION
 
     assert set(TORCHVISION_DATASETS) == set(TORCHVISION)
+
+
+@pytest.mark.parametrize("name", ["fashion_mnist", "cifar10", "svhn"])
+def test_missing_data_shows_the_layout_expected_under_data_root(tmp_path: Path, name: str) -> None:
+    from fedlight.data.locate import LAYOUTS
+
+    with pytest.raises(UserError) as caught:
+        load_dataset(name, str(tmp_path), download=False)
+    assert f"(expected: {LAYOUTS[name]})" in str(caught.value) and "data.download=true" in str(caught.value)
+
+
+@pytest.mark.parametrize("name, cls", [("fashion_mnist", "FashionMNIST"), ("cifar10", "CIFAR10")])
+def test_a_failed_download_shows_the_layout_and_does_not_suggest_downloading(tmp_path: Path, monkeypatch,
+                                                                            name: str, cls: str) -> None:
+    """Offline, data.download=true fails: the error says so, names the files to copy, and does not
+    suggest the data.download=true that was given."""
+    import urllib.error
+
+    import torchvision.datasets as tvd
+
+    from fedlight.data.locate import LAYOUTS
+
+    def offline(*args, **kwargs):
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(tvd, cls, offline)
+    with pytest.raises(UserError) as caught:
+        load_dataset(name, str(tmp_path), download=True)
+    message = str(caught.value)
+    assert message.startswith(f"downloading {name} into data.root '{tmp_path}' failed (URLError: ")
+    assert LAYOUTS[name] in message and "data.download=true" not in message and "data.download=false" in message

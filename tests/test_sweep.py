@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,8 @@ from fedlight.sweep.grid import expand, parse_grid, split_values
 from fedlight.sweep.names import MAX_LENGTH, key_labels, run_names, safe_name
 from fedlight.sweep.plan import to_submit
 from fedlight.sweep.slurm import array_spec
+
+REPO = Path(__file__).resolve().parents[1]
 
 GRID = ["--grid", "partition.alpha=0.01,1,100", "--grid", "method.name=simclr,byol"]
 
@@ -352,6 +357,7 @@ def test_local_executor_runs_skips_finished_and_resumes(tmp_path: Path, tiny_rec
     assert main([*sweep, "--parallel", "2"]) == 0
     printed = capsys.readouterr().out
     assert "2 to run now" in printed and printed.count(": finished") == 2, printed
+    assert printed.count(": started; log ") == 2 and "(--overwrite)" not in printed  # new tasks, nothing overwritten
     names = _names(out)
     assert names == ["alpha=0.5_seed=3", "alpha=5_seed=3"]
     for name, alpha in zip(names, (0.5, 5.0)):
@@ -364,8 +370,15 @@ def test_local_executor_runs_skips_finished_and_resumes(tmp_path: Path, tiny_rec
 
     assert main(sweep) == 0  # both finished: nothing runs
     assert "2 finished" in capsys.readouterr().out
+    # and it says so without importing torch (seconds on a busy machine: what made a finished sweep slow)
+    probe = f"import sys; from fedlight.cli import main; assert main({sweep!r}) == 0; print('torch' in sys.modules)"
+    again = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert again.returncode == 0 and again.stdout.splitlines()[-1] == "False", again.stderr[-2000:]
+    assert "2 finished, 0 submitted before and not finished, 0 to run now" in again.stdout
     (out / "runs" / names[1] / "results.json").unlink()  # as if killed after its checkpoint
     assert main(sweep) == 0
     printed = capsys.readouterr().out
-    assert "1 finished" in printed and "1 to run now" in printed and f"{names[1]}: started (--resume)" in printed
+    assert "1 finished" in printed and "1 to run now" in printed
+    assert f"{names[1]}: resumed from its checkpoint" in printed
     assert json.loads((out / "runs" / names[1] / "results.json").read_text())["final"] is not None

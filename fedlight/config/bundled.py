@@ -10,6 +10,8 @@ the CLI resolves a name before any heavy import.
 from __future__ import annotations
 
 import difflib
+import re
+import textwrap
 from pathlib import Path
 
 from fedlight.errors import UserError
@@ -46,19 +48,34 @@ def resolve_recipe(given: str) -> str:
                     "give a recipe file's path, or a name 'fedlight recipes' lists")
 
 
+# a sentence's end: . ! or ? then a space, not after an abbreviation the recipes use (sec. III, et al. 2022)
+ABBREVIATIONS = ("sec.", "al.", "Fig.", "Eq.", "eq.", "cf.", "vs.", "e.g.", "i.e.", "i.i.d.")
+SENTENCE_END = re.compile("".join(rf"(?<!\b{re.escape(a)})" for a in ABBREVIATIONS) + r"(?<=[.!?])\s+(?=\S)")
+
+
 def first_comment(path: Path) -> str:
-    """The text of the first ``#`` comment line of ``path`` (a recipe's one-line description), or ''."""
+    """The first sentence of the first ``#`` comment block of ``path`` (a recipe's description), or ''.
+
+    A sentence ends at ``.``, ``!`` or ``?`` before a space or the block's end; it may run
+    over several comment lines, which are joined."""
+    block: list[str] = []
     for line in path.read_text(encoding="utf-8").splitlines():
         stripped = line.strip()
-        if stripped.startswith("#"):
-            return stripped.lstrip("#").strip()
-    return ""
+        if not stripped.startswith("#"):
+            if block:
+                break
+            continue
+        block.append(stripped.lstrip("#").strip())
+    return SENTENCE_END.split(" ".join(block).strip(), maxsplit=1)[0]
 
 
-def describe_recipes() -> str:
-    """Every shipped recipe with its one-line description, one a line (``fedlight recipes``)."""
+def describe_recipes(width: int = 100) -> str:
+    """Every shipped recipe with its description, the whole first sentence, wrapped to ``width``
+    columns under its own indent (``fedlight recipes``)."""
     recipes = bundled_recipes()
-    width = max(map(len, recipes), default=0)
+    name_width = max(map(len, recipes), default=0)
     lines = [f"recipes ({RECIPES}; run one with fedlight fit --recipe NAME):"]
-    lines += [f"  {name:<{width}}  {first_comment(path)}" for name, path in recipes.items()]
+    for name, path in recipes.items():
+        lines += textwrap.wrap(first_comment(path) or "-", width, initial_indent=f"  {name:<{name_width}}  ",
+                               subsequent_indent=" " * (name_width + 4), break_on_hyphens=False)
     return "\n".join(lines)

@@ -29,18 +29,43 @@ def find_idx(root: Path, stem: str, mnist: bool = False) -> Path | None:
     return None
 
 
+# data.name -> the files it reads under data.root, as torchvision's downloads lay them out
+LAYOUTS = {
+    "fashion_mnist": "train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte and "
+                     "t10k-labels-idx1-ubyte (each may end in .gz), in data.root or in data.root/FashionMNIST/raw/",
+    "mnist": "train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte and "
+             "t10k-labels-idx1-ubyte (each may end in .gz), in data.root or in data.root/MNIST/raw/",
+    "cifar10": "data.root/cifar-10-batches-py/ with data_batch_1 .. data_batch_5, test_batch and batches.meta",
+    "cifar100": "data.root/cifar-100-python/ with train, test and meta",
+    "svhn": "data.root/train_32x32.mat and data.root/test_32x32.mat",
+    "stl10": "data.root/stl10_binary/ with train_X.bin, train_y.bin, test_X.bin, test_y.bin and class_names.txt",
+}
+
+
+def expected_layout(name: str) -> str:
+    """``'expected: <the files data.root holds for dataset name>'``, for the data errors."""
+    return f"expected: {LAYOUTS[name]}"
+
+
 def missing_idx(root: Path, stem: str, mnist: bool = False) -> UserError:
     """The one-line error for an IDX file ``stem`` that ``root`` does not hold."""
     label = "MNIST" if mnist else "Fashion-MNIST"
     hint = ("" if mnist else "run 'apt-get install dataset-fashion-mnist' and set "
             "data.root=/usr/share/datasets/fashion-mnist, or ")
-    return UserError(f"data.root '{root}' has no {label} file '{stem}[.gz]'; {hint}set data.download=true")
+    layout = expected_layout("mnist" if mnist else "fashion_mnist")
+    return UserError(f"data.root '{root}' has no {label} file '{stem}[.gz]' ({layout}); {hint}set data.download=true")
 
 
 def not_found(name: str, root: str | Path, why: str = "") -> UserError:
     """The one-line error for a dataset torchvision reads that ``root`` does not hold."""
-    return UserError(f"{name} not found in data.root '{root}'{why}; point data.root at a folder holding it "
-                     "or set data.download=true (needs internet)")
+    return UserError(f"{name} not found in data.root '{root}'{why} ({expected_layout(name)}); point data.root at a "
+                     "folder holding it or set data.download=true (needs internet)")
+
+
+def download_failed(name: str, root: str | Path, exc: BaseException) -> UserError:
+    """The one-line error for a ``data.download=true`` that could not download ``name``."""
+    return UserError(f"downloading {name} into data.root '{root}' failed ({type(exc).__name__}: {exc}); without "
+                     f"internet, copy the files there ({expected_layout(name)}) and set data.download=false")
 
 
 def check_data_root(name: str, root: str, download: bool) -> None:

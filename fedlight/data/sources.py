@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from fedlight.data.idx import read_idx
-from fedlight.data.locate import IDX_FILES, find_idx, missing_idx, not_found
+from fedlight.data.locate import IDX_FILES, download_failed, expected_layout, find_idx, missing_idx, not_found
 from fedlight.errors import UserError, warnings_if_it_works
 from fedlight.seeding import torch_generator
 
@@ -61,8 +61,11 @@ def _fashion_mnist(root: Path, download: bool, mnist: bool = False) -> ImageData
     if find_idx(root, IDX_FILES["train_x"], mnist) is None and download:
         import torchvision.datasets as tvd
 
-        for train in (True, False):
-            (tvd.MNIST if mnist else tvd.FashionMNIST)(str(root), train=train, download=True)
+        try:
+            for train in (True, False):
+                (tvd.MNIST if mnist else tvd.FashionMNIST)(str(root), train=train, download=True)
+        except (OSError, RuntimeError) as exc:  # torchvision: "Error downloading ..." once every mirror failed
+            raise download_failed("mnist" if mnist else "fashion_mnist", root, exc) from None
     arrays = {}
     for key, stem in IDX_FILES.items():
         path = find_idx(root, stem, mnist)
@@ -102,6 +105,11 @@ def _torchvision(name: str, root: Path, download: bool) -> ImageData:
     try:
         with warnings_if_it_works():
             (train_x, train_y), (test_x, test_y) = split(True), split(False)
+    except OSError as exc:  # urllib's URLError and HTTPError are OSErrors
+        if download:
+            raise download_failed(name, root, exc) from None
+        raise UserError(f"{name} in data.root '{root}' cannot be read ({type(exc).__name__}: {exc}); "
+                        f"replace the files ({expected_layout(name)})") from None
     except RuntimeError as exc:
         if "not found" in str(exc) or "corrupted" in str(exc):  # torchvision says "not found or corrupted"
             damaged = _first_damaged(name, root)
@@ -111,8 +119,9 @@ def _torchvision(name: str, root: Path, download: bool) -> ImageData:
             raise not_found(name, root) from None
         raise UserError(f"{name} in data.root '{root}' cannot be read ({exc}); re-download it") from None
     except Exception as exc:  # malformed pickles / .mat / binaries raise anything
+        fix = "replace the files" if download else "re-download it (data.download=true) or replace the files"
         raise UserError(f"{name} in data.root '{root}' cannot be read ({type(exc).__name__}: {exc}); "
-                        "re-download it (data.download=true) or replace the files") from None
+                        f"{fix} ({expected_layout(name)})") from None
     return ImageData(train_x, train_y, test_x, test_y, TORCHVISION[name][1])
 
 

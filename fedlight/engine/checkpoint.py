@@ -27,49 +27,16 @@ from typing import Any, Callable
 
 import torch
 
+from fedlight.engine.atomic_files import atomic_write_bytes
+from fedlight.engine.atomic_files import fsync_dir as _fsync_dir
+from fedlight.engine.atomic_files import write_failed as _write_failed
+from fedlight.engine.atomic_files import write_synced as _write_synced
 from fedlight.errors import UserError, warnings_if_it_works
 
 PREV = ".prev"
 DIGESTS = ".sha256"
 _SHA256_LINE = re.compile(r"([0-9a-fA-F]{64}) [ *](.+)")  # sha256sum's text and binary modes
 Check = Callable[[Any], "str | None"]
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_synced(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _write_failed(path: Path, tmp: Path, exc: OSError) -> UserError:
-    """A full disk or a vanished folder mid-run: one line; the file's previous version is kept."""
-    try:
-        tmp.unlink(missing_ok=True)
-    except OSError:
-        pass
-    return UserError(f"cannot write '{path}' ({exc.strerror or exc}); its previous version is kept: "
-                     "free space on that disk, then rerun with --resume")
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temp file + fsync + rename + directory fsync)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _write_synced(tmp, data)
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
-    except OSError as exc:
-        raise _write_failed(path, tmp, exc) from None
 
 
 def sibling(path: Path, suffix: str) -> Path:

@@ -78,6 +78,11 @@ class ClientRunner:
         hands = deal_clients(sampled, [self.sizes[c] for c in sampled], self.world * w)
         return hands[self.rank * w:(self.rank + 1) * w]
 
+    def planned_steps(self, hands: list[list[int]]) -> int | None:
+        """The optimizer steps the clients of ``hands`` take in all (None: their schedule cannot tell)."""
+        planned = [self.schedule.planned_steps(c) for hand in hands for c in hand]
+        return None if None in planned else sum(planned)
+
     def _due(self, client: int) -> bool:
         """Whether a sampled ``client`` trains: always, except under a one-off local budget
         (``trains_once``, SOLO's ``server.budget=once``) once it holds a model of its own."""

@@ -29,11 +29,18 @@ def _shown(named: dict[str, Any]) -> list[str]:
                                and not k.endswith("_std") and math.isfinite(v)])
 
 
+def value_text(key: str, value: float) -> str:
+    """An accuracy or AUC in percent, as the README and ``fedlight report`` print it (``'77.76%'``);
+    any other number to four decimals."""
+    return f"{100 * value:.2f}%" if metric_names.is_metric(key) else f"{value:.4f}"
+
+
 def metrics_text(metrics: dict[str, Any], label_fraction: float) -> str:
-    """``'test 0.9100, linear probe, 10% labels 0.8000, kNN, 10% labels 0.7000'``: the numeric metrics,
-    main one first, each named with its label fraction (spreads over clients, ``*_std``, left out)."""
+    """``'test 91.00%, linear probe, 10% labels 80.00%, kNN, 10% labels 70.00%'``: the accuracies, main
+    one first, each named with its label fraction (spreads over clients, ``*_std``, left out)."""
     named = metric_names.with_fraction(metrics, label_fraction)
-    return ", ".join(f"{metric_names.title(k)} {named[k]:.4f}" for k in _shown(named) if metric_names.is_metric(k))
+    return ", ".join(f"{metric_names.title(k)} {value_text(k, named[k])}" for k in _shown(named)
+                     if metric_names.is_metric(k))
 
 
 def final_line(results: dict[str, Any]) -> str:
@@ -43,7 +50,8 @@ def final_line(results: dict[str, Any]) -> str:
     fraction = (recipe.get("eval") or {}).get("label_fraction", 1.0)
     final = metric_names.with_fraction(results.get("final") or {}, fraction)
     base = metric_names.with_fraction(results.get("baseline") or {}, fraction)
-    parts = [f"{metric_names.title(k)} {final[k]:.4f}"
-             + (f" (random init {base[k]:.4f})" if isinstance(base.get(k), (int, float)) else "") for k in _shown(final)]
+    parts = [f"{metric_names.title(k)} {value_text(k, final[k])}"
+             + (f" (random init {value_text(k, base[k])})" if isinstance(base.get(k), (int, float)) else "")
+             for k in _shown(final)]
     folder = (recipe.get("run") or {}).get("dir") or f"runs/{recipe.get('name')}"
     return f"final: {'; '.join(parts) or 'no metric'}; {results['wall_seconds']:.1f} s; run folder {folder}"

@@ -101,39 +101,47 @@ class Evaluator:
                 out.append(fn(x).float())
         return torch.cat(out)
 
-    def model_metrics(self) -> dict[str, float | None]:
-        """The three accuracies of the model as loaded (``test_acc`` is None without a classifier)."""
+    def model_metrics(self, part: Callable[[str], None] = lambda name: None) -> dict[str, float | None]:
+        """The three accuracies of the model as loaded (``test_acc`` is None without a classifier);
+        ``part`` is told the name of each part as it starts (the progress bars)."""
         e, d, m = self.o, self.data, self.module
+        part("features")
         train_f = self.apply(m.features, d.train_x[self.probe_idx])
         train_y = self.fabric.to_device(d.train_y[self.probe_idx])
         test_f = self.apply(m.features, d.test_x)
         test_y = self.fabric.to_device(d.test_y)
         test_acc = None
         if m.has_classifier:
+            part("classifier")
             test_acc = float((self.apply(m.classify, d.test_x).argmax(1) == test_y).float().mean())
-        out = {
-            "linear_probe_acc": linear_probe_accuracy(train_f, train_y, test_f, test_y, d.num_classes,
-                                                      steps=e.probe_epochs),
-            "knn_acc": knn_accuracy(train_f, train_y, test_f, test_y, d.num_classes, e.knn_k, e.knn_temperature),
-            "test_acc": test_acc,
-        }
+        part("linear probe")
+        out: dict[str, float | None] = {"linear_probe_acc": linear_probe_accuracy(
+            train_f, train_y, test_f, test_y, d.num_classes, steps=e.probe_epochs)}
+        part("kNN")
+        out["knn_acc"] = knn_accuracy(train_f, train_y, test_f, test_y, d.num_classes, e.knn_k, e.knn_temperature)
+        out["test_acc"] = test_acc
         for fraction, idx in self.extra_idx.items():  # e.g. SOFed's 1% / 10% / 100% label protocol
+            part(f"linear probe, {fraction:.0%} labels")
             feats = self.apply(m.features, d.train_x[idx])
             out[f"linear_probe_acc@{fraction:g}"] = linear_probe_accuracy(
                 feats, self.fabric.to_device(d.train_y[idx]), test_f, test_y, d.num_classes, steps=e.probe_epochs)
         return out
 
-    def scores(self, client_models: list[State] | None, restore: State) -> dict[str, Any]:
+    def scores(self, client_models: list[State] | None, restore: State,
+               part: Callable[[str], None] = lambda name: None) -> dict[str, Any]:
         """``model_metrics``, or with ``client_models`` (local-only training) ``clients_metrics``."""
-        return self.model_metrics() if client_models is None else self.clients_metrics(client_models, restore)
+        if client_models is None:
+            return self.model_metrics(part)
+        return self.clients_metrics(client_models, restore, part)
 
-    def clients_metrics(self, client_models: list[State], restore: State) -> dict[str, Any]:
+    def clients_metrics(self, client_models: list[State], restore: State,
+                        part: Callable[[str], None] = lambda name: None) -> dict[str, Any]:
         """Mean and spread (``<metric>_std``) over clients' own models (local-only training; their
         states on any device); the worker model gets ``restore`` back afterwards."""
         per_client = []
-        for state in client_models:
+        for i, state in enumerate(client_models):
             self.module.load_partial({k: self.fabric.to_device(v) for k, v in state.items()})
-            per_client.append(self.model_metrics())
+            per_client.append(self.model_metrics(lambda name: part(f"client {i + 1}/{len(client_models)}, {name}")))
         self.module.load_partial(restore)
         out: dict[str, float | None] = {}
         for key in METRICS:

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 
-from fedlight.errors import PREEMPTED_EXIT, UserError
+from fedlight.errors import STOPPED_EXITS, UserError
 
 # set by srun, torchrun, LSF, MPI, or by us: the processes exist already
 EXTERNAL_LAUNCH = ("LOCAL_RANK", "WORLD_SIZE", "SLURM_NTASKS", "TORCHELASTIC_RUN_ID", "LSB_JOBID",
@@ -81,7 +81,7 @@ def _watch(procs: list[subprocess.Popen], period: float = 0.5) -> None:
     unless it ends by itself within ``GRACE_SECONDS``."""
     while True:
         codes = [p.poll() for p in procs]
-        if any(c not in (None, 0, PREEMPTED_EXIT) for c in codes):
+        if any(c not in (None, 0, *STOPPED_EXITS) for c in codes):
             stop_local_ranks(procs)
             time.sleep(GRACE_SECONDS)
             os.kill(os.getpid(), signal.SIGKILL)
@@ -93,7 +93,7 @@ def _watch(procs: list[subprocess.Popen], period: float = 0.5) -> None:
 def finish_local_ranks(procs: list[subprocess.Popen], code: int) -> int:
     """Rank 0 is done with exit ``code``: wait for the others if it succeeded or stopped cleanly
     (they finish the same collectives), end them otherwise; the first non-zero code wins."""
-    if code not in (0, PREEMPTED_EXIT):  # a preempted rank 0: every rank stops at the same round
+    if code not in (0, *STOPPED_EXITS):  # a preempted or interrupted rank 0: every rank stops at the same round
         stop_local_ranks(procs)
         return code
     codes = [p.wait() for p in procs]

@@ -8,6 +8,7 @@ import torch
 from lightning.fabric import Fabric
 
 from fedlight.data.views import ViewMaker
+from fedlight.engine.progress import step_done
 from fedlight.methods.base import FederatedModule
 
 
@@ -75,6 +76,7 @@ def training_step(fabric: Fabric, module: FederatedModule, optimizer: torch.opti
     module.on_before_optimizer_step(optimizer)
     optimizer.step()
     module.on_train_batch_end(loss, batch, step)
+    step_done()
     return loss.detach()
 
 

@@ -98,6 +98,7 @@ class Federation:
             hands = [[c for c in hand if c not in {rep["client"] for rep in reports}] for hand in hands]
             self.s.partial = None
         tick.expect(sum(map(len, hands)))
+        tick.plan(self.clients.planned_steps(hands))
         jobs = [(hand, acc if w == 0 else None) for w, hand in enumerate(hands)]  # worker 0 goes on from a resumed sum
         results = self.workers.map(lambda m, job: self.clients.train_hand(m, *job, round_, self.s.global_state, tick),
                                    jobs)
@@ -122,9 +123,9 @@ class Federation:
         self.module.load_partial(self.s.global_state)
         return reports
 
-    def _evaluate(self, round_: int) -> tuple[dict[str, float | None], list[list]]:
-        """The parts' evaluations (collectives, every rank), then probe and kNN (rank 0); the metrics
-        and the ledger rows of what the evaluations uploaded."""
+    def _evaluate(self, round_: int, part: Callable[[str], None]) -> tuple[dict[str, float | None], list[list]]:
+        """The parts' evaluations (collectives, every rank), then probe and kNN (rank 0; ``part`` names each as
+        it starts); the metrics and the ledger rows of what the evaluations uploaded."""
         local = self.aggregator.keeps_models_local
         stored = self.clients.gathered() if local or any(hook.needs_clients for hook in self.hooks) else {}
         extra, rows = {}, []
@@ -136,7 +137,7 @@ class Federation:
         if self.rank != 0:
             return dict.fromkeys(METRICS), rows
         models = [stored[c] for c in sorted(stored)] if local else None  # local-only: the clients' own models
-        return {**self.evaluator.scores(models, self.s.global_state), **extra}, rows
+        return {**self.evaluator.scores(models, self.s.global_state, part), **extra}, rows
 
     def _preempted(self, clients_done: int = 0) -> preemption.Preempted:
         """The exception that stops a preempted run (after its checkpoint); flushes TensorBoard first."""
@@ -153,12 +154,12 @@ class Federation:
     def run(self) -> dict[str, Any]:
         """Train the rounds left (all unless ``restore`` ran); returns (and on rank 0 writes) the results."""
         o, s, start = self.o, self.s, time.perf_counter()
-        self.started = start
+        self.started, cpu = start, self.fabric.device.type == "cpu"
+        bars = RoundBars(s.rounds_done, o.rounds, self.rank == 0, self.evaluator.o.label_fraction, o.eval_every, cpu)
         if not self.restored and self.rank == 0:  # the floor of every metric, the parts' included
-            s.baseline = {**self.evaluator.model_metrics(), **random_init_metrics(self.hooks, s.global_state)}
+            s.baseline = bars.evaluate("the random-init model", lambda: random_init_metrics(self.evaluator, self.hooks, s.global_state))
         self.log.open(s.rounds_done, s.ledger.rows, s.baseline)
         wall, last_eval = s.wall_before, s.last_evaluation()
-        bars = RoundBars(s.rounds_done, o.rounds, self.rank == 0, self.evaluator.o.label_fraction)
         for round_ in bars:
             t0 = time.perf_counter()
             with bars.round(round_) as tick:
@@ -169,14 +170,13 @@ class Federation:
             metrics, uploads, failure, t_eval = dict.fromkeys(METRICS), [], None, time.perf_counter()
             if s.rounds_done % o.eval_every == 0 or s.rounds_done == o.rounds:
                 try:
-                    metrics, uploads = self._evaluate(round_)
+                    metrics, uploads = bars.evaluate(f"round {round_ + 1}", lambda part: self._evaluate(round_, part))
                     last_eval = metrics if self.rank == 0 else last_eval
                 except Exception as exc:  # the round is trained and aggregated: it is saved first (below)
                     failure = exc
             s.ledger.rows.extend(uploads)
-            trained = sum(rep.get("seconds", 0.0) for rep in reports) / (self.world * len(self.workers))
             timing = {"seconds": time.perf_counter() - t0, "eval_seconds": time.perf_counter() - t_eval,
-                      "train_seconds": trained}
+                      "train_seconds": sum(r.get("seconds", 0.0) for r in reports) / (self.world * len(self.workers))}
             row = s.add_round(round_, reports, metrics, rows + uploads, self._lr(round_), timing, self.hooks)
             wall = s.wall_before + time.perf_counter() - start
             self.checkpoint.save(s, wall)

@@ -28,6 +28,7 @@ from fedlight.engine.local_loop import LocalResult
 from fedlight.methods.base import FederatedModule
 
 State = dict[str, torch.Tensor]
+ACCURACY = "accuracy"  # the TensorBoard tag group of every accuracy curve (listed first: alphabetical)
 Report = dict[str, Any]  # one client's round: client, status, loss, steps, samples, ... (kept in checkpoints)
 
 
@@ -122,9 +123,10 @@ class ClientWork:
     sent: list[tuple[str, str, int]] = field(default_factory=list)
 
 
-def random_init_metrics(parts: list[RoundPlugin], global_state: State) -> dict[str, float | None]:
-    """Every part's ``random_init_metrics``, merged."""
-    return {k: v for part in parts for k, v in part.random_init_metrics(global_state).items()}
+def random_init_metrics(evaluator: Any, parts: list[RoundPlugin], global_state: State) -> dict[str, float | None]:
+    """The run's floors: the random-init model's probe, kNN and classifier (``evaluator.model_metrics``),
+    and every part's ``random_init_metrics``."""
+    return {**evaluator.model_metrics(), **{k: v for part in parts for k, v in part.random_init_metrics(global_state).items()}}
 
 
 class ClientSchedule(RoundPlugin):
@@ -143,6 +145,11 @@ class ClientSchedule(RoundPlugin):
 
     def begin_round(self, round_: int, global_state: State, receivers: list[int]) -> None:
         """Before ``round_``'s clients train; ``receivers``: this process's first worker's clients."""
+
+    def planned_steps(self, client: int) -> int | None:
+        """The optimizer steps ``client`` takes in a round when it does all its work (the progress
+        bars and the run's ETA), or None when the schedule cannot tell beforehand."""
+        return None
 
     def option_keys(self) -> tuple[str, ...]:
         """What ``ScheduleContext`` hands a schedule of its ``local.*`` keys (built-ins narrow it)."""

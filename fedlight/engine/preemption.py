@@ -1,4 +1,4 @@
-"""Preemption: SIGUSR1 or SIGTERM make a run stop at the next safe point, requeue itself and exit 3.
+"""Preemption and Ctrl-C: SIGUSR1, SIGTERM or SIGINT make a run stop at the next safe point.
 
 SLURM sends SIGUSR1 ahead of the time limit (``#SBATCH --signal=B:USR1@120``) and SIGTERM
 when it preempts or cancels a job. The handler only sets a flag; the orchestrator reads it
@@ -6,6 +6,10 @@ at the next safe point, where ``--resume`` continues bit for bit: after the curr
 (one process: the round's accumulator and client reports go into the checkpoint) or after
 the current round's checkpoint (several ranks, which agree through one ``all_reduce``).
 Rank 0 then runs ``scontrol requeue $SLURM_JOB_ID`` when inside SLURM; the CLI exits with 3.
+
+SIGINT (Ctrl-C) stops the run the same way, without a requeue (a person asked it to stop), and
+the CLI exits with 130, the shell's code for an interrupted command. A second Ctrl-C stops at
+once (``KeyboardInterrupt``), losing only the work since the last checkpoint.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from typing import Iterator
 import torch
 from lightning.fabric import Fabric
 
-SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+from fedlight.engine.console import interactive
+
+SIGNALS = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
 _received: list[int] = []
 
 
@@ -31,24 +37,27 @@ class Preempted(Exception):
     def __init__(self, rounds_done: int, rank: int, clients_done: int = 0) -> None:
         super().__init__(f"stopped by a signal after round {rounds_done} (+{clients_done} clients)")
         self.rounds_done, self.rank, self.clients_done = rounds_done, rank, clients_done
+        self.interrupted = signal.SIGINT in _received  # Ctrl-C: no requeue, exit 130
         self.requeued: str | None = None  # the SLURM job id requeued (rank 0, inside SLURM)
         self.requeue_error: str | None = None
 
-    def describe(self, run_dir: str) -> str:
-        """One line for the user: where the checkpoint is and what happens next."""
+    def describe(self, run_dir: str, resume: str = "--resume") -> str:
+        """One line for the user: where the checkpoint is and what happens next (``resume``: the
+        command that continues the run)."""
         if self.requeued:
             then = f"SLURM job {self.requeued} requeued; it resumes from there"
         elif self.requeue_error:
             then = f"{self.requeue_error}; resubmit with --resume"
         else:
-            then = "continue with --resume"
+            then = f"continue with: {resume}"
         where = f"round {self.rounds_done}" + (f" and {self.clients_done} clients of the next" if self.clients_done else "")
-        return f"preempted: checkpoint after {where} saved in '{run_dir}'; {then}"
+        stopped = "interrupted" if self.interrupted else "preempted"
+        return f"{stopped}: checkpoint after {where} saved in '{run_dir}'; {then}"
 
 
 def requeue_after(stop: Preempted) -> None:
-    """Requeue the SLURM job (rank 0 only), noting the outcome on ``stop``."""
-    if stop.rank != 0:
+    """Requeue the SLURM job (rank 0 only, not after Ctrl-C), noting the outcome on ``stop``."""
+    if stop.rank != 0 or stop.interrupted:
         return
     try:
         stop.requeued = requeue()
@@ -57,12 +66,17 @@ def requeue_after(stop: Preempted) -> None:
 
 
 def _handler(signum: int, frame: object) -> None:
+    if signum == signal.SIGINT:
+        if signal.SIGINT in _received:  # the second Ctrl-C: stop now
+            raise KeyboardInterrupt
+        if interactive():  # a person waits at the terminal (os.write: safe inside a signal handler)
+            os.write(2, b"\nfedlight: stopping after the current client; Ctrl-C again stops at once\n")
     _received.append(signum)
 
 
 @contextmanager
 def signals_handled() -> Iterator[None]:
-    """Within the block, SIGUSR1 and SIGTERM set the preemption flag instead of killing the process."""
+    """Within the block, SIGUSR1, SIGTERM and SIGINT set the preemption flag instead of stopping the process."""
     if threading.current_thread() is not threading.main_thread():  # signal handlers live in the main thread
         yield
         return

@@ -3,6 +3,10 @@
 The round loop's own scalars (time, loss, learning rate, bytes, probe and kNN) and the
 histogram of the clients' update norms are logged here; every plug-in adds its own through
 ``RoundPlugin.log_open``, ``log_round`` and ``log_clients``.
+
+The accuracies are ``accuracy/*`` (``ACCURACY``): TensorBoard lists tag groups alphabetically,
+so they come first; the random-init encoder's are their step 0, each evaluation's the round's
+step, and the run's final metrics (``final/*``, beside its hparams) the last round's.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from lightning.fabric.loggers import TensorBoardLogger
 from fedlight.data.partition import class_counts
 from fedlight.data.sources import ImageData
 from fedlight.engine.evaluator import METRICS
+from fedlight.engine.plugin import ACCURACY
 from fedlight.engine.ledger import CommLedger
 from fedlight.engine.plugin import Report, RoundPlugin
 from fedlight.engine.tensorboard import partition_figure, used_hparams
@@ -40,7 +45,7 @@ class RunLog:
 
     def open(self, rounds_done: int, ledger: list[list], baseline: dict[str, Any] | None) -> None:
         """Open the logs of a run that has completed ``rounds_done`` rounds; a fresh run also shows
-        the partition's (K, C) class counts and the ``baseline`` metrics at step 0."""
+        the partition's (K, C) class counts and the ``baseline`` (random-init) accuracies at step 0."""
         if not self.enabled:
             return
         # purge_step drops events a killed run logged after its last checkpoint
@@ -55,7 +60,7 @@ class RunLog:
         for plugin in self.plugins:
             plugin.log_open(self.logger, self.run_dir, fresh)
         if fresh:
-            self.logger.log_metrics({f"baseline/{k}": v for k, v in baseline.items() if v is not None}, step=0)
+            self.logger.log_metrics({f"{ACCURACY}/{k}": v for k, v in baseline.items() if v is not None}, step=0)
 
     def round(self, row: dict[str, Any], ledger_rows: list[list], reports: list[Report]) -> None:
         """The scalars and pictures of a finished round's history ``row`` and its clients' ``reports``
@@ -72,7 +77,7 @@ class RunLog:
                    "time/eval_seconds": row["eval_seconds"], "train/lr": row["lr"],
                    **({"train/loss": row["train_loss"]} if row["train_loss"] is not None else {}),
                    **{f"comm/{k}": row[k] for k in ("bytes_up", "bytes_down", "bytes_d2d")},
-                   **{f"eval/{k}": v for k, v in row.items() if k.startswith(METRICS) and v is not None}}
+                   **{f"{ACCURACY}/{k}": v for k, v in row.items() if k.startswith(METRICS) and v is not None}}
         for plugin in self.plugins:
             scalars.update(plugin.log_round(self.logger, row))
         self.logger.log_metrics(scalars, step=row["round"])
@@ -82,13 +87,14 @@ class RunLog:
     def final(self, record: dict[str, Any], final: dict[str, float | None],
               features: Callable[[torch.Tensor], torch.Tensor], samples: int, step: int) -> None:
         """The run's hyper-parameters (the keys of ``record``, the resolved recipe, that it uses:
-        ``used_hparams``) with its ``final`` metrics, and the embedding of the first ``samples`` test
-        images by the final global encoder (``features``: uint8 images -> (n, d) features)."""
+        ``used_hparams``) with its ``final`` metrics at the last round (``step``), and the embedding of
+        the first ``samples`` test images by the final global encoder (``features``: uint8 images ->
+        (n, d) features)."""
         if self.logger is None:
             return
         part_keys = [key for plugin in self.plugins for key in plugin.option_keys()]
         self.logger.log_hyperparams(used_hparams(record, part_keys),
-                                    metrics={f"final/{k}": v for k, v in final.items() if v is not None})
+                                    metrics={f"final/{k}": v for k, v in final.items() if v is not None}, step=step)
         n = min(samples, len(self.data.test_x))
         if n:
             images = self.data.test_x[:n]

@@ -12,6 +12,7 @@ import torch
 from fedlight.engine.ledger import CommLedger
 from fedlight.engine.plugin import Report, RoundPlugin
 from fedlight.errors import RunStopped, UserError
+from fedlight.eval.metric_names import is_metric
 
 State = dict[str, torch.Tensor]
 
@@ -76,9 +77,14 @@ class RunState:
                 "partial": partial}  # the unfinished round's accumulator and client reports (or None)
 
     def results(self, record: dict[str, Any], wall: float, final: dict[str, float | None] | None) -> dict[str, Any]:
-        """results.json: the resolved recipe (``record``), the history, the final metrics, the bytes."""
-        return {"recipe": record, "rounds_completed": self.rounds_done, "history": self.history, "final": final,
-                "baseline": self.baseline, "comm": self.ledger.totals(), "wall_seconds": wall}
+        """results.json: the resolved recipe (``record``), the history, the final metrics, the bytes.
+        A metric the run does not have (``test_acc`` without a classifier) is left out, not null:
+        from ``final`` and ``baseline``, and from the history where no round measured it."""
+        never = {k for row in self.history for k in row if is_metric(k)} - {
+            k for row in self.history for k, v in row.items() if v is not None}
+        history = [{k: v for k, v in row.items() if k not in never} for row in self.history]
+        return {"recipe": record, "rounds_completed": self.rounds_done, "history": history, "final": _measured(final),
+                "baseline": _measured(self.baseline), "comm": self.ledger.totals(), "wall_seconds": wall}
 
     @classmethod
     def from_checkpoint(cls, ckpt: dict[str, Any], to_device: Callable[[torch.Tensor], torch.Tensor], rounds: int,
@@ -108,3 +114,8 @@ def evaluation_failed(exc: Exception, checkpoint: Path, rounds_done: int) -> Run
     return RunStopped(f"round {rounds_done}: evaluating the model failed ({type(exc).__name__}: {cause}); "
                       f"the round is saved in '{checkpoint}'{before}: --resume goes on from it once the cause is "
                       "fixed (e.g. a lower local.lr, or a lower faults.max_update_ratio for a model that exploded)")
+
+
+def _measured(metrics: dict[str, float | None] | None) -> dict[str, float] | None:
+    """``metrics`` without the ones the run does not have (None)."""
+    return None if metrics is None else {k: v for k, v in metrics.items() if v is not None}

@@ -28,6 +28,7 @@ from typing import Any
 
 from fedlight.config.files import dump_yaml, output_folder_problem, read_yaml_mapping
 from fedlight.config.schema import Recipe
+from fedlight.engine.atomic_files import atomic_write_bytes
 from fedlight.errors import UserError
 
 CHECKPOINT = "checkpoints/last.pt"
@@ -413,6 +414,4 @@ def write_yaml(path: Path, obj: Any) -> None:
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
-    from fedlight.engine.checkpoint import atomic_write_bytes  # here: checkpoint imports torch; this module does not
-
     atomic_write_bytes(path, data)

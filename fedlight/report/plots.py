@@ -1,8 +1,10 @@
-"""PNG plots of a report: for every metric, accuracy vs round and accuracy vs bytes communicated.
+"""Plots of a report, each as PNG and SVG: for every metric, accuracy vs round and accuracy vs bytes.
 
-One line per group: the mean over the group's seeds (shaded: ± sample std where there are
-two or more) at the rounds every seed evaluated, starting from round 0, the random-init
-model (``results.json``'s ``baseline``, 0 bytes sent). The x of the bytes plot is the mean
+One line per group, named by its keys' values as a reader says them (``alpha = 0.1``, the
+key's last part unless two keys share it): the mean over the group's seeds (the shaded band:
+± one sample standard deviation, n - 1, where there are two or more seeds, as the legend
+says) at the rounds every seed evaluated, starting from round 0, the random-init model
+(``results.json``'s ``baseline``, 0 bytes sent). The x of the bytes plot is the mean
 cumulative bytes sent by that round. Round ticks are integers; the legend sits outside the
 axes, right of the data, so no curve hides behind it.
 """
@@ -24,11 +26,25 @@ from fedlight.report.runs import Run  # noqa: E402
 
 Group = tuple[tuple[Any, ...], list[Run]]
 KINDS = ("round", "bytes")
+FORMATS = ("png", "svg")  # a picture for report.md, a vector drawing for papers
+BAND = "band: ± 1 std over seeds"
 
 
-def plot_file(metric: str, kind: str) -> str:
+def plot_file(metric: str, kind: str, suffix: str = "png") -> str:
     """``('linear_probe_acc@0.1', 'round')`` -> ``'linear_probe_acc@0.1_vs_round.png'``."""
-    return f"{metric}_vs_{kind}.png"
+    return f"{metric}_vs_{kind}.{suffix}"
+
+
+def legend_names(keys: list[str]) -> list[str]:
+    """How a legend names each grouping key: its last dotted part (``partition.alpha`` -> ``alpha``),
+    or the whole key where two keys share that part."""
+    last = [k.rsplit(".", 1)[-1] for k in keys]
+    return [short if last.count(short) == 1 else key for key, short in zip(keys, last)]
+
+
+def group_label(keys: list[str], values: tuple[Any, ...]) -> str:
+    """``'alpha = 0.1, method = byol'``; ``'all runs'`` without keys."""
+    return ", ".join(f"{name} = {v}" for name, v in zip(legend_names(keys), values)) or "all runs"
 
 
 def curve(runs: list[Run], metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -58,12 +74,13 @@ def plotted_metrics(groups: list[Group], metrics: list[str]) -> list[str]:
 
 
 def write_plots(groups: list[Group], keys: list[str], metrics: list[str], out: Path) -> list[str]:
-    """Two PNGs per metric with a history into ``out``; returns their file names."""
+    """Two plots per metric with a history into ``out``, each as PNG and SVG; returns their file names."""
     files = []
+    banded = any(len(runs) > 1 for _, runs in groups)
     for metric in plotted_metrics(groups, metrics):
         figures = {kind: plt.subplots(figsize=(7.5, 4)) for kind in KINDS}
         for values, runs in groups:
-            name = ", ".join(f"{k}={v}" for k, v in zip(keys, values)) or "all runs"
+            name = group_label(keys, values)
             rounds, sent, acc, std = curve(runs, metric)
             for kind, x in (("round", rounds), ("bytes", sent / 1e6)):
                 ax = figures[kind][1]
@@ -75,8 +92,11 @@ def write_plots(groups: list[Group], keys: list[str], metrics: list[str], out: P
                 ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_ylabel(f"{metric_names.title(metric)} (%)")
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
-            fig.savefig(out / plot_file(metric, kind), dpi=120, bbox_inches="tight")
+            title = f"mean over seeds; {BAND}" if banded else "one seed per line"
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, title=title,
+                      title_fontsize=7)
+            for suffix in FORMATS:
+                fig.savefig(out / plot_file(metric, kind, suffix), dpi=120, bbox_inches="tight")
+                files.append(plot_file(metric, kind, suffix))
             plt.close(fig)
-            files.append(plot_file(metric, kind))
     return files

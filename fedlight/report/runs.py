@@ -72,6 +72,11 @@ class Run:
         """The final metrics that have a value, named with their label fraction."""
         return {k: v for k, v in self.named(self.results.get("final")).items() if v is not None}
 
+    @cached_property
+    def baseline(self) -> dict[str, Any]:
+        """The random-init encoder's metrics that have a value, named with their label fraction."""
+        return {k: v for k, v in self.named(self.results.get("baseline")).items() if v is not None}
+
     @property
     def total_bytes(self) -> int:
         """Bytes communicated over the run: every ledger direction (up, down, device to device,

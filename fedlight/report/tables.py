@@ -2,8 +2,10 @@
 
 One row per group of runs (the same values of the grouping keys): the keys' values, the
 number of seeds, each metric's mean and sample standard deviation (n - 1) over the seeds in
-percent, and the bytes communicated per run in MB (10^6 bytes). Column headers name the
-label fraction of the probe and kNN accuracies (``linear probe, 10% labels (%)``).
+percent beside its random-init value (the mean of the runs' ``baseline``; a group that ends
+below it says so: ``45.00 ± 1.00 (init 50.00; below init)``), and the bytes communicated per
+run in MB (10^6 bytes). Column headers name the label fraction of the probe and kNN accuracies
+(``linear probe, 10% labels (%)``).
 """
 
 from __future__ import annotations
@@ -20,22 +22,36 @@ from fedlight.report.runs import Run
 
 @dataclass(frozen=True)
 class Cell:
-    """A metric over a group's seeds, in percent: mean and sample std (None with fewer than two values)."""
+    """A metric over a group's seeds, in percent: mean and sample std (None with fewer than two
+    values), and the mean of its random-init values (None where the runs have none)."""
 
     mean: float | None
     std: float | None
+    init: float | None = None
 
     @classmethod
-    def of(cls, values: list[float]) -> Cell:
+    def of(cls, values: list[float], inits: list[float] | None = None) -> Cell:
+        init = 100 * statistics.fmean(inits) if inits else None
         if not values:
-            return cls(None, None)
-        return cls(100 * statistics.fmean(values), 100 * statistics.stdev(values) if len(values) > 1 else None)
+            return cls(None, None, init)
+        return cls(100 * statistics.fmean(values), 100 * statistics.stdev(values) if len(values) > 1 else None, init)
+
+    @property
+    def below_init(self) -> bool:
+        """Whether training ended below the random-init encoder."""
+        return self.mean is not None and self.init is not None and self.mean < self.init
 
     def text(self, plus_minus: str = " ± ") -> str:
         """``'85.31 ± 0.42'``, ``'85.31'`` for one value, ``'-'`` for none."""
         if self.mean is None:
             return "-"
         return f"{self.mean:.2f}" if self.std is None else f"{self.mean:.2f}{plus_minus}{self.std:.2f}"
+
+    def with_init(self, plus_minus: str = " ± ") -> str:
+        """``text`` and the random-init value: ``'85.31 ± 0.42 (init 73.68)'``, ``'...; below init)'`` under it."""
+        if self.mean is None or self.init is None:
+            return self.text(plus_minus)
+        return f"{self.text(plus_minus)} (init {self.init:.2f}{'; below init' if self.below_init else ''})"
 
 
 @dataclass(frozen=True)
@@ -48,7 +64,8 @@ class GroupTable:
 
     @classmethod
     def build(cls, groups: list[tuple[tuple[Any, ...], list[Run]]], keys: list[str], metrics: list[str]) -> GroupTable:
-        rows = [(values, len(runs), [Cell.of([r.final[m] for r in runs if m in r.final]) for m in metrics],
+        rows = [(values, len(runs), [Cell.of([r.final[m] for r in runs if m in r.final],
+                                             [r.baseline[m] for r in runs if m in r.baseline]) for m in metrics],
                  statistics.fmean(r.total_bytes for r in runs) / 1e6) for values, runs in groups]
         return cls(keys, metrics, rows)
 
@@ -57,19 +74,22 @@ class GroupTable:
 
     def markdown(self) -> list[str]:
         """The table's Markdown lines."""
-        rows = [[*map(md_cell, values), str(seeds), *(c.text() for c in cells), f"{mb:.2f}"]
+        rows = [[*map(md_cell, values), str(seeds), *(c.with_init() for c in cells), f"{mb:.2f}"]
                 for values, seeds, cells, mb in self.rows]
         return markdown_table(self.headers(), rows)
 
     def csv(self) -> str:
-        """One column per key, then per metric a mean and a std column (in %, empty where there is none)."""
+        """One column per key, then per metric a mean, a std and a random-init column (in %, empty where
+        there is none), the MB, and the metrics that ended below their random init."""
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
-        metric_columns = [f"{metric_names.title(m)} {part} (%)" for m in self.metrics for part in ("mean", "std")]
-        writer.writerow([*self.keys, "seeds", *metric_columns, "MB communicated"])
+        metric_columns = [f"{metric_names.title(m)} {part} (%)" for m in self.metrics
+                          for part in ("mean", "std", "random init")]
+        writer.writerow([*self.keys, "seeds", *metric_columns, "MB communicated", "below random init"])
         for values, seeds, cells, mb in self.rows:
-            numbers = [_number(x) for c in cells for x in (c.mean, c.std)]
-            writer.writerow([*("" if v is None else v for v in values), seeds, *numbers, f"{mb:.4f}"])
+            numbers = [_number(x) for c in cells for x in (c.mean, c.std, c.init)]
+            below = "; ".join(metric_names.title(m) for m, c in zip(self.metrics, cells) if c.below_init)
+            writer.writerow([*("" if v is None else v for v in values), seeds, *numbers, f"{mb:.4f}", below])
         return buffer.getvalue()
 
     def latex(self) -> str:
@@ -82,10 +102,21 @@ class GroupTable:
         lines = [f"\\begin{{tabular}}{{{align}}}", "\\toprule",
                  " & ".join(latex_escape(h) for h in self.headers()) + " \\\\", "\\midrule"]
         for values, seeds, cells, mb in self.rows:
-            metric_cells = ["$" + c.text(r" \pm ") + "$" if c.mean is not None else "--" for c in cells]
+            metric_cells = [latex_cell(c) for c in cells]
             lines.append(" & ".join([*(latex_escape(md_cell(v)) for v in values), str(seeds), *metric_cells,
                                      f"{mb:.2f}"]) + " \\\\")
         return "\n".join([*lines, "\\bottomrule", "\\end{tabular}"]) + "\n"
+
+
+def latex_cell(cell: Cell) -> str:
+    """``'$85.31 \\pm 0.42$ (init 73.68)'``, in bold when below its random init; ``'--'`` for none."""
+    if cell.mean is None:
+        return "--"
+    text = "$" + cell.text(r" \pm ") + "$"
+    if cell.init is None:
+        return text
+    return (rf"\textbf{{{text}}} (init {cell.init:.2f}; below init)" if cell.below_init
+            else f"{text} (init {cell.init:.2f})")
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:

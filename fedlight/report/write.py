@@ -1,9 +1,10 @@
 """``fedlight report``: finished runs grouped by recipe keys, as ``report.md``, ``report.csv``,
-``report.tex`` and two PNG plots per metric.
+``report.tex`` and two plots per metric (PNG and SVG).
 
 Runs are grouped by ``--group-by KEYS`` (default: every recipe key that varies, seed
 excepted). Each group's row gives, per final metric (``--metric NAME`` picks some), the mean
-and the sample standard deviation (n - 1) over its seeds, in percent, and the bytes
+and the sample standard deviation (n - 1) over its seeds, in percent, beside the random-init
+value (flagged where the group ends below it), and the bytes
 communicated per run (up + down + device to device + LG-FedAvg's new-test upload, mean over
 seeds), in MB (10^6 bytes); see ``fedlight.report.tables``. Below, in ``report.md``: one row
 per run, and the plots (``fedlight.report.plots``).
@@ -74,14 +75,19 @@ def render(runs: list[Run], sources: list[str], table: GroupTable, plots: list[s
              f"{len(done)} finished runs from {', '.join(f'`{s}`' for s in sources)}; grouped by "
              + (", ".join(f"`{k}`" for k in keys) or "nothing (no recipe key varies)")
              + f"; seeds {sorted({r.seed for r in done})}.",
-             "Accuracies: mean ± sample std over seeds, in %; probe and kNN headers name the labels they were fit on. "
-             "Bytes: sent per run (up + down + device to device), mean over seeds, in MB (10^6 bytes). "
+             "Accuracies: mean ± sample std over seeds, in %, with the random-init encoder's value "
+             "(`init`; `below init` where training ended below it); probe and kNN headers name the labels they "
+             "were fit on. Bytes: sent per run (up + down + device to device), mean over seeds, in MB (10^6 bytes). "
              "The same table: `report.csv`, `report.tex`.", ""]
     lines += table.markdown() + [""]
-    lines += [f"![{p.removesuffix('.png').replace('_', ' ')}]({p})" for p in plots] + [""]
+    if plots:
+        lines += ["Plots: the mean over each group's seeds from round 0 (the random-init encoder); the shaded band "
+                  "is ± one sample standard deviation over seeds. Each is also an SVG beside the PNG.", ""]
+    lines += [f"![{p.removesuffix('.png').replace('_', ' ')}]({p})" for p in plots if p.endswith(".png")] + [""]
     lines += ["## Runs", ""]
     run_rows = [[f"`{os.path.relpath(r.path, out.resolve())}`", *(md_cell(r.keys.get(k)) for k in keys), str(r.seed),
-                 *(mean_std([r.final[m]] if m in r.final else []) for m in metrics),
+                 *(Cell.of([r.final[m]] if m in r.final else [], [r.baseline[m]] if m in r.baseline else []).with_init()
+                   for m in metrics),
                  f"{r.total_bytes / 1e6:.2f}", str(r.results["rounds_completed"])] for r in done]
     lines += markdown_table(["run", *keys, "seed", *(metric_names.title(m) for m in metrics), "MB", "rounds"],
                             run_rows)
@@ -93,8 +99,9 @@ def render(runs: list[Run], sources: list[str], table: GroupTable, plots: list[s
 
 
 def write_report(paths: list[str], out: str | Path, group_by: list[str] | None = None,
-                 metrics: list[str] | None = None) -> Path:
-    """Read the runs under ``paths``; write the report, its tables and plots into ``out``; returns report.md's path."""
+                 metrics: list[str] | None = None) -> list[Path]:
+    """Read the runs under ``paths``; write the report, its tables and plots into ``out``; returns every
+    file written, report.md first."""
     out = Path(out)
     blocked = output_folder_problem(out)
     if blocked:
@@ -112,4 +119,4 @@ def write_report(paths: list[str], out: str | Path, group_by: list[str] | None =
         tmp = out / f".{name}.tmp"
         tmp.write_text(text)
         os.replace(tmp, out / name)
-    return out / REPORT
+    return [out / name for name in (REPORT, *TABLES, *plots)]

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from fedlight.engine.fit import check_recipe
 from fedlight.config import load_recipe
 from fedlight.config.files import output_folder_problem
 from fedlight.config.loader import parse_override
@@ -109,7 +108,10 @@ def run_sweep(recipe: str, grid: list[str], seeds: int, out: str, options: Sweep
     for task in tasks:
         run_dir = mf.run_path(out_dir, names[task.index])
         resolved = load_recipe(base, [*overrides, *task.overrides, f"run.dir={run_dir}"])
-        check_recipe(resolved)  # what fit would refuse, each task refuses here, before anything is written
+        if not is_finished(run_dir, resolved.rounds):  # a finished sweep says so without importing torch
+            from fedlight.engine.fit import check_recipe
+
+            check_recipe(resolved)  # what fit would refuse, each task refuses here, before anything is written
         entries.append(mf.task_entry(out_dir, task.index, names[task.index], task.overrides, resolved))
         texts[task.index] = (mf.recipe_text(resolved), resolved.rounds)
         plain[task.index] = asdict(resolved)

@@ -78,7 +78,8 @@ def run_local(tasks: list[LocalTask], parallel: int, echo: Callable[[str], None]
                 log = open(task.log, "a")
                 log.write(f"fedlight sweep task {task.index} ({task.name}), local: {command[-1]}\n")
                 log.flush()
-                echo(f"task {task.index} {task.name}: started ({command[-1]}); log {task.log}")
+                how = "resumed from its checkpoint" if command[-1] == "--resume" else "started"
+                echo(f"task {task.index} {task.name}: {how}; log {task.log}")
                 running[task] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
                                                   stdin=subprocess.DEVNULL, start_new_session=True), log)
             for task, (proc, log) in list(running.items()):

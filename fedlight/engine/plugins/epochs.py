@@ -30,10 +30,13 @@ class EpochSchedule(ClientSchedule):
         self.fabric, self.images, self.labels, self.parts, self.views = fabric, images, labels, parts, views
         self.epochs, self.batch_size = epochs, batch_size
 
+    def planned_steps(self, client: int) -> int:
+        return self.epochs * steps_per_epoch(len(self.parts[client]), self.batch_size)
+
     def train(self, module: FederatedModule, client: int, round_: int, generator: torch.Generator,
               private: State, work: float) -> ClientWork:
         n = len(self.parts[client])
-        max_steps = steps_done(self.epochs * steps_per_epoch(n, self.batch_size), work)
+        max_steps = steps_done(self.planned_steps(client), work)
         result = train_client(self.fabric, module, self.images, self.labels, self.parts[client].to(self.images.device),
                               self.views, self.epochs, self.batch_size, generator, max_steps=max_steps)
         return ClientWork(result, float(n))

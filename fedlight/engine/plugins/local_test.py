@@ -19,7 +19,7 @@ from lightning.fabric import Fabric
 from fedlight.data.partition import matching_test_split
 from fedlight.engine.ledger import CommLedger
 from fedlight.engine.local_test import LOCAL_METRICS, LocalTester
-from fedlight.engine.plugin import RoundPlugin, State
+from fedlight.engine.plugin import ACCURACY, RoundPlugin, State
 from fedlight.seeding import numpy_rng
 
 
@@ -73,7 +73,7 @@ class LocalTests(RoundPlugin):
 
     def log_round(self, logger: Any, row: dict[str, Any]) -> dict[str, float]:
         return {"comm/bytes_new_test": row["bytes_new_test"],
-                **{f"eval/{k}": v for k, v in row.items() if k.startswith(LOCAL_METRICS) and v is not None}}
+                **{f"{ACCURACY}/{k}": v for k, v in row.items() if k.startswith(LOCAL_METRICS) and v is not None}}
 
     def option_keys(self) -> tuple[str, ...]:
         return ("eval.local_test",)

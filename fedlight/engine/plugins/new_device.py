@@ -27,7 +27,7 @@ import torch
 from lightning.fabric import Fabric
 
 from fedlight.data.partition import matching_test_split
-from fedlight.engine.plugin import Report, RoundPlugin, State
+from fedlight.engine.plugin import ACCURACY, Report, RoundPlugin, State
 from fedlight.engine.sampling import sample_clients
 from fedlight.errors import UserError
 from fedlight.seeding import numpy_rng
@@ -147,7 +147,7 @@ class NewDevice(RoundPlugin):
         return {ARRIVAL: None if self.arrival is None else self.arrival + 1}
 
     def log_round(self, logger: Any, row: dict[str, Any]) -> dict[str, float]:
-        return {f"eval/{k}": row[k] for k in self.metric_prefixes if row.get(k) is not None}
+        return {f"{ACCURACY}/{k}": row[k] for k in self.metric_prefixes if row.get(k) is not None}
 
     def state_dict(self) -> dict[str, Any]:
         return {ARRIVAL: self.arrival}
