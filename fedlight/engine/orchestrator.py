@@ -30,7 +30,7 @@ from fedlight.engine.console import say
 from fedlight.engine.evaluator import METRICS, Evaluator, final_metrics
 from fedlight.engine.lr_schedule import round_lr
 from fedlight.engine.options import RoundOptions
-from fedlight.engine.plugin import ClientSchedule, FaultModel, Report, RoundPlugin, State, random_init_metrics
+from fedlight.engine.plugin import ClientSchedule, FaultModel, Report, RoundPlugin, State, floors
 from fedlight.engine.progress import ClientTicks, RoundBars
 from fedlight.engine.run_checkpoint import RunCheckpoint
 from fedlight.engine.run_log import RunLog
@@ -157,7 +157,7 @@ class Federation:
         self.started, cpu = start, self.fabric.device.type == "cpu"
         bars = RoundBars(s.rounds_done, o.rounds, self.rank == 0, self.evaluator.o.label_fraction, o.eval_every, cpu)
         if not self.restored and self.rank == 0:  # the floor of every metric, the parts' included
-            s.baseline = bars.evaluate("the random-init model", lambda: random_init_metrics(self.evaluator, self.hooks, s.global_state))
+            s.baseline = bars.evaluate("the random-init model", floors(self.evaluator, self.hooks, s.global_state))
         self.log.open(s.rounds_done, s.ledger.rows, s.baseline)
         wall, last_eval = s.wall_before, s.last_evaluation()
         for round_ in bars:

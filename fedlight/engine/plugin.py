@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -123,11 +123,17 @@ class ClientWork:
     sent: list[tuple[str, str, int]] = field(default_factory=list)
 
 
-def random_init_metrics(evaluator: Any, parts: list[RoundPlugin], global_state: State) -> dict[str, float | None]:
-    """The run's floors: the random-init model's probe, kNN and classifier (``evaluator.model_metrics``),
-    and every part's ``random_init_metrics``."""
-    return {**evaluator.model_metrics(), **{k: v for part in parts for k, v in part.random_init_metrics(global_state).items()}}
-
+def floors(evaluator: Any, parts: list[RoundPlugin],
+           global_state: State) -> Callable[[Callable[[str], None]], dict[str, float | None]]:
+    """The evaluation of the run's floors, for ``RoundBars.evaluate``: the random-init model's probe,
+    kNN and classifier (``evaluator.model_metrics``, which names each step to the progress callback),
+    then every part's ``random_init_metrics``."""
+    def evaluate(progress: Callable[[str], None]) -> dict[str, float | None]:
+        metrics = evaluator.model_metrics(progress)
+        for part in parts:
+            metrics.update(part.random_init_metrics(global_state))
+        return metrics
+    return evaluate
 
 class ClientSchedule(RoundPlugin):
     """How a client spends its round.
