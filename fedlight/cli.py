@@ -195,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
                 "recipes": _recipes}[args.command](args)
     except UserError as exc:
         if not launch.is_child():  # rank 0 says it once
-            print(f"fedlight: error: {one_line(str(exc))}", file=sys.stderr)
+            for problem in getattr(exc, "problems", [str(exc)]):
+                print(f"fedlight: error: {one_line(problem)}", file=sys.stderr)
         return USER_ERROR_EXIT
 
 

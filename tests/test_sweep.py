@@ -115,7 +115,7 @@ def test_plan_never_duplicates_a_submission() -> None:
     (["--grid", "seed=1,2"], "use --seeds"),
     (["--grid", "method.bogus=1,2"], "unknown recipe key 'method.bogus'"),
     (["--grid", "partition.alpha=-1,1"], "recipe key 'partition.alpha' must be > 0"),
-    (["--grid", "exchange.policy=uniform,smart"], "exchange.policy=uniform needs local.iterations"),  # fit's check
+    (["--grid", "exchange.policy=none,uniform"], "exchange.policy=uniform needs local.iterations"),  # fit's check
 ])
 def test_bad_grid_is_one_line_exit_2_and_nothing_written(tmp_path: Path, tiny_recipe: Path, capsys,
                                                          grid: list[str], fragment: str) -> None:

@@ -1,28 +1,30 @@
 """``fedlight sweep``: grid x seeds -> resolved recipes, manifest, then SLURM (``sbatch``) or local processes.
 
 Every task's recipe is composed, overridden (the command's ``key=value`` overrides, then the
-task's grid values and seed) and type-checked (method and server keys against their classes)
-before anything is written, so a bad grid writes nothing. Files are written in this order:
+task's grid values and seed) and put through ``fit``'s own checks (``fit.check_elsewhere``: the
+recipe, the method's constructor, and the data and partition where the data is on this machine)
+before anything is written, so a grid with any task ``fit`` would refuse writes and submits
+nothing: one line for each problem, naming its tasks by their overrides. Files are written in this order:
 manifest, recipes, ``tasks.txt``, array script; finished tasks' files are left alone.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
+import functools
 import shlex
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from fedlight.engine.fit import check_recipe
 from fedlight.config import load_recipe
 from fedlight.config.files import output_folder_problem
 from fedlight.config.loader import parse_override
+from fedlight.data.sources import load_dataset
+from fedlight.engine.fit import check_elsewhere
 from fedlight.engine.rundir import write_json
-from fedlight.errors import UserError
+from fedlight.errors import UserError, UserErrors
 from fedlight.sweep import manifest as mf
-from fedlight.sweep.grid import OWNED, Axis, expand, parse_grid
+from fedlight.sweep.grid import OWNED, Axis, Task, expand, parse_grid
 from fedlight.sweep.local import LocalTask, run_local
 from fedlight.sweep.names import run_names
 from fedlight.sweep.plan import is_finished, summary, to_submit
@@ -80,6 +82,14 @@ def check_overrides(overrides: list[str], axes: list[Axis]) -> None:
             raise UserError(f"override '{text}' sets the --grid key '{key}'; give its values in --grid only")
 
 
+def problem_line(message: str, tasks: list[Task], shown: int = 3) -> str:
+    """``'task 1 (partition.alpha=5 seed=3): <message>'``: a problem and the tasks it refuses, by
+    their overrides (the first ``shown`` of them)."""
+    named = ", ".join(f"{t.index} ({' '.join(t.overrides)})" for t in tasks[:shown])
+    more = f" and {len(tasks) - shown} more" if len(tasks) > shown else ""
+    return f"{'task' if len(tasks) == 1 else 'tasks'} {named}{more}: {message}"
+
+
 def run_sweep(recipe: str, grid: list[str], seeds: int, out: str, options: SweepOptions = SweepOptions(),
               overrides: list[str] = (), echo: Callable[[str], None] = print) -> SweepOutcome:
     """Write (or refresh) the sweep in ``out``; submit it (SLURM, ``submit_now``) or run it (local)."""
@@ -105,14 +115,21 @@ def run_sweep(recipe: str, grid: list[str], seeds: int, out: str, options: Sweep
     names = run_names(tasks)
     if old is not None:  # a sweep keeps the run names it was made with (a format-1 sweep's: '0003')
         names.update({t["index"]: Path(t["run_dir"]).name for t in old["tasks"]})
-    entries, texts, plain = [], {}, {}
+    entries, texts, plain, problems = [], {}, {}, {}
+    load = functools.cache(load_dataset)  # the tasks of a grid mostly share their data
     for task in tasks:
         run_dir = mf.run_path(out_dir, names[task.index])
-        resolved = load_recipe(base, [*overrides, *task.overrides, f"run.dir={run_dir}"])
-        check_recipe(resolved)  # what fit would refuse, each task refuses here, before anything is written
+        try:  # what fit would refuse, each task refuses here, before anything is written
+            resolved = load_recipe(base, [*overrides, *task.overrides, f"run.dir={run_dir}"])
+            check_elsewhere(resolved, load)
+        except UserError as exc:
+            problems.setdefault(str(exc), []).append(task)
+            continue
         entries.append(mf.task_entry(out_dir, task.index, names[task.index], task.overrides, resolved))
         texts[task.index] = (mf.recipe_text(resolved), resolved.rounds)
         plain[task.index] = asdict(resolved)
+    if problems:
+        raise UserErrors([problem_line(message, failing) for message, failing in problems.items()])
     grid_record = [{"key": a.key, "values": list(a.raw)} for a in axes]
     manifest = mf.new_manifest(base, overrides, grid_record, seed_list, entries, version)
     if old is not None:
