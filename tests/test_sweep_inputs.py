@@ -60,3 +60,20 @@ def test_each_problem_is_one_line_naming_its_tasks(tmp_path: Path, tiny_recipe: 
     assert "'data.subset' is 5000" in subset
     assert "task 1 (data.subset=100 method.global_layers=[no_such_layer] seed=3): " in layers  # 3 fails on its data first
     assert not out.exists()
+
+
+def test_an_escaped_interpolation_stays_literal_in_a_task_recipe(tmp_path: Path, tiny_recipe: Path) -> None:
+    """fit reads '\\${seed}' as the text '${seed}'; the task recipe a sweep writes must too (not
+    the seed, nor an error), and a re-run sees the same sweep."""
+    from fedlight.config import load_recipe
+
+    base = tmp_path / "base.yaml"
+    base.write_text(tiny_recipe.read_text() + 'name: "lit\\\\${seed}"\ndata: {root: "/data/\\\\${seed}\\\\\\\\${seed}"}\n')
+    fit_sees = load_recipe(base)
+    assert (fit_sees.name, fit_sees.data.root) == ("lit${seed}", "/data/${seed}\\3")
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--recipe", str(base), "--grid", "partition.alpha=0.5,5", "--out", str(out)]) == 0
+    for written in sorted((out / "recipes").glob("*.yaml")):
+        task = load_recipe(written)  # as `fedlight fit --recipe <task recipe>` reads it
+        assert (task.name, task.data.root) == (fit_sees.name, fit_sees.data.root)
+    assert main(["sweep", "--recipe", str(base), "--grid", "partition.alpha=0.5,5", "--out", str(out)]) == 0

@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from fedlight.config.files import dump_yaml, read_json, read_yaml_mapping
+from fedlight.config.files import dump_yaml, escape_interpolations, read_json, read_yaml_mapping
 from fedlight.config.schema import Recipe
 from fedlight.engine.rundir import with_later_defaults
 from fedlight.errors import UserError
@@ -45,8 +45,9 @@ def names_text(names: dict[int, str]) -> str:
 
 
 def recipe_text(recipe: Recipe) -> str:
-    """The resolved recipe as written to its file."""
-    return dump_yaml(asdict(recipe))  # read back by load_recipe: OmegaConf's dialect
+    """The resolved recipe as written to its file, which ``fedlight fit`` reads back (``load_recipe``,
+    OmegaConf's dialect): a literal ``${...}`` in a value stays escaped, so it is not resolved again."""
+    return dump_yaml(escape_interpolations(asdict(recipe)))
 
 
 def new_manifest(base: Path, overrides: list[str], grid: list[dict[str, Any]], seeds: list[int],
@@ -124,7 +125,8 @@ def check_same_sweep(old: dict[str, Any], new: dict[str, Any], out: Path, resolv
             return True
         path = Path(a["recipe"])
         fix = f"delete '{out}' to start the sweep over"
-        return path.is_file() and with_later_defaults(read_yaml_mapping(path, "sweep task recipe", fix)) == resolved[b["index"]]
+        return path.is_file() and (with_later_defaults(read_yaml_mapping(path, "sweep task recipe", fix))
+                                   == escape_interpolations(resolved[b["index"]]))  # as recipe_text writes it
 
     if len(old["tasks"]) != len(new["tasks"]) or not all(map(same, old["tasks"], new["tasks"])):
         raise UserError(f"--out '{out}' holds another sweep (its {MANIFEST} lists other tasks or recipes, "
