@@ -3,12 +3,19 @@ a sweep; `--recipe` finds the file it names; absurd values are refused or clampe
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from fedlight.cli import main
 
+REPO = Path(__file__).resolve().parents[1]
 FMNIST = "/usr/share/datasets/fashion-mnist"  # where fit finds the data the sweep could not
 LG = ["method.name=lg", "method.objective=supervised"]
 
@@ -77,3 +84,94 @@ def test_an_escaped_interpolation_stays_literal_in_a_task_recipe(tmp_path: Path,
         task = load_recipe(written)  # as `fedlight fit --recipe <task recipe>` reads it
         assert (task.name, task.data.root) == (fit_sees.name, fit_sees.data.root)
     assert main(["sweep", "--recipe", str(base), "--grid", "partition.alpha=0.5,5", "--out", str(out)]) == 0
+
+
+# ---------------------------------------------------------------- local sweeps and collisions
+
+def _fake_sbatch(tmp_path: Path, monkeypatch) -> None:
+    """An ``sbatch`` on PATH that accepts anything and answers a new job id each time (its PID)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text("#!/bin/sh\necho $$\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_two_sweeps_at_once_keep_each_others_manifest_entries(tmp_path: Path, tiny_recipe: Path, monkeypatch,
+                                                             capsys) -> None:
+    """Sweep B runs to its end while sweep A reads its tasks (after A read the manifest, before A
+    writes it): A's manifest must keep B's submission, and A submits no task B already did."""
+    import fedlight.sweep.command as command
+
+    _fake_sbatch(tmp_path, monkeypatch)
+    out = tmp_path / "sweep"
+    sweep = ["sweep", "--recipe", str(tiny_recipe), "--grid", "partition.alpha=0.5,5", "--out", str(out), "--submit"]
+    real_load, calls = command.load_recipe, []
+
+    def load_while_another_sweep_runs(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # A's first task (the first call is the base recipe): B runs now, start to end
+            monkeypatch.setattr(command, "load_recipe", real_load)
+            assert main(sweep) == 0
+            calls.append(capsys.readouterr().out.split("submitted array job ")[1].split()[0])  # B's job id
+            monkeypatch.setattr(command, "load_recipe", load_while_another_sweep_runs)
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(command, "load_recipe", load_while_another_sweep_runs)
+    assert main(sweep) == 0
+    submissions = json.loads((out / "manifest.json").read_text())["submissions"]
+    assert [(s["job_id"], s["tasks"]) for s in submissions] == [(calls[2], [0, 1])], submissions  # B's, kept
+    # and A found nothing left to submit
+    assert "0 to submit now" in capsys.readouterr().out
+
+
+def test_a_task_whose_run_folder_is_in_use_names_the_other_run(tmp_path: Path, tiny_recipe: Path, capsys) -> None:
+    from fedlight.engine.rundir import LOCK, _Lock
+
+    out = tmp_path / "sweep"
+    sweep = ["sweep", "--recipe", str(tiny_recipe), "--out", str(out)]
+    assert main(sweep) == 0  # written, not run
+    run_dir = out / "runs" / "seed=3"
+    run_dir.mkdir(parents=True)
+    lock = _Lock.acquire(run_dir / LOCK, run_dir)  # as a fedlight fit still running there holds it
+    try:
+        assert main([*sweep, "--executor", "local"]) == 1
+    finally:
+        lock.release()
+    err = capsys.readouterr().err
+    assert f"task 0 seed=3 failed (exit 2): run folder '{run_dir}' is in use by another fedlight run (PID {os.getpid()})" in err, err
+    assert "run the same command to retry" in err.splitlines()[-1]
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie waiting for its parent (init here) to reap it."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_a_killed_local_sweep_leaves_no_task_running(tmp_path: Path, tiny_recipe: Path, signum: int) -> None:
+    from fedlight.engine.rundir import LOCK
+
+    out = tmp_path / "sweep"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    sweep = subprocess.Popen([sys.executable, "-m", "fedlight", "sweep", "--recipe", str(tiny_recipe), "--out", str(out),
+                              "--executor", "local", "rounds=1000", "eval.every=1000", "eval.projector_samples=0"],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    lock = out / "runs" / "seed=3" / LOCK
+    deadline = time.monotonic() + 300  # bounds the wait for the task to start (imports), times nothing
+    while not (lock.is_file() and lock.read_text().strip()) and time.monotonic() < deadline:
+        assert sweep.poll() is None, "the sweep ended before its task started"
+        time.sleep(0.2)
+    task = int(lock.read_text().split()[0])
+    assert _alive(task)
+    sweep.send_signal(signum)
+    sweep.wait()
+    deadline = time.monotonic() + 120  # the task checkpoints at its next client, then exits
+    while _alive(task) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if _alive(task):
+        os.kill(task, signal.SIGKILL)
+        pytest.fail(f"task process {task} still ran after its sweep got signal {signum}")

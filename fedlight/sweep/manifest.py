@@ -13,10 +13,14 @@ names, so an old sweep folder is still refreshed, resumed and reported.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import os
+import sys
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from fedlight.config.files import dump_yaml, escape_interpolations, read_json, read_yaml_mapping
 from fedlight.config.schema import Recipe
@@ -60,6 +64,25 @@ def new_manifest(base: Path, overrides: list[str], grid: list[dict[str, Any]], s
 def task_entry(out: Path, index: int, name: str, overrides: list[str], recipe: Recipe) -> dict[str, Any]:
     return {"index": index, "name": name, "recipe": str(recipe_path(out, name)), "run_dir": str(run_path(out, name)),
             "overrides": overrides, "digest": hashlib.sha256(recipe_text(recipe).encode()).hexdigest()[:16]}
+
+
+@contextmanager
+def locked(out: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the sweep folder ``out`` (made if missing) for the block, which
+    reads the manifest, writes it and submits: a second sweep into ``out`` waits for it (seconds: no
+    sweep holds it while its tasks run), then reads what the first wrote instead of overwriting it.
+    The kernel releases the lock when the process ends, however it ends."""
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out, os.O_RDONLY)  # the folder itself: no lock file to find among the sweep's files
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as exc:  # a file system without locks (some NFS / Lustre mounts)
+            print(f"fedlight: warning: sweep folder '{out}' cannot be locked ({exc.strerror}); "
+                  "two sweeps into it at once may lose each other's manifest entries", file=sys.stderr)
+        yield
+    finally:
+        os.close(fd)
 
 
 def read_manifest(out: Path) -> dict[str, Any] | None:
