@@ -175,3 +175,87 @@ def test_a_killed_local_sweep_leaves_no_task_running(tmp_path: Path, tiny_recipe
     if _alive(task):
         os.kill(task, signal.SIGKILL)
         pytest.fail(f"task process {task} still ran after its sweep got signal {signum}")
+
+
+# ---------------------------------------------------------------- silent surprises
+
+def test_recipe_name_takes_the_local_file_before_the_shipped_one(tmp_path: Path, tiny_recipe: Path, monkeypatch) -> None:
+    """The README: a file in the current folder wins over a shipped recipe of the same name."""
+    from fedlight.config.bundled import bundled_recipes, resolve_recipe
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "quickstart_fmnist.yaml").write_text(tiny_recipe.read_text())
+    assert "quickstart_fmnist" in bundled_recipes()
+    assert Path(resolve_recipe("quickstart_fmnist")).resolve() == tmp_path / "quickstart_fmnist.yaml"
+    assert Path(resolve_recipe("quickstart_fmnist.yaml")).resolve() == tmp_path / "quickstart_fmnist.yaml"
+    assert resolve_recipe("sofed_cifar10") == str(bundled_recipes()["sofed_cifar10"])  # none here: the shipped one
+
+
+def test_a_missing_recipe_path_suggests_the_shipped_recipe_of_its_name(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["fit", "--recipe", "recipes/sofed_cifar10.yaml"]) == 2
+    (line,) = _errors(capsys)
+    assert "'recipes/sofed_cifar10.yaml' not found" in line and "--recipe sofed_cifar10" in line, line
+
+
+@pytest.mark.parametrize(("override", "key"), [
+    (f"seed={2**80}", "'seed' must be in [0, 2**63 - 1"),
+    ("partition.alpha=1e-300", "'partition.alpha' must be >= 0.001"),
+    ("data.test_subset=1", "'data.test_subset' is 1, fewer test images than the 10 classes"),
+])
+def test_a_value_that_cannot_mean_anything_is_refused(tiny_recipe: Path, capsys, override: str, key: str) -> None:
+    assert main(["fit", "--recipe", str(tiny_recipe), override]) == 2
+    (line,) = _errors(capsys)
+    assert key in line, line
+    assert not (tiny_recipe.parent / "run").exists()
+
+
+def test_tiny_alphas_draw_among_the_open_clients() -> None:
+    """At alpha 0.001-0.01 a Dirichlet draw can be exactly 0 on every client still short of its share
+    (float64 underflow): the old code divided 0 by 0 (a RuntimeWarning) and cut the class at NaN,
+    which handed the whole class to the last client, full or not, instead of a drawn open one."""
+    import warnings
+
+    import numpy as np
+
+    from fedlight.data.partition import dirichlet
+
+    labels = np.repeat(np.arange(10), 120)
+    for alpha in (0.001, 0.01):
+        for seed in range(10):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # 0 / 0
+                parts = dirichlet(labels, 10, np.random.default_rng(seed), alpha, min_size=0)
+            assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(len(labels))), (alpha, seed)
+
+
+@pytest.mark.parametrize(("override", "warning"), [
+    ("local.batch_size=" + "1" + "0" * 25, "local.batch_size=10000000000000000000000000 is above every client's"),
+    ("eval.knn_k=5000", "eval.knn_k=5000 is above the 1200 labelled training samples"),
+])
+def test_a_size_above_the_data_is_clamped_with_one_warning(tiny_recipe: Path, capsys, override: str,
+                                                           warning: str) -> None:
+    from fedlight.config import load_recipe
+    from fedlight.engine.fit import prepare
+
+    prepare(load_recipe(tiny_recipe, [override]))
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"fedlight: warning: {warning}"), err
+
+
+def test_report_names_a_run_whose_eval_section_is_text(tmp_path: Path, capsys) -> None:
+    """Its label fraction unreadable, its numbers would be filed under another fraction's columns."""
+    import json
+
+    from tests.test_report import _write_run
+
+    for i, alpha in enumerate((0.1, 1.0)):
+        _write_run(tmp_path / f"runs/{i}", alpha, 0, 0.8, 0.7, 1000, label_fraction=0.1)
+    damaged = tmp_path / "runs/1/results.json"
+    results = json.loads(damaged.read_text())
+    results["recipe"]["eval"] = "label_fraction: 0.1"
+    damaged.write_text(json.dumps(results))
+    assert main(["report", str(tmp_path / "runs"), "--out", str(tmp_path / "report")]) == 2
+    (line,) = _errors(capsys)
+    assert str(damaged) in line and "recipe.eval is a str" in line, line
+    assert not (tmp_path / "report").exists()

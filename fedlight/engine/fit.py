@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from dataclasses import asdict
 from pathlib import Path
@@ -22,6 +23,7 @@ from fedlight.engine import launch, preemption
 from fedlight.engine.assemble import build_federation, part_options
 from fedlight.engine.rundir import RECIPE, RunFolder, claim_run_dir, write_yaml
 from fedlight.errors import UserError, warnings_if_it_works
+from fedlight.eval.probes import labelled_count
 from fedlight.methods.base import FederatedModule, OptimizerSpec
 from fedlight.seeding import derive_seed, numpy_rng
 from fedlight.server.base import Aggregator
@@ -132,7 +134,35 @@ def prepare(recipe: Recipe, load: Callable[..., ImageData] = load_dataset
         server.check_public_set(len(parts[recipe.partition.public_client]), f.devices * f.num_nodes)
     if recipe.new_device.rotation is not None:  # its sizes against the splits, before the run folder
         check_device_fits(data, recipe.new_device.train, recipe.new_device.test)
+    check_sizes(recipe, data, parts)
     return server, data, parts, build_module(recipe, data)
+
+
+def check_sizes(recipe: Recipe, data: ImageData, parts: list) -> None:
+    """Sizes against the data: a test split smaller than the classes is refused (its accuracy measures
+    nothing); a size above what it counts is clamped by the engine, which one warning line says.
+
+    Raises:
+        UserError: ``data.test_subset`` below the number of classes.
+    """
+    d, l, e = recipe.data, recipe.local, recipe.eval
+    if d.test_subset is not None and d.test_subset < data.num_classes:
+        raise UserError(f"recipe key 'data.test_subset' is {d.test_subset}, fewer test images than the "
+                        f"{data.num_classes} classes: an accuracy over them measures nothing; "
+                        f"raise it to at least {data.num_classes} or drop it")
+    largest = max(len(part) for part in parts)
+    if l.batch_size > largest:
+        _warn(f"local.batch_size={l.batch_size} is above every client's samples (the most: {largest}); "
+              f"a local step takes a client's whole data, as local.batch_size={largest} would")
+    labelled = labelled_count(data.train_y.numpy(), e.label_fraction)
+    if e.knn_k > labelled:
+        _warn(f"eval.knn_k={e.knn_k} is above the {labelled} labelled training samples "
+              f"(eval.label_fraction={e.label_fraction:g}); the kNN vote takes all {labelled}")
+
+
+def _warn(text: str) -> None:
+    if not launch.is_child():  # rank 0 says it once
+        print(f"fedlight: warning: {text}", file=sys.stderr)
 
 
 def check_elsewhere(recipe: Recipe, load: Callable[..., ImageData] = load_dataset) -> None:
