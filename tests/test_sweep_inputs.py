@@ -29,7 +29,7 @@ def _errors(capsys) -> list[str]:
 
 @pytest.mark.parametrize(("args", "bad_task", "fragment"), [
     # the data check (the data is on this machine): fit's take_subset refuses it
-    (["--grid", "data.subset=100,5000"], "data.subset=5000 seed=3", "'data.subset' is 5000 but the dataset has 1200"),
+    (["--grid", "data.subset=500,5000"], "data.subset=5000 seed=3", "'data.subset' is 5000 but the dataset has 1200"),
     # the method's constructor: LG's layer names
     ([*LG, "--grid", "method.global_layers=[classifier],[no_such_layer]"], "method.global_layers=[no_such_layer] seed=3",
      "method.global_layers entry 'no_such_layer'"),
@@ -57,7 +57,7 @@ def test_a_sweep_refuses_each_task_fit_would_refuse(tmp_path: Path, tiny_recipe:
 
 def test_each_problem_is_one_line_naming_its_tasks(tmp_path: Path, tiny_recipe: Path, capsys) -> None:
     out = tmp_path / "sweep"
-    assert main(["sweep", "--recipe", str(tiny_recipe), *LG, "--grid", "data.subset=100,5000",
+    assert main(["sweep", "--recipe", str(tiny_recipe), *LG, "--grid", "data.subset=500,5000",
                  "--grid", "method.global_layers=[classifier],[no_such_layer]", "--out", str(out)]) == 2
     lines = _errors(capsys)
     assert len(lines) == 2, lines
@@ -65,7 +65,7 @@ def test_each_problem_is_one_line_naming_its_tasks(tmp_path: Path, tiny_recipe: 
     (subset,) = set(lines) - {layers}
     assert "tasks 2 (data.subset=5000 method.global_layers=[classifier] seed=3), 3 (" in subset, subset
     assert "'data.subset' is 5000" in subset
-    assert "task 1 (data.subset=100 method.global_layers=[no_such_layer] seed=3): " in layers  # 3 fails on its data first
+    assert "task 1 (data.subset=500 method.global_layers=[no_such_layer] seed=3): " in layers  # 3 fails on its data first
     assert not out.exists()
 
 

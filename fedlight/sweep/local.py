@@ -73,12 +73,15 @@ def last_error(log: Path, since: int) -> str | None:
 
 def die_with_parent(parent: int) -> Callable[[], None]:
     """A ``preexec_fn`` that has the kernel send the child SIGTERM when ``parent`` dies (Linux; elsewhere
-    nothing), and sends it at once if ``parent`` died before the child asked."""
+    nothing), and sends it at once if ``parent`` died before the child asked. ``prctl`` is looked
+    up here, before the fork: the child only calls it (no loader lock another thread may hold)."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # no prctl: not Linux
+        return lambda: None
+
     def ask() -> None:
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        except (OSError, AttributeError):  # no prctl: not Linux
-            return
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != parent:
             os.kill(os.getpid(), signal.SIGTERM)
     return ask
