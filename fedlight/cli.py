@@ -128,9 +128,11 @@ def _sweep(args: argparse.Namespace) -> int:
         print("fedlight: sweep stopped (its running tasks got SIGTERM and keep their last checkpoint); "
               "the same command resumes them", file=sys.stderr)
         return PREEMPTED_EXIT
+    for failure in outcome.failed:  # its own error where it printed one (a run folder in use: by which PID)
+        print(f"fedlight: {failure.describe()}", file=sys.stderr)
     if outcome.failed:
-        print(f"fedlight: {len(outcome.failed)} task(s) failed: {', '.join(outcome.failed)}; see "
-              f"{os.path.join(args.out, 'logs', '<name>.out')}, then run the same command to retry them", file=sys.stderr)
+        print(f"fedlight: {len(outcome.failed)} task(s) failed; fix what each line above says (logs in "
+              f"{os.path.join(args.out, 'logs')}), then run the same command to retry them", file=sys.stderr)
         return 1
     return 0
 
@@ -228,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
                 "recipes": _recipes}[args.command](args)
     except UserError as exc:
         if not launch.is_child():  # rank 0 says it once
-            print(f"fedlight: error: {one_line(str(exc))}", file=sys.stderr)
+            for problem in getattr(exc, "problems", [str(exc)]):
+                print(f"fedlight: error: {one_line(problem)}", file=sys.stderr)
         return USER_ERROR_EXIT
     except KeyboardInterrupt:  # Ctrl-C before a run started (a run says more: _fit_ranks)
         print("fedlight: interrupted", file=sys.stderr)

@@ -18,6 +18,15 @@ class UserError(Exception):
     """
 
 
+class UserErrors(UserError):
+    """Several user errors found at once (a sweep's tasks, each checked as ``fit`` would): the CLI
+    prints one line for each ``problems`` entry, then exits with status 2."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
 class RunStopped(UserError):
     """A run that cannot go on (too many diverged clients); its last good checkpoint is intact."""
 

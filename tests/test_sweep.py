@@ -119,8 +119,8 @@ def test_plan_never_duplicates_a_submission() -> None:
     (["--grid", "partition.alpha=1", "--grid", "partition.alpha=2"], "given twice"),
     (["--grid", "seed=1,2"], "use --seeds"),
     (["--grid", "method.bogus=1,2"], "unknown recipe key 'method.bogus'"),
-    (["--grid", "partition.alpha=-1,1"], "recipe key 'partition.alpha' must be > 0"),
-    (["--grid", "exchange.policy=uniform,smart"], "exchange.policy=uniform needs local.iterations"),  # fit's check
+    (["--grid", "partition.alpha=-1,1"], "recipe key 'partition.alpha' must be >= 0.001"),
+    (["--grid", "exchange.policy=none,uniform"], "exchange.policy=uniform needs local.iterations"),  # fit's check
 ])
 def test_bad_grid_is_one_line_exit_2_and_nothing_written(tmp_path: Path, tiny_recipe: Path, capsys,
                                                          grid: list[str], fragment: str) -> None:

@@ -27,19 +27,30 @@ def bundled_recipes() -> dict[str, Path]:
 
 
 def resolve_recipe(given: str) -> str:
-    """``--recipe`` as a file path: ``given`` itself when it is a path, else the shipped recipe it names.
+    """``--recipe`` as a file path: a file here wins, else the shipped recipe a bare name names.
 
-    A bare name (no folder part, ``.yaml`` optional) that is not a file here names a shipped
-    recipe; anything with a folder part stays a path, which the loader reads (or refuses).
+    ``given`` itself when it is a file or folder here; else, for a bare name (no folder part),
+    ``./<given>.yaml`` when that file is here, else the shipped recipe of that name (``.yaml``
+    optional). A path with a folder part stays a path, which the loader reads (or refuses).
 
     Raises:
-        UserError: a bare name that is neither a file here nor a shipped recipe.
+        UserError: a bare name that is neither a file here nor a shipped recipe; a path that is not
+            there whose file name is a shipped recipe's (the README's ``recipes/sofed_cifar10.yaml``
+            outside a clone), suggesting that recipe by name.
     """
     path = Path(given)
-    if path.exists() or path.name != given or not given.strip():
-        return given
-    name = given.removesuffix(SUFFIX)
     recipes = bundled_recipes()
+    if path.exists() or not given.strip():
+        return given
+    if path.name != given:
+        if path.suffix == SUFFIX and path.stem in recipes:
+            raise UserError(f"recipe file '{given}' not found here; fedlight ships a recipe of that name: "
+                            f"--recipe {path.stem} runs it from any folder")
+        return given
+    local = Path(given + SUFFIX)
+    if not given.endswith(SUFFIX) and local.is_file():
+        return str(local)
+    name = given.removesuffix(SUFFIX)
     if name in recipes:
         return str(recipes[name])
     near = difflib.get_close_matches(name, list(recipes), n=3, cutoff=0.6)

@@ -61,3 +61,20 @@ def probabilities(v: Any) -> str | None:
 def non_empty(v: Any) -> str | None:
     """A list that an empty one would make meaningless (e.g. layers to average)."""
     return None if len(v) else "must not be empty"
+
+
+SEED_MAX = 2**63 - 1  # the largest seed an int64 holds: the columns (TensorBoard's hparams, CSV readers) that record it
+DIRICHLET_MIN = 1e-3  # below it numpy's Dirichlet draws underflow to one client per class (float64)
+
+
+def seed_value(v: Any) -> str | None:
+    """A run seed: numpy's ``SeedSequence`` takes any size, but the records of a run keep it as an int64."""
+    return None if 0 <= v <= SEED_MAX else f"must be in [0, 2**63 - 1 = {SEED_MAX}]"
+
+
+def concentration(v: Any) -> str | None:
+    """A Dirichlet concentration ``alpha`` numpy can draw from: below ``DIRICHLET_MIN`` (10 clients) more
+    than 99.9% of its draws are exact one-hots, so every smaller alpha makes the same partitions."""
+    return None if v >= DIRICHLET_MIN else (
+        f"must be >= {DIRICHLET_MIN:g} (below it a Dirichlet draw underflows to one client per class: "
+        "use partition.kind=classes with partition.classes_per_client=1 for that)")

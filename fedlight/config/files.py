@@ -15,6 +15,7 @@ from __future__ import annotations
 import codecs
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from fedlight.errors import UserError
 
 MERGE_TAG = "tag:yaml.org,2002:merge"  # `<<: *anchor` merges keys on purpose
 _LOADER = get_yaml_loader()
+_INTERPOLATION = re.compile(r"(\\*)\$\{")  # the start of an interpolation, and the backslashes before it
 
 # a text editor's byte-order mark names the encoding (UTF-32's marks start like UTF-16's: first)
 _BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
@@ -116,6 +118,19 @@ def dump_yaml(obj: Any) -> str:
     """``obj`` as block-style YAML that ``load_yaml`` reads back equal (``yaml.safe_dump``'s format,
     but a string such as ``'1e-3'``, a number in OmegaConf's dialect, is quoted)."""
     return yaml.dump(obj, Dumper=get_omega_conf_dumper(), sort_keys=False)
+
+
+def escape_interpolations(obj: Any) -> Any:
+    """``obj`` (resolved recipe values) with each ``${`` in its strings escaped as OmegaConf reads it
+    back literally: ``'/data/${seed}'`` -> ``'/data/\\${seed}'`` (backslashes right before it doubled,
+    as OmegaConf's grammar asks), so a recipe written from resolved values resolves to them again."""
+    if isinstance(obj, str):
+        return _INTERPOLATION.sub(lambda m: m.group(1) * 2 + "\\${", obj)
+    if isinstance(obj, dict):
+        return {k: escape_interpolations(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [escape_interpolations(v) for v in obj]
+    return obj
 
 
 def yaml_value(text: str, where: str) -> Any:

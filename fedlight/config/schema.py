@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fedlight.config.checks import (at_least, decay, fraction, non_negative, positive, probabilities,
-                                    probability)
+from fedlight.config.checks import (at_least, concentration, decay, fraction, non_negative, positive, probabilities,
+                                    probability, seed_value)
 
 
 def check(fn: Any, default: Any = None, **kw: Any) -> Any:
@@ -34,7 +34,7 @@ class DataConfig:
 @dataclass
 class PartitionConfig:
     kind: Literal["iid", "dirichlet", "shards", "classes", "class_ring"] = "dirichlet"
-    alpha: float = check(positive, 0.5)
+    alpha: float = check(concentration, 0.5)
     classes_per_client: int = check(positive, 2)
     shards_per_client: int = check(positive, 2)
     min_size: int = check(non_negative, 10)
@@ -202,7 +202,7 @@ class Recipe:
     """A resolved recipe: everything one ``fedlight fit`` needs."""
 
     name: str = "run"
-    seed: int = check(non_negative, 0)
+    seed: int = check(seed_value, 0)
     rounds: int = check(positive, 10)
     data: DataConfig = field(default_factory=DataConfig)
     partition: PartitionConfig = field(default_factory=PartitionConfig)

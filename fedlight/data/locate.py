@@ -83,3 +83,17 @@ def check_data_root(name: str, root: str, download: bool) -> None:
                 raise missing_idx(Path(root), stem, mnist=name == "mnist")
     elif name in TORCHVISION_DATASETS and not Path(root).is_dir():
         raise not_found(name, root, " (no such folder)")
+
+
+def data_on_disk(name: str, root: str, download: bool) -> bool:
+    """Whether ``load_dataset`` reads ``name`` from ``root`` without downloading: the files
+    ``check_data_root`` looks for are there (synthetic and tabular data need none). A dataset
+    torchvision reads with ``download`` set counts as absent: torchvision would fetch what is missing.
+    """
+    if download and name in TORCHVISION_DATASETS:
+        return False
+    try:
+        check_data_root(name, root, download=False)
+    except UserError:
+        return False
+    return True

@@ -32,8 +32,10 @@ def dirichlet(labels: np.ndarray, num_clients: int, rng: np.random.Generator, al
         parts: list[list[int]] = [[] for _ in range(num_clients)]
         for c in np.unique(labels):
             idx = rng.permutation(np.flatnonzero(labels == c))
-            p = rng.dirichlet(np.full(num_clients, alpha))
-            p = p * np.array([len(part) < n / num_clients for part in parts])
+            open_ = np.array([len(part) < n / num_clients for part in parts])  # never all full: a class is left
+            p = rng.dirichlet(np.full(num_clients, alpha)) * open_
+            if p.sum() == 0:  # a small alpha's draw underflowed to 0 on every open client: draw among those
+                p[open_] = rng.dirichlet(np.full(int(open_.sum()), alpha))
             p = p / p.sum()
             cuts = (np.cumsum(p) * len(idx)).astype(int)[:-1]
             for part, chunk in zip(parts, np.split(idx, cuts)):

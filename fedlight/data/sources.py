@@ -78,17 +78,29 @@ def _fashion_mnist(root: Path, download: bool, mnist: bool = False) -> ImageData
             raise UserError(f"{label} files in data.root '{root}' have mismatched shapes {tuple(x.shape)} "
                             f"and {tuple(y.shape)}; re-download or reinstall them")
     return ImageData(arrays["train_x"].unsqueeze(1), arrays["train_y"].long(),
-                     arrays["test_x"].unsqueeze(1), arrays["test_y"].long(), num_classes=10)
+                     arrays["test_x"].unsqueeze(1), arrays["test_y"].long(), SHAPES["mnist" if mnist else "fashion_mnist"][2])
 
 
-# ``data.name`` -> (its torchvision dataset class, classes)
-TORCHVISION = {"cifar10": ("CIFAR10", 10), "cifar100": ("CIFAR100", 100), "svhn": ("SVHN", 10), "stl10": ("STL10", 10)}
+# ``data.name`` -> its torchvision dataset class
+TORCHVISION = {"cifar10": "CIFAR10", "cifar100": "CIFAR100", "svhn": "SVHN", "stl10": "STL10"}
+# the datasets read from files: ``data.name`` -> (channels, image size, classes), what a model
+# built for them needs to know (``empty_of_shape``)
+SHAPES = {"fashion_mnist": (1, 28, 10), "mnist": (1, 28, 10), "cifar10": (3, 32, 10), "cifar100": (3, 32, 100),
+          "svhn": (3, 32, 10), "stl10": (3, 96, 10)}
+
+
+def empty_of_shape(name: str) -> ImageData:
+    """A dataset of no samples shaped as ``name``'s (``SHAPES``): enough to build a method's model for
+    it (its constructor's checks) where the files are not on this machine."""
+    channels, size, classes = SHAPES[name]
+    images, labels = torch.zeros(0, channels, size, size, dtype=torch.uint8), torch.zeros(0, dtype=torch.long)
+    return ImageData(images, labels, images, labels, classes)
 
 
 def _dataset_class(name: str) -> type:
     import torchvision.datasets as tvd
 
-    return getattr(tvd, TORCHVISION[name][0])
+    return getattr(tvd, TORCHVISION[name])
 
 
 def _torchvision(name: str, root: Path, download: bool) -> ImageData:
@@ -122,7 +134,7 @@ def _torchvision(name: str, root: Path, download: bool) -> ImageData:
         fix = "replace the files" if download else "re-download it (data.download=true) or replace the files"
         raise UserError(f"{name} in data.root '{root}' cannot be read ({type(exc).__name__}: {exc}); "
                         f"{fix} ({expected_layout(name)})") from None
-    return ImageData(train_x, train_y, test_x, test_y, TORCHVISION[name][1])
+    return ImageData(train_x, train_y, test_x, test_y, SHAPES[name][2])
 
 
 def _first_damaged(name: str, root: Path) -> Path | None:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from lightning.fabric import Fabric
@@ -16,20 +17,23 @@ from fedlight.catalog import check_name
 from fedlight.config.schema import Recipe
 from fedlight.data.partition import partition
 from fedlight.data.rotated import check_device_fits
-from fedlight.data.sources import ImageData, load_dataset, take_subset
+from fedlight.data.locate import data_on_disk
+from fedlight.data.sources import ImageData, empty_of_shape, load_dataset, take_subset
 from fedlight.engine import launch, preemption, rendezvous
 from fedlight.engine.assemble import build_federation, part_options
 from fedlight.engine.rundir import RECIPE, RESOLVED, RunFolder, claim_run_dir, write_yaml
 from fedlight.errors import UserError, warnings_if_it_works
+from fedlight.eval.probes import labelled_count
 from fedlight.methods.base import FederatedModule, OptimizerSpec
 from fedlight.seeding import derive_seed, numpy_rng
 from fedlight.server.base import Aggregator
 
 
-def prepare_data(recipe: Recipe) -> tuple[ImageData, list]:
-    """Load, subset and partition the data (raises UserError on missing data or bad partitions)."""
+def prepare_data(recipe: Recipe, load: Callable[..., ImageData] = load_dataset) -> tuple[ImageData, list]:
+    """Load (with ``load``: ``load_dataset``, or a cache of it), subset and partition the data
+    (raises UserError on missing data or bad partitions)."""
     d, p, s = recipe.data, recipe.partition, recipe.stream
-    data = take_subset(load_dataset(d.name, d.root, d.download, recipe.seed), d.subset, d.test_subset, recipe.seed)
+    data = take_subset(load(d.name, d.root, d.download, recipe.seed), d.subset, d.test_subset, recipe.seed)
     kind, per_client = p.kind, p.classes_per_client
     if s.classes_per_client is not None:  # a stream's classes are its device's partition's classes
         if s.velocity is None or p.kind not in ("iid", "classes"):
@@ -113,9 +117,18 @@ def check_recipe(recipe: Recipe) -> Aggregator:
     return server
 
 
-def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
+def prepare(recipe: Recipe, load: Callable[..., ImageData] = load_dataset
+            ) -> tuple[Aggregator, ImageData, list, FederatedModule]:
+    """Everything ``fit`` refuses before it touches the run folder, and what it builds on the way:
+    the aggregator, the data and its partition, and the method's model.
+
+    Raises:
+        UserError: the recipe (``check_recipe``), the data or its partition, the data against the
+            method, server or new device, or the method's constructor (LG's ``global_layers``,
+            FedBN on a backbone without BatchNorm) refuses.
+    """
     server = check_recipe(recipe)
-    data, parts = prepare_data(recipe)
+    data, parts = prepare_data(recipe, load)
     if getattr(registry.METHODS[recipe.method["name"]], "uses_protected", False) and data.train_a is None:
         raise UserError(f"method.name={recipe.method['name']} needs a dataset with a protected attribute; "
                         f"data.name={recipe.data.name} has none (use data.name=diabetes)")
@@ -124,7 +137,55 @@ def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
         server.check_public_set(len(parts[recipe.partition.public_client]), f.devices * f.num_nodes)
     if recipe.new_device.rotation is not None:  # its sizes against the splits, before the run folder
         check_device_fits(data, recipe.new_device.train, recipe.new_device.test)
-    module = build_module(recipe, data)  # the method's own checks (LG's global_layers) come before the run folder
+    check_sizes(recipe, data, parts)
+    return server, data, parts, build_module(recipe, data)
+
+
+def check_sizes(recipe: Recipe, data: ImageData, parts: list) -> None:
+    """Sizes against the data: a test split smaller than the classes is refused (its accuracy measures
+    nothing); a size above what it counts is clamped by the engine, which one warning line says.
+
+    Raises:
+        UserError: ``data.test_subset`` below the number of classes.
+    """
+    d, l, e = recipe.data, recipe.local, recipe.eval
+    if d.test_subset is not None and d.test_subset < data.num_classes:
+        raise UserError(f"recipe key 'data.test_subset' is {d.test_subset}, fewer test images than the "
+                        f"{data.num_classes} classes: an accuracy over them measures nothing; "
+                        f"raise it to at least {data.num_classes} or drop it")
+    largest = max(len(part) for part in parts)
+    if l.batch_size > largest:
+        _warn(f"local.batch_size={l.batch_size} is above every client's samples (the most: {largest}); "
+              f"a local step takes a client's whole data, as local.batch_size={largest} would")
+    labelled = labelled_count(data.train_y.numpy(), e.label_fraction)
+    if e.knn_k > labelled:
+        _warn(f"eval.knn_k={e.knn_k} is above the {labelled} labelled training samples "
+              f"(eval.label_fraction={e.label_fraction:g}); the kNN vote takes all {labelled}")
+
+
+def _warn(text: str) -> None:
+    if not launch.is_child():  # rank 0 says it once
+        print(f"fedlight: warning: {text}", file=sys.stderr)
+
+
+def check_elsewhere(recipe: Recipe, load: Callable[..., ImageData] = load_dataset) -> None:
+    """``fit``'s checks for a recipe that will run elsewhere or later (a sweep's task): all of
+    ``prepare``'s where the data is on this machine; else those the data's shape decides (the
+    recipe, and the method's constructor against the dataset's channels, size and classes).
+
+    Raises:
+        UserError: what ``fit`` would raise for ``recipe`` before its run folder.
+    """
+    d = recipe.data
+    if data_on_disk(d.name, d.root, d.download):
+        prepare(recipe, load)
+    else:
+        check_recipe(recipe)
+        build_module(recipe, empty_of_shape(d.name))
+
+
+def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
+    server, data, parts, module = prepare(recipe)  # the method's own checks (LG's global_layers) come before the run folder
     record = run_record(recipe, data)
     fabric = make_fabric(recipe)
     folder = None

@@ -19,8 +19,20 @@ def label_subset(labels: np.ndarray, fraction: float, rng: np.random.Generator) 
     keep = []
     for c in np.unique(labels):
         idx = np.flatnonzero(labels == c)
-        keep.append(rng.choice(idx, size=max(1, int(round(fraction * len(idx)))), replace=False))
+        keep.append(rng.choice(idx, size=_class_share(fraction, len(idx)), replace=False))
     return np.sort(np.concatenate(keep))
+
+
+def labelled_count(labels: np.ndarray, fraction: float) -> int:
+    """How many examples ``label_subset(labels, fraction, rng)`` keeps, whatever ``rng``."""
+    if fraction >= 1.0:
+        return len(labels)
+    return sum(_class_share(fraction, int(n)) for n in np.unique(labels, return_counts=True)[1])
+
+
+def _class_share(fraction: float, n: int) -> int:
+    """A class's labelled examples: ``fraction`` of its ``n``, rounded, at least one."""
+    return max(1, int(round(fraction * n)))
 
 
 def _accuracy(pred: torch.Tensor, target: torch.Tensor, num_classes: int) -> float:

@@ -7,17 +7,24 @@ differ between runs (``run.dir`` excepted: it always does).
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import typing
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from fedlight.config.files import read_json
+from fedlight.config.schema import Recipe
 from fedlight.errors import UserError
 from fedlight.eval import metric_names
 
 RESULTS = "results.json"
+# the recipe's sections (data, eval, method, ...): a results.json whose recipe holds one as text or a
+# list was edited by hand, and its keys (eval.label_fraction names the columns) cannot be read
+SECTIONS = tuple(name for name, kind in typing.get_type_hints(Recipe).items()
+                 if dataclasses.is_dataclass(kind) or typing.get_origin(kind) is dict)
 IGNORED = ("run.dir",)
 # what a run's classes were built with: it varies with the method or server the recipe names, which
 # tells the groups apart already
@@ -117,6 +124,9 @@ def results_problem(results: Any) -> str | None:
                   or isinstance(results.get(k), bool)), None)
     if wrong:
         return f"no {wrong}" if wrong not in results else f"{wrong} is a {type(results[wrong]).__name__}"
+    section = next((k for k in SECTIONS if not isinstance(results["recipe"].get(k, {}), dict)), None)
+    if section:
+        return f"recipe.{section} is a {type(results['recipe'][section]).__name__}, not a section of keys"
     if not isinstance(results["recipe"].get("seed", 0), int):
         return f"recipe.seed is {results['recipe']['seed']!r}"
     for i, row in enumerate(results["history"]):

@@ -1,17 +1,18 @@
 """``fedlight sweep``: grid x seeds -> resolved recipes, manifest, then SLURM (``sbatch``) or local processes.
 
 Every task's recipe is composed, overridden (the command's ``key=value`` overrides, then the
-task's grid values and seed) and type-checked (method and server keys against their classes)
-before anything is written, so a bad grid writes nothing. Files are written in this order:
+task's grid values and seed) and put through ``fit``'s own checks (``fit.check_elsewhere``: the
+recipe, the method's constructor, and the data and partition where the data is on this machine)
+before anything is written, so a grid with any task ``fit`` would refuse writes and submits
+nothing: one line for each problem, naming its tasks by their overrides. Files are written in this order:
 manifest, recipes, ``tasks.txt``, array script; finished tasks' files are left alone.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
+import functools
 import shlex
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -19,14 +20,32 @@ from fedlight.config import load_recipe
 from fedlight.config.files import output_folder_problem
 from fedlight.config.loader import parse_override
 from fedlight.engine.rundir import write_json
-from fedlight.errors import UserError
+from fedlight.errors import UserError, UserErrors
 from fedlight.sweep import manifest as mf
-from fedlight.sweep.grid import OWNED, Axis, expand, parse_grid
-from fedlight.sweep.local import LocalTask, run_local
+from fedlight.sweep.grid import OWNED, Axis, Task, expand, parse_grid
+from fedlight.sweep.local import Failure, LocalTask, run_local
 from fedlight.sweep.names import run_names
 from fedlight.sweep.plan import is_finished, summary, to_submit
 from fedlight.sweep.slurm import (queued_tasks, render_array_script, require_sbatch, sbatch_command,
                                   split_slurm_args, submit)
+
+def cached_loader() -> Callable[..., Any]:
+    """``load_dataset``, imported (with torch) on the first task that needs checking and cached: the
+    tasks of a grid mostly share their data, and a finished sweep imports no torch."""
+    @functools.cache
+    def load(*args: Any) -> Any:
+        from fedlight.data.sources import load_dataset
+
+        return load_dataset(*args)
+    return load
+
+
+def check_elsewhere(resolved: Any, load: Callable[..., Any]) -> None:
+    """``fit.check_elsewhere``, imported (with torch) only when a task is checked."""
+    from fedlight.engine.fit import check_elsewhere as check
+
+    check(resolved, load)
+
 
 SCRIPT = "array.sbatch"
 EXECUTORS = ("slurm", "local")
@@ -62,10 +81,10 @@ class SweepOptions:
 
 @dataclass
 class SweepOutcome:
-    """The manifest as written, and the names of the tasks a local run saw fail."""
+    """The manifest as written, and the tasks a local run saw fail."""
 
     manifest: dict[str, Any]
-    failed: list[str]
+    failed: list[Failure]
 
 
 def check_overrides(overrides: list[str], axes: list[Axis]) -> None:
@@ -77,6 +96,14 @@ def check_overrides(overrides: list[str], axes: list[Axis]) -> None:
             raise UserError(f"override '{text}': {OWNED['run.dir']}; drop it")
         if key in grid_keys:
             raise UserError(f"override '{text}' sets the --grid key '{key}'; give its values in --grid only")
+
+
+def problem_line(message: str, tasks: list[Task], shown: int = 3) -> str:
+    """``'task 1 (partition.alpha=5 seed=3): <message>'``: a problem and the tasks it refuses, by
+    their overrides (the first ``shown`` of them)."""
+    named = ", ".join(f"{t.index} ({' '.join(t.overrides)})" for t in tasks[:shown])
+    more = f" and {len(tasks) - shown} more" if len(tasks) > shown else ""
+    return f"{'task' if len(tasks) == 1 else 'tasks'} {named}{more}: {message}"
 
 
 def run_sweep(recipe: str, grid: list[str], seeds: int, out: str, options: SweepOptions = SweepOptions(),
@@ -104,17 +131,22 @@ def run_sweep(recipe: str, grid: list[str], seeds: int, out: str, options: Sweep
     names = run_names(tasks)
     if old is not None:  # a sweep keeps the run names it was made with (a format-1 sweep's: '0003')
         names.update({t["index"]: Path(t["run_dir"]).name for t in old["tasks"]})
-    entries, texts, plain = [], {}, {}
+    entries, texts, plain, problems = [], {}, {}, {}
+    loader = cached_loader()
     for task in tasks:
         run_dir = mf.run_path(out_dir, names[task.index])
-        resolved = load_recipe(base, [*overrides, *task.overrides, f"run.dir={run_dir}"])
-        if not is_finished(run_dir, resolved.rounds):  # a finished sweep says so without importing torch
-            from fedlight.engine.fit import check_recipe
-
-            check_recipe(resolved)  # what fit would refuse, each task refuses here, before anything is written
+        try:  # what fit would refuse, each task refuses here, before anything is written
+            resolved = load_recipe(base, [*overrides, *task.overrides, f"run.dir={run_dir}"])
+            if not is_finished(run_dir, resolved.rounds):  # a finished task says so without importing torch
+                check_elsewhere(resolved, loader)
+        except UserError as exc:
+            problems.setdefault(str(exc), []).append(task)
+            continue
         entries.append(mf.task_entry(out_dir, task.index, names[task.index], task.overrides, resolved))
         texts[task.index] = (mf.recipe_text(resolved), resolved.rounds)
         plain[task.index] = asdict(resolved)
+    if problems:
+        raise UserErrors([problem_line(message, failing) for message, failing in problems.items()])
     grid_record = [{"key": a.key, "values": list(a.raw)} for a in axes]
     manifest = mf.new_manifest(base, overrides, grid_record, seed_list, entries, version)
     if old is not None:
@@ -123,15 +155,40 @@ def run_sweep(recipe: str, grid: list[str], seeds: int, out: str, options: Sweep
     local = options.executor == "local"
     if options.submit_now:
         require_sbatch()
-
-    finished = {i for i, (_, rounds) in texts.items() if is_finished(mf.run_path(out_dir, names[i]), rounds)}
-    slurm_jobs = [sub["job_id"] for sub in manifest["submissions"] if sub.get("executor") != mf.LOCAL]
-    queued = queued_tasks(slurm_jobs) if options.resubmit_failed or local else set()
-    if queued is None:
-        echo("warning: squeue cannot tell which earlier tasks are still queued; they may be run twice")
-    # a local run is over when its command returns: every unfinished task is run again (and resumed)
-    chosen = to_submit(manifest, finished, options.resubmit_failed or local, queued or set())
     script_text = render_array_script(out_dir, f"fedlight-{first.name}")  # its own errors come before any write
+    with mf.locked(out_dir):  # a second sweep into --out waits here, then sees this one's entries
+        current = mf.read_manifest(out_dir)  # another sweep may have written it since `old` was read
+        if current is not None:
+            mf.check_same_sweep(current, manifest, out_dir, plain)
+            manifest["submissions"] = current["submissions"]
+        finished = {i for i, (_, rounds) in texts.items() if is_finished(mf.run_path(out_dir, names[i]), rounds)}
+        slurm_jobs = [sub["job_id"] for sub in manifest["submissions"] if sub.get("executor") != mf.LOCAL]
+        queued = queued_tasks(slurm_jobs) if options.resubmit_failed or local else set()
+        if queued is None:
+            echo("warning: squeue cannot tell which earlier tasks are still queued; they may be run twice")
+        # a local run is over when its command returns: every unfinished task is run again (and resumed)
+        chosen = to_submit(manifest, finished, options.resubmit_failed or local, queued or set())
+        _write_files(out_dir, manifest, texts, finished, names, script_text)
+        echo(f"sweep {out_dir}: {summary(manifest, finished, chosen, 'run' if local else 'submit')}")
+        if not chosen:
+            return SweepOutcome(manifest, [])
+        command = sbatch_command(out_dir / SCRIPT, chosen, options.max_running, extra_sbatch)
+        if not local and not options.submit_now:
+            echo("submit with: " + shlex.join(command) + "   (or run it here: --executor local --parallel N)")
+            return SweepOutcome(manifest, [])
+        submission = ({"job_id": mf.LOCAL, "tasks": chosen, "executor": mf.LOCAL, "parallel": options.parallel}
+                      if local else {"job_id": submit(command), "tasks": chosen, "command": shlex.join(command)})
+        manifest["submissions"].append(submission)
+        write_json(out_dir / mf.MANIFEST, manifest)
+    if local:  # outside the lock: another sweep may record its own runs meanwhile
+        return _run_here(out_dir, names, chosen, options.parallel, manifest, echo)
+    echo(f"submitted array job {submission['job_id']} ({len(chosen)} tasks); logs in {out_dir / 'logs'}")
+    return SweepOutcome(manifest, [])
+
+
+def _write_files(out_dir: Path, manifest: dict[str, Any], texts: dict[int, tuple[str, int]], finished: set[int],
+                 names: dict[int, str], script_text: str) -> None:
+    """The manifest, every unfinished task's recipe (unless already as written), ``tasks.txt`` and the script."""
     (out_dir / "logs").mkdir(parents=True, exist_ok=True)
     write_json(out_dir / mf.MANIFEST, manifest)
     for index, (text, _) in texts.items():
@@ -140,31 +197,13 @@ def run_sweep(recipe: str, grid: list[str], seeds: int, out: str, options: Sweep
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
     (out_dir / mf.NAMES).write_text(mf.names_text(names))
-    script = out_dir / SCRIPT
-    script.write_text(script_text)
-    echo(f"sweep {out_dir}: {summary(manifest, finished, chosen, 'run' if local else 'submit')}")
-    if not chosen:
-        return SweepOutcome(manifest, [])
-    if local:
-        return _run_here(out_dir, manifest, names, chosen, options.parallel, echo)
-    command = sbatch_command(script, chosen, options.max_running, extra_sbatch)
-    if not options.submit_now:
-        echo("submit with: " + shlex.join(command) + "   (or run it here: --executor local --parallel N)")
-        return SweepOutcome(manifest, [])
-    job = submit(command)
-    manifest["submissions"].append({"job_id": job, "tasks": chosen, "command": shlex.join(command)})
-    write_json(out_dir / mf.MANIFEST, manifest)
-    echo(f"submitted array job {job} ({len(chosen)} tasks); logs in {out_dir / 'logs'}")
-    return SweepOutcome(manifest, [])
+    (out_dir / SCRIPT).write_text(script_text)
 
 
-def _run_here(out_dir: Path, manifest: dict[str, Any], names: dict[int, str], chosen: list[int], parallel: int,
+def _run_here(out_dir: Path, names: dict[int, str], chosen: list[int], parallel: int, manifest: dict[str, Any],
               echo: Callable[[str], None]) -> SweepOutcome:
-    """Run the ``chosen`` tasks as local processes, recorded in the manifest as one submission."""
+    """Run the ``chosen`` tasks as local processes (the manifest records them as one submission)."""
     tasks = [LocalTask(i, names[i], mf.recipe_path(out_dir, names[i]), mf.run_path(out_dir, names[i]),
                        out_dir / "logs" / f"{names[i]}.out") for i in chosen]
-    manifest["submissions"].append({"job_id": mf.LOCAL, "tasks": chosen, "executor": mf.LOCAL, "parallel": parallel})
-    write_json(out_dir / mf.MANIFEST, manifest)
     echo(f"running {len(tasks)} tasks here, {parallel} at once; logs in {out_dir / 'logs'}")
-    failed = run_local(tasks, parallel, echo)
-    return SweepOutcome(manifest, [t.name for t in failed])
+    return SweepOutcome(manifest, run_local(tasks, parallel, echo))

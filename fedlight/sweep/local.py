@@ -8,10 +8,16 @@ task's output goes to ``<out>/logs/<name>.out`` (appended, like SLURM's ``--open
 
 Ctrl-C (or SIGTERM to this process) sends SIGTERM to every running task: fedlight
 checkpoints it at its next client and exits 3, so running the same command again resumes it.
+A sweep killed outright (SIGKILL) sends nothing, so each task asks the kernel for that SIGTERM
+when its parent dies (Linux's ``PR_SET_PDEATHSIG``): no task outlives its sweep.
+
+A task that fails with a fedlight error (its run folder in use by another run, say) is reported
+with that error's line from its log, not only as a failure.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -25,6 +31,8 @@ import fedlight
 from fedlight.engine.rundir import has_checkpoint
 
 POLL_SECONDS = 0.2
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+ERROR_PREFIX = "fedlight: error: "  # how the CLI starts a user error's one line
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,47 @@ class LocalTask:
     recipe: Path
     run_dir: Path
     log: Path
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A task that exited non-zero: its exit code and, if it printed one, its one-line fedlight error."""
+
+    task: LocalTask
+    code: int
+    error: str | None
+
+    def describe(self) -> str:
+        """``'task 1 alpha=5_seed=3 failed (exit 2): <its error>'``, or where to look when it printed none."""
+        why = self.error or f"see {self.task.log}"
+        return f"task {self.task.index} {self.task.name} failed (exit {self.code}): {why}"
+
+
+def last_error(log: Path, since: int) -> str | None:
+    """The last fedlight user error written to ``log`` after byte ``since`` (this attempt's), without its prefix."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(since)
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return None
+    return next((line[len(ERROR_PREFIX):] for line in reversed(lines) if line.startswith(ERROR_PREFIX)), None)
+
+
+def die_with_parent(parent: int) -> Callable[[], None]:
+    """A ``preexec_fn`` that has the kernel send the child SIGTERM when ``parent`` dies (Linux; elsewhere
+    nothing), and sends it at once if ``parent`` died before the child asked. ``prctl`` is looked
+    up here, before the fork: the child only calls it (no loader lock another thread may hold)."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # no prctl: not Linux
+        return lambda: None
+
+    def ask() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+    return ask
 
 
 def resume_flag(run_dir: Path) -> str:
@@ -59,7 +108,7 @@ def task_environment() -> dict[str, str]:
     return env
 
 
-def run_local(tasks: list[LocalTask], parallel: int, echo: Callable[[str], None] = print) -> list[LocalTask]:
+def run_local(tasks: list[LocalTask], parallel: int, echo: Callable[[str], None] = print) -> list[Failure]:
     """Run ``tasks``, at most ``parallel`` at once, in order; returns those that failed.
 
     Written with ``subprocess.Popen`` rather than a thread pool: on an interrupt the running
@@ -67,7 +116,7 @@ def run_local(tasks: list[LocalTask], parallel: int, echo: Callable[[str], None]
     Each child runs in its own session, so a terminal's Ctrl-C reaches only this process, which
     passes it on as that SIGTERM.
     """
-    waiting, running, failed = list(tasks), {}, []
+    waiting, running, failed, starts = list(tasks), {}, [], {}
     env = task_environment()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -80,15 +129,19 @@ def run_local(tasks: list[LocalTask], parallel: int, echo: Callable[[str], None]
                 log.flush()
                 how = "resumed from its checkpoint" if command[-1] == "--resume" else "started"
                 echo(f"task {task.index} {task.name}: {how}; log {task.log}")
+                starts[task] = log.tell()
                 running[task] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                                  stdin=subprocess.DEVNULL, start_new_session=True), log)
+                                                  stdin=subprocess.DEVNULL, start_new_session=True,
+                                                  preexec_fn=die_with_parent(os.getpid())), log)
             for task, (proc, log) in list(running.items()):
                 if proc.poll() is not None:
                     log.close()
                     del running[task]
-                    echo(f"task {task.index} {task.name}: {'finished' if proc.returncode == 0 else f'failed (exit {proc.returncode})'}")
-                    if proc.returncode != 0:
-                        failed.append(task)
+                    if proc.returncode == 0:
+                        echo(f"task {task.index} {task.name}: finished")
+                        continue
+                    failed.append(Failure(task, proc.returncode, last_error(task.log, starts[task])))
+                    echo(failed[-1].describe())
             time.sleep(POLL_SECONDS if running else 0)
     except KeyboardInterrupt:
         _stop(running, echo)

@@ -13,12 +13,16 @@ names, so an old sweep folder is still refreshed, resumed and reported.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import os
+import sys
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-from fedlight.config.files import dump_yaml, read_json, read_yaml_mapping
+from fedlight.config.files import dump_yaml, escape_interpolations, read_json, read_yaml_mapping
 from fedlight.config.schema import Recipe
 from fedlight.engine.rundir import with_later_defaults
 from fedlight.errors import UserError
@@ -45,8 +49,9 @@ def names_text(names: dict[int, str]) -> str:
 
 
 def recipe_text(recipe: Recipe) -> str:
-    """The resolved recipe as written to its file."""
-    return dump_yaml(asdict(recipe))  # read back by load_recipe: OmegaConf's dialect
+    """The resolved recipe as written to its file, which ``fedlight fit`` reads back (``load_recipe``,
+    OmegaConf's dialect): a literal ``${...}`` in a value stays escaped, so it is not resolved again."""
+    return dump_yaml(escape_interpolations(asdict(recipe)))
 
 
 def new_manifest(base: Path, overrides: list[str], grid: list[dict[str, Any]], seeds: list[int],
@@ -59,6 +64,25 @@ def new_manifest(base: Path, overrides: list[str], grid: list[dict[str, Any]], s
 def task_entry(out: Path, index: int, name: str, overrides: list[str], recipe: Recipe) -> dict[str, Any]:
     return {"index": index, "name": name, "recipe": str(recipe_path(out, name)), "run_dir": str(run_path(out, name)),
             "overrides": overrides, "digest": hashlib.sha256(recipe_text(recipe).encode()).hexdigest()[:16]}
+
+
+@contextmanager
+def locked(out: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the sweep folder ``out`` (made if missing) for the block, which
+    reads the manifest, writes it and submits: a second sweep into ``out`` waits for it (seconds: no
+    sweep holds it while its tasks run), then reads what the first wrote instead of overwriting it.
+    The kernel releases the lock when the process ends, however it ends."""
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out, os.O_RDONLY)  # the folder itself: no lock file to find among the sweep's files
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as exc:  # a file system without locks (some NFS / Lustre mounts)
+            print(f"fedlight: warning: sweep folder '{out}' cannot be locked ({exc.strerror}); "
+                  "two sweeps into it at once may lose each other's manifest entries", file=sys.stderr)
+        yield
+    finally:
+        os.close(fd)
 
 
 def read_manifest(out: Path) -> dict[str, Any] | None:
@@ -124,7 +148,8 @@ def check_same_sweep(old: dict[str, Any], new: dict[str, Any], out: Path, resolv
             return True
         path = Path(a["recipe"])
         fix = f"delete '{out}' to start the sweep over"
-        return path.is_file() and with_later_defaults(read_yaml_mapping(path, "sweep task recipe", fix)) == resolved[b["index"]]
+        return path.is_file() and (with_later_defaults(read_yaml_mapping(path, "sweep task recipe", fix))
+                                   == escape_interpolations(resolved[b["index"]]))  # as recipe_text writes it
 
     if len(old["tasks"]) != len(new["tasks"]) or not all(map(same, old["tasks"], new["tasks"])):
         raise UserError(f"--out '{out}' holds another sweep (its {MANIFEST} lists other tasks or recipes, "
