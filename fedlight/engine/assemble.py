@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -150,8 +149,7 @@ def build_views(recipe: Recipe, data: ImageData) -> ViewMaker:
 
 
 def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: list[np.ndarray],
-                     module: FederatedModule, aggregator: Aggregator, run_dir: Path,
-                     on_checkpoint: Callable[[], None] | None = None) -> Federation:
+                     module: FederatedModule, aggregator: Aggregator, run_dir: Path) -> Federation:
     """The run's round loop with the parts ``recipe`` asks for (every rank builds its own)."""
     module = fabric.to_device(module)  # worker 0: evaluation, checkpoints and the server use it
     declared = {**module.shared_state(), **module.private_state(), **module.transient_state()}
@@ -193,7 +191,7 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
     faults = SimulatedFaults(o.faults, recipe.seed, run_dir, fabric.global_rank)
     round_ = replace(o.round, client_state=client_store_kind(recipe, module, aggregator, len(trainable)))
     return Federation(fabric, module, aggregator, evaluator, data, tensors, trainable, schedule, faults, plugins,
-                      round_, run_dir, on_checkpoint)
+                      round_, run_dir)
 
 
 def build_schedule(fabric: Fabric, recipe: Recipe, o: PartOptions, data: ImageData, module: FederatedModule,

@@ -19,7 +19,8 @@ from fedlight.data.rotated import check_device_fits
 from fedlight.data.sources import ImageData, load_dataset, take_subset
 from fedlight.engine import launch, preemption
 from fedlight.engine.assemble import build_federation, part_options
-from fedlight.engine.rundir import RECIPE, RunFolder, claim_run_dir, write_yaml
+from fedlight.engine.console import say
+from fedlight.engine.rundir import RECIPE, RunFolder, claim_run_dir, finished_results, write_yaml
 from fedlight.errors import UserError, warnings_if_it_works
 from fedlight.methods.base import FederatedModule, OptimizerSpec
 from fedlight.seeding import derive_seed, numpy_rng
@@ -86,8 +87,9 @@ def fit(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> dict[s
     Every user error (recipe, data, partition, method options, run folder) is raised before
     the run folder is touched or any process is launched; those only a checkpoint can tell
     (damaged, ``rounds`` below its rounds) before anything is written. A run folder in use by
-    another run is refused; a run it replaces is deleted only once this one has saved
-    (``rundir``). SIGUSR1 or SIGTERM stop the run after the current round's checkpoint and
+    another run is refused; a run it replaces is deleted only once this one has finished
+    (``rundir``). ``resume`` of a finished run (every round done, final metrics logged) changes
+    nothing and returns its results. SIGUSR1 or SIGTERM stop the run after the current round's checkpoint and
     requeue its SLURM job: ``preemption.Preempted`` is raised.
     """
     with preemption.signals_handled():
@@ -111,6 +113,11 @@ def check_recipe(recipe: Recipe) -> Aggregator:
 
 
 def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
+    done = finished_results(Path(recipe.run_dir), asdict(recipe)) if resume else None
+    if done is not None:  # resuming would only evaluate, project and log its final metrics again
+        say(f"run folder '{recipe.run_dir}' has finished all {recipe.rounds} rounds: nothing to resume, nothing "
+            "changed (raise rounds to train more)", int(launch.is_child()))
+        return done
     server = check_recipe(recipe)
     data, parts = prepare_data(recipe)
     if getattr(registry.METHODS[recipe.method["name"]], "uses_protected", False) and data.train_a is None:
@@ -148,8 +155,7 @@ def _run(fabric: Fabric, recipe: Recipe, data: ImageData, parts: list, module: F
     if recipe.fabric.threads:
         torch.set_num_threads(recipe.fabric.threads)
     run_dir = Path(recipe.run_dir)
-    federation = build_federation(fabric, recipe, data, parts, module, server, run_dir,
-                                  on_checkpoint=folder.saved if folder else None)
+    federation = build_federation(fabric, recipe, data, parts, module, server, run_dir)
     try:
         if restore:
             federation.restore()  # a damaged checkpoint or too few rounds: refused before anything is written
