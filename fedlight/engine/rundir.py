@@ -30,7 +30,7 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from fedlight.config.files import dump_yaml, output_folder_problem, read_yaml_mapping
+from fedlight.config.files import dump_yaml, length_problem, output_folder_problem, read_yaml_mapping
 from fedlight.config.schema import Recipe
 from fedlight.errors import UserError
 
@@ -390,6 +390,9 @@ def check_run_dir(path: Path, recipe: dict[str, Any], resume: bool, overwrite: b
 def _check_flags_and_disk(path: Path, resume: bool, overwrite: bool, min_free_mb: int) -> None:
     if resume and overwrite:
         raise UserError("--resume and --overwrite contradict each other; pass only one")
+    too_long = length_problem(path)
+    if too_long:
+        raise UserError(f"run.dir {too_long}; set run.dir to a shorter path")
     check_free_space(path, min_free_mb)
 
 
