@@ -295,7 +295,8 @@ def test_a_stray_file_of_a_client_that_does_not_exist_is_ignored(scaffold_run, t
     resumed = fit(load_recipe(recipe, [*args, f"run.dir={run}"]), resume=True)
     straight = fit(load_recipe(recipe, [*args, f"run.dir={tmp_path / 'straight'}"]))
     _same_run(straight, resumed, tmp_path / "straight", run)
-    assert _same_states(_disk_states(run), _disk_states(tmp_path / "straight")) and sorted(_disk_states(run)) == [0, 1, 2]
+    states = _disk_states(run)
+    assert _same_states(states, _disk_states(tmp_path / "straight")) and sorted(states) == [0, 1, 2]
 
 
 def test_a_missing_client_state_folder_is_named_not_the_digest_listing(scaffold_run, tmp_path: Path, capsys) -> None:

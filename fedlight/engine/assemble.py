@@ -213,7 +213,8 @@ def build_schedule(fabric: Fabric, recipe: Recipe, o: PartOptions, data: ImageDa
         l.iterations, l.batch_size, data.num_classes, recipe.seed))
     if not isinstance(schedule, ClientSchedule):
         raise UserError(f"local.schedule={name}: its factory ({registry.SCHEDULES.origin(name)}) returned a "
-                        f"{type(schedule).__name__}, not a ClientSchedule; fix or uninstall the package that declares it")
+                        f"{type(schedule).__name__}, not a ClientSchedule; fix or uninstall the package that "
+                        "declares it")
     return schedule
 
 
