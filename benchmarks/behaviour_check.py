@@ -1,4 +1,4 @@
-"""Behaviour unchanged (issue 20, part 5): shortened paper recipes against stored histories.
+"""Behaviour unchanged by a refactoring: shortened paper recipes against stored histories.
 
 Runs the quickstart and one CPU recipe per paper (SOFed, CF-CL, FLESD, LG-FedAvg, MOON,
 SCAFFOLD), each shortened by overrides to a few seconds, and compares the ``results.json``

@@ -1,4 +1,4 @@
-"""Client-population scaling (issue 10, item 3): time per round and peak memory, 10 to 10,000 clients.
+"""Client-population scaling: time per round and peak memory, 10 to 10,000 clients.
 
 FedAvg + SimCLR on populations of N clients with the arithmetic of a round held fixed: every
 client holds exactly ``n`` images (iid over a ``data.subset`` of N * n Fashion-MNIST images,

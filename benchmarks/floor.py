@@ -1,4 +1,4 @@
-"""Where a fedlight run's wall time goes, and how far the run is from its floor (issue 10).
+"""Where a fedlight run's wall time goes, and how far the run is from its floor.
 
 Three measurements, each in fresh processes on otherwise idle cores:
 

@@ -1,4 +1,4 @@
-"""GPU profile of fedlight's local training: ResNet-18 SimCLR on CIFAR-10-sized uint8 data (issue 10).
+"""GPU profile of fedlight's local training: ResNet-18 SimCLR on CIFAR-10-sized uint8 data.
 
 Runs fedlight's real local-training path, not a hand loop: the recipe
 ``recipes/fedavg_ssl_cifar10.yaml`` (SimCLR, ResNet-18 with the CIFAR stem, SimCLR views) loaded

@@ -1,4 +1,4 @@
-"""One process of two threads vs. two processes of one thread (issue 10, item 4), and vs. one
+"""One process of two threads vs. two processes of one thread, and vs. one
 process of two worker models of one thread each.
 
 Runs a recipe as fresh ``python -m fedlight fit`` processes on the CPU in three

@@ -6,8 +6,10 @@
     python benchmarks/reproduce.py --out runs/repro/sofed --metric linear_probe_acc@1 \
         --row fedu-fifo recipes/sofed_fmnist.yaml method.name=fedu buffer.policy=fifo ...
 
-Each row (a recipe, or ``--row LABEL RECIPE OVERRIDE...``) and seed is one ``fedlight fit``
-into ``<out>/<label>/seed<k>``; finished runs are reused. The table gives the final metric,
+Each row (a recipe, or ``--row LABEL RECIPE OVERRIDE...``) and seed is one task of
+``fedlight sweep --executor local`` into ``<out>/<label>/seed<k>`` (the tool's own sweep path:
+resolved recipe, manifest, logs, ``--resume`` of a killed task); finished runs are reused, and
+seeds run seed-major, so a block stopped early holds complete seeds. The table gives the final metric,
 the total bytes and the first round at which each run reaches the reference row's final
 accuracy (MOON's Table 2); ``--extra`` adds columns: a final metric (mean +- std, in %), a run
 total from ``comm`` such as ``params_up`` (mean over seeds), or a per-round history value such
@@ -15,11 +17,17 @@ as ``buffer_rescored`` (mean over rounds and seeds).
 
 ``--claim A OP B [PAPER]`` (repeatable) judges a paper's claim on the metric by the rule in
 ``verdict.py``, written before the runs: ``moon '>' fedavg_fmnist 'MOON 69.1 vs FedAvg 66.3'``.
+Each row's floor is its own random-init value of the metric (``results.json``'s ``baseline``;
+an AUC without one has chance, 50); a row without a floor is an error.
 Its rows (claim | paper's numbers | fedlight's | verdict | command) go to
 ``<out>/verdicts-<metric>.md`` for the table at the top of REPRODUCTION.md. A side may be a per-seed difference of
 two rows, ``'sup100 - sup001' '>' 'ssl100 - ssl001'``, or the best of the rows a glob matches
-(mean over seeds), ``'best(moon-*)' '>' 'best(l2-*)'``; claims on another
-metric re-run the command with that ``--metric`` (finished runs are reused).
+(mean over seeds), ``'best(moon-*)' '>' 'best(l2-*)'``, or ``rounds(ROW)``: the rounds ROW
+takes to reach the ``--reference`` row's mean final metric, per seed (never: one past the last
+round), so ``'rounds(moon)' '<' 'rounds(fedavg)'`` is MOON's Table 2. ``--ratio A B KEYS
+THRESHOLD [PAPER]`` judges a communication claim: A's ``comm`` totals (``KEYS`` joined by
+``+``) over B's, holds if at most THRESHOLD in every seed, does not hold if above it in every
+seed. Claims on another metric re-run the command with that ``--metric`` (finished runs are reused).
 """
 
 from __future__ import annotations
@@ -35,21 +43,34 @@ import numpy as np
 
 from verdict import OPS, compare, verdict
 
+CHANCE_AUC = 0.5  # the floor of an AUC whose random-init value a run does not measure
+
+
+def finished(run_dir: Path) -> dict | None:
+    """``run_dir``'s results when the run finished, else None."""
+    try:
+        results = json.loads((run_dir / "results.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return results if results.get("final") is not None else None
+
 
 def run(label: str, recipe: Path, seed: int, out: Path, overrides: list[str]) -> dict:
+    """The results of ``recipe`` + ``overrides`` at ``seed``: a one-task ``fedlight sweep --executor
+    local`` into ``<out>/<label>/seed<seed>`` (a killed task resumes), reused once finished."""
     folder = out / label / f"seed{seed}"
-    results = folder / "results.json"
-    done = results.is_file() and json.loads(results.read_text())["final"] is not None
-    if not done:
-        cmd = [sys.executable, "-m", "fedlight", "fit", "--recipe", str(recipe), f"seed={seed}",
-               f"run.dir={folder}", *overrides, "--overwrite"]
+    run_dir = folder / "runs" / f"seed={seed}"
+    results = finished(run_dir)
+    if results is None:
+        cmd = [sys.executable, "-m", "fedlight", "sweep", "--recipe", str(recipe), "--out", str(folder),
+               "--seeds", "1", "--executor", "local", f"seed={seed}", *overrides]
         print("+", " ".join(cmd), flush=True)
-        log = out / label / f"seed{seed}.stderr.log"  # beside the run folder, which --overwrite clears
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "w") as err:
-            if subprocess.run(cmd, stderr=err).returncode != 0:
-                raise SystemExit(f"run failed, see {log}")
-    return json.loads(results.read_text())
+        if subprocess.run(cmd).returncode != 0:
+            raise SystemExit(f"run failed, see {folder}/logs")
+        results = finished(run_dir)
+        if results is None:
+            raise SystemExit(f"{run_dir}: the sweep ended without final results; see {folder}/logs")
+    return results
 
 
 def per_round_table(table: dict[str, list[dict]], metric: str) -> str:
@@ -104,10 +125,51 @@ def best_row(side: str, table: dict[str, list[dict]], metric: str) -> str:
     return max(matches, key=lambda label: np.mean([res["final"][metric] for res in table[label]]))
 
 
+def row_floor(runs: list[dict], metric: str) -> float:
+    """The row's floor in points: the mean over its seeds of the metric's random-init value
+    (chance for an AUC the runs do not measure at random init)."""
+    values = [res["baseline"].get(metric) for res in runs if res.get("baseline")]
+    if len(values) == len(runs) and None not in values:
+        return float(np.mean(values)) * 100
+    if "auc" in metric:
+        return CHANCE_AUC * 100
+    raise SystemExit(f"{metric}: a row has no random-init value in results.json's baseline; "
+                     "rule v2 judges no claim without a floor")
+
+
+def rounds_to_reach(runs: list[dict], metric: str, target: float) -> np.ndarray:
+    """Per seed, the first round whose ``metric`` is at least ``target``; one past the last round
+    for a run that never reaches it (the rounds it was given are a lower bound)."""
+    return np.array([next((h["round"] for h in res["history"] if h.get(metric) is not None and h[metric] >= target),
+                          res["rounds_completed"] + 1) for res in runs], dtype=float)
+
+
+def rounds_claim_row(claim: list[str], table: dict[str, list[dict]], metric: str, target: float, out: Path) -> str:
+    """A claim on ``rounds(A) OP rounds(B)``: rounds to reach ``target``, per seed, by the interval alone."""
+    a, op, b, *paper = claim
+    values = {side: rounds_to_reach(table[side[7:-1]], metric, target) for side in (a, b)}
+    c = compare(values[a], values[b], floor=None)
+    per_seed = "; ".join(f"{side} " + ", ".join(str(int(v)) for v in vals) for side, vals in values.items())
+    ours = f"target {target * 100:.2f}; {per_seed}; A - B {c.mean:+.2f} [{c.low:+.2f}, {c.high:+.2f}] rounds"
+    return f"| {a} {op} {b} ({metric}) | {paper[0] if paper else '-'} | {ours} | {verdict(op, c)} | `--out {out}` |"
+
+
+def ratio_row(spec: list[str], table: dict[str, list[dict]], out: Path) -> str:
+    """``--ratio A B KEYS THRESHOLD [PAPER]``: A's summed ``comm`` KEYS over B's, per seed, against THRESHOLD."""
+    a, b, keys, threshold, *paper = spec
+    def total(res: dict) -> float:
+        return sum(res["comm"][k] for k in keys.split("+"))
+    ratios = np.array([total(ra) / total(rb) for ra, rb in zip(table[a], table[b])])
+    limit = float(threshold)
+    said = "holds" if (ratios <= limit).all() else "does not hold" if (ratios > limit).all() else "inconclusive"
+    ours = f"{keys}: " + ", ".join(f"{r:.3f}" for r in ratios) + f" (per seed; threshold {limit:g})"
+    return f"| {a} / {b} <= {limit:g} ({keys}) | {paper[0] if paper else '-'} | {ours} | {said} | `--out {out}` |"
+
+
 def claim_row(claim: list[str], table: dict[str, list[dict]], metric: str, margin: float, out: Path) -> str:
     """One row of the verdict table for ``claim`` = [A, OP, B] or [A, OP, B, PAPER]; a side may
     be a difference of two rows, ``"X - Y"`` (per seed), or ``best(GLOB)``, the best of the rows
-    it matches (``best_row``; the chosen row is named)."""
+    it matches (``best_row``; the chosen row is named). Rows at or below their floor are named."""
     a, op, b, *paper = claim
     picked = {side: best_row(side, table, metric) for side in (a, b)}
     named = {side: side if row == side else f"{side} = {row}" for side, row in picked.items()}
@@ -118,14 +180,18 @@ def claim_row(claim: list[str], table: dict[str, list[dict]], metric: str, margi
         raise SystemExit(f"--claim {' '.join(claim)}: a side is a row or 'X - Y'; rows are {', '.join(table)}")
     values = {k: np.array([res["final"][metric] for res in table[k]]) * 100 for k in labels}
     side_values = [values[side[0]] - (values[side[1]] if len(side) == 2 else 0) for side in sides]
-    floors = [res["baseline"].get(metric) for k in labels for res in table[k]]
-    floor = float(np.mean(floors)) * 100 if None not in floors else None
-    c = compare(*side_values, floor, rows=[values[k] for k in dict.fromkeys(labels)])
+    rows = list(dict.fromkeys(labels))
+    floors = {k: row_floor(table[k], metric) for k in rows}
+    try:
+        c = compare(*side_values, [floors[k] for k in rows], rows=[values[k] for k in rows])
+    except ValueError as exc:
+        raise SystemExit(f"--claim {' '.join(claim)}: {exc}") from None
     said = f"{named[claim[0]]} {op} {named[claim[2]]}" + (f" (within {margin:g})" if op == "~" else "")
     ours = "; ".join(f"{k} {v.mean():.2f} +- {sample_std(v):.2f}" for k, v in values.items())
+    floor_text = ", ".join(f"{floors[k]:.2f}" for k in rows)
     ours += (f"; A - B {c.mean:+.2f} [{c.low:+.2f}, {c.high:+.2f}]"
-             + f"; seed spread {c.spread:.2f}"
-             + ("; no random-init floor" if floor is None else f"; floor {floor:.2f}, signal {c.signal:.1f}"))
+             + f"; seed spread {c.spread:.2f}; floors {floor_text}, signal {c.signal:.1f}"
+             + "".join(f"; {rows[i]} at or below its floor" for i in c.collapsed))
     return f"| {said} ({metric}) | {paper[0] if paper else '-'} | {ours} | {verdict(op, c, margin)} | `--out {out}` |"
 
 
@@ -143,6 +209,8 @@ def main() -> None:
     parser.add_argument("--claim", nargs="+", action="append", default=[], metavar="A OP B [PAPER]",
                         help="judge 'A > B', 'A < B' or 'A ~ B' on --metric by verdict.py's rule (repeatable); "
                         "a side is a row, 'X - Y' or 'best(GLOB)'")
+    parser.add_argument("--ratio", nargs="+", action="append", default=[], metavar="A B KEYS THRESHOLD [PAPER]",
+                        help="judge A's comm KEYS (joined by +) over B's against THRESHOLD in every seed (repeatable)")
     parser.add_argument("--margin", type=float, default=2.0, help="points within which 'A ~ B' holds")
     parser.add_argument("--per-round", action="store_true", help="also the metric's mean over seeds at every round")
     parser.add_argument("--per-seed", action="store_true", help="also the final metric and its floor of every seed")
@@ -150,6 +218,8 @@ def main() -> None:
     bad = [c for c in args.claim if len(c) not in (3, 4) or c[1] not in OPS]
     if bad:
         parser.error(f"--claim takes A OP B [PAPER] with OP one of > < ~, got {' '.join(bad[0])}")
+    if any(c[0].startswith("rounds(") for c in args.claim) and not args.reference:
+        parser.error("a rounds(ROW) claim needs --reference, the row whose mean final metric is the target")
     rows = [(r.stem, r, []) for r in args.recipes] + [(label, Path(recipe), list(more))
                                                        for label, recipe, *more in args.row]
     done = {(label, s): run(label, recipe, s, args.out, [*args.set, *more])  # seed-major: every row gets seed 0 first
@@ -188,8 +258,10 @@ def main() -> None:
         text = per_seed_table(table, args.metric, args.seeds)
         print(text)
         (args.out / f"per-seed-{args.metric}.md").write_text(text + "\n")
-    if args.claim:
-        claims = "\n".join(claim_row(c, table, args.metric, args.margin, args.out) for c in args.claim)
+    if args.claim or args.ratio:
+        claims = "\n".join([*(rounds_claim_row(c, table, args.metric, target, args.out) if c[0].startswith("rounds(")
+                               else claim_row(c, table, args.metric, args.margin, args.out) for c in args.claim),
+                             *(ratio_row(r, table, args.out) for r in args.ratio)])
         print(claims)
         (args.out / f"verdicts-{args.metric}.md").write_text(claims + "\n")
 

@@ -1,4 +1,4 @@
-"""Stateful clients at cross-device scale (issue 21, item 4): SCAFFOLD, then MOON, at 100 to 10,000 clients.
+"""Stateful clients at cross-device scale: SCAFFOLD, then MOON, at 100 to 10,000 clients.
 
 Each method on populations of N clients with a round's arithmetic held fixed, as in
 ``client_scaling.py``: every client holds exactly ``n`` Fashion-MNIST images (iid over a

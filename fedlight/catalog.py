@@ -1,4 +1,5 @@
-"""Every built-in method, aggregator, backbone and client schedule by name, none of them imported.
+"""Every built-in method, aggregator, backbone and client schedule by name, none of them imported;
+and the round plug-ins other packages add.
 
 A name maps to the ``module:attr`` that defines it, imported when the entry is first used
 (``fedlight.extensions.Table``), so a recipe's names can be checked before torch is imported
@@ -11,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from fedlight.errors import UserError
-from fedlight.extensions import Table, a_callable, subclass_of
+from fedlight.extensions import Table, a_callable, describe, subclass_of
 
 # local objectives; ``fedprox``, ``scaffold``, ``lg`` and ``fedbn`` wrap the objective named by ``method.objective``
 METHODS: Table[Any] = Table("fedlight.methods", {
@@ -42,6 +43,11 @@ SCHEDULES: Table[Any] = Table("fedlight.schedules", {
     "exchange": "fedlight.engine.plugins.exchange:ExchangeSchedule",
 }, a_callable)
 
+# round plug-ins from other packages (``plugins: {name: {options}}``), built with a ``PluginContext``;
+# fedlight's own (LG-FedAvg's local tests and new device, FLESD's distillation, faults) are switched
+# on by their own keys (``engine/assemble.py``), so the table holds none
+PLUGINS: Table[Any] = Table("fedlight.plugins", {}, subclass_of("fedlight.engine.plugin:RoundPlugin"))
+
 
 def check_name(key: str, name: Any, table: Table[Any]) -> None:
     """Raise the UserError for a recipe ``key`` (e.g. ``method.name``) naming nothing in ``table``."""
@@ -49,8 +55,17 @@ def check_name(key: str, name: Any, table: Table[Any]) -> None:
         raise UserError(f"unknown {key} {name!r}; valid names: {', '.join(table)}")
 
 
-def check_names(method: dict[str, Any], server: dict[str, Any], backbone: str) -> None:
-    """``method.name``, ``server.name`` and ``model.backbone`` each name something (no import)."""
+def check_names(method: dict[str, Any], server: dict[str, Any], backbone: str, plugins: Any = ()) -> None:
+    """``method.name``, ``server.name``, ``model.backbone`` and each key of ``plugins`` name something (no import)."""
     check_name("method.name", method.get("name"), METHODS)
     check_name("server.name", server.get("name"), SERVERS)
     check_name("model.backbone", backbone, BACKBONES)
+    for name in plugins:
+        check_name("plugins key", name, PLUGINS)
+
+
+def describe_all() -> str:
+    """Every name with its one-line description (``fedlight methods``), read from the sources:
+    neither torch nor the parts are imported."""
+    return describe({"methods": METHODS, "aggregators": SERVERS, "backbones": BACKBONES, "client schedules": SCHEDULES,
+                     "round plug-ins": PLUGINS})

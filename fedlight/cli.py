@@ -69,8 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--metric", action="append", default=None, metavar="NAME",
                         help="a metric to tabulate and plot (repeatable; linear_probe_acc means every label fraction); "
                              "default: all")
-    methods = sub.add_parser("methods", help="list every method, aggregator, backbone and client schedule, "
-                             "fedlight's and those other packages add through entry points")
+    methods = sub.add_parser("methods", help="list every method, aggregator, backbone, client schedule and round "
+                             "plug-in, fedlight's and those other packages add through entry points")
     recipes = sub.add_parser("recipes", help="list the recipes fedlight ships, each with its first comment line; "
                              "run one from any folder with fedlight fit --recipe NAME")
     for command in (fit, sweep, report, methods, recipes):
@@ -124,9 +124,9 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _methods(args: argparse.Namespace) -> int:
-    from fedlight import registry
+    from fedlight.catalog import describe_all
 
-    print(registry.describe_all())
+    print(describe_all())
     return 0
 
 

@@ -1,23 +1,27 @@
 """Names that other packages add to fedlight through entry points.
 
-A package adds a method, an aggregator, a backbone or a client schedule by declaring it in
-its ``pyproject.toml``; nothing in fedlight is edited::
+A package adds a method, an aggregator, a backbone, a client schedule or a round plug-in by
+declaring it in its ``pyproject.toml``; nothing in fedlight is edited::
 
     [project.entry-points."fedlight.methods"]
     my_method = "my_package.module:MyMethod"
 
 Groups: ``fedlight.methods`` (a ``FederatedModule`` subclass), ``fedlight.aggregators`` (an
-``Aggregator`` subclass), ``fedlight.backbones`` (``(channels, image_size) -> nn.Module``) and
-``fedlight.schedules`` (``(ScheduleContext) -> ClientSchedule``). A :class:`Table` holds the
+``Aggregator`` subclass), ``fedlight.backbones`` (``(channels, image_size) -> nn.Module``),
+``fedlight.schedules`` (``(ScheduleContext) -> ClientSchedule``) and ``fedlight.plugins`` (a
+``RoundPlugin`` built as ``cls(PluginContext, **options)``). A :class:`Table` holds the
 built-in names and finds the installed ones when first asked for a name it lacks or for its
 list; a built-in name wins over an entry point of the same name. Its one-line description is
-the first paragraph of the object's docstring.
+the first paragraph of the object's docstring, read from its module's source file when it can be
+found there, so ``fedlight methods`` imports neither torch nor any package it lists.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.metadata
+import importlib.util
 from collections.abc import Iterator, Mapping
 from typing import Any, Callable, Generic, TypeVar
 
@@ -82,10 +86,42 @@ class Table(Mapping[str, T], Generic[T]):
         """``fedlight``, or the ``module:attr`` an entry point names."""
         return "fedlight" if name in self.builtins else self._entry_points()[name].value
 
+    def target(self, name: str) -> str | None:
+        """The ``module:attr`` that defines ``name``, or None for a built-in given as the object itself."""
+        entry = self.builtins[name] if name in self.builtins else self._entry_points()[name].value
+        return entry if isinstance(entry, str) else None
+
     def description(self, name: str) -> str:
-        """The first paragraph of the entry's docstring, as one line."""
-        doc = (getattr(self[name], "__doc__", None) or "").strip()
-        return " ".join(line.strip() for line in doc.split("\n\n")[0].splitlines())
+        """The first paragraph of the entry's docstring, as one line: read from the source without
+        importing it where the ``module:attr`` is a class or function defined there, else from the
+        imported object."""
+        target = self.target(name)
+        doc = source_docstring(target) if target else None
+        if doc is None:
+            doc = getattr(self[name], "__doc__", None) or ""
+        return " ".join(line.strip() for line in doc.strip().split("\n\n")[0].splitlines())
+
+
+def source_docstring(target: str) -> str | None:
+    """The docstring of the class or function ``module:attr`` as its source file spells it, None where
+    the file or a definition of that name is not found (an alias, a compiled module): nothing is
+    imported but the module's parent packages."""
+    module, _, attr = target.partition(":")
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    try:
+        with open(spec.origin, encoding="utf-8") as source:
+            tree = ast.parse(source.read())
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name == attr.strip():
+            return ast.get_docstring(node) or ""
+    return None
 
 
 def subclass_of(base: str) -> Callable[[Any], str | None]:
@@ -113,6 +149,8 @@ def describe(tables: dict[str, Table[Any]]) -> str:
     for title, table in tables.items():
         lines.append(f"{title} ({table.group}):")
         width = max(map(len, table), default=0)
+        if not width:
+            lines.append("  none installed")
         for name in table:
             origin = "" if table.origin(name) == "fedlight" else f"  [{table.origin(name)}]"
             lines.append(f"  {name:<{width}}  {table.description(name)}{origin}")

@@ -1,4 +1,4 @@
-"""Builds and validates the methods, aggregators and backbones that ``fedlight.catalog`` names.
+"""Builds and validates the methods, aggregators, backbones and round plug-ins that ``fedlight.catalog`` names.
 
 Other packages add their own through entry points (``fedlight.extensions``): the catalog's
 tables find them, so they appear in the valid names an error lists and in ``fedlight methods``.
@@ -7,6 +7,11 @@ tables find them, so they appear in the valid names an error lists and in ``fedl
 constructor (minus those the engine supplies), type-checked against its annotations, so a
 class's signature is its schema and its defaults are the paper's. A numeric parameter
 declares its range there too (``Annotated[float, positive]``, ``fedlight.config.checks``).
+A round plug-in from another package (``plugins.<name>.*``) is configured the same way.
+
+``resolved_settings`` records what a run's classes are built with, defaults included, so that a
+default changed in a later release cannot change an old run unnoticed (``engine/rundir.py``
+compares the record when the run resumes).
 """
 
 from __future__ import annotations
@@ -15,23 +20,25 @@ import inspect
 import typing
 from typing import Any
 
-from torch import nn
+import torch
 
-from fedlight.catalog import BACKBONES, METHODS, SCHEDULES, SERVERS, check_name
+from fedlight.catalog import BACKBONES, METHODS, PLUGINS, SCHEDULES, SERVERS, check_name
 from fedlight.config.coerce import coerce
 from fedlight.errors import UserError
-from fedlight.extensions import describe
 from fedlight.methods.base import FederatedModule, OptimizerSpec
 from fedlight.methods.wrapper import ObjectiveWrapper
 from fedlight.server.base import Aggregator
 
-__all__ = ["BACKBONES", "METHODS", "SCHEDULES", "SERVERS", "build_method", "build_server", "validate"]
+__all__ = ["BACKBONES", "METHODS", "PLUGINS", "SCHEDULES", "SERVERS", "build_method", "build_plugins", "build_server",
+           "resolved_settings", "validate"]
 
 # the server a method needs when the recipe's server does not fit it
 REQUIRED_SERVER = {"scaffold": "scaffold"}
 
 # constructor arguments the engine fills in; a recipe cannot set them
-ENGINE_ARGS = frozenset({"self", "backbone", "optim", "num_classes", "objective", "num_clients"})
+ENGINE_ARGS = frozenset({"self", "backbone", "optim", "num_classes", "objective", "num_clients", "context"})
+# the local objective a wrapper (fedprox, scaffold, lg, ...) wraps when ``method.objective`` is not set
+DEFAULT_OBJECTIVE = "supervised"
 
 
 def _params(cls: type) -> dict[str, inspect.Parameter]:
@@ -51,7 +58,7 @@ def _options(section: str, spec: dict[str, Any], table: dict[str, type]) -> list
     check_name(f"{section}.name", name, table)
     chain = [table[name]]
     if issubclass(chain[0], ObjectiveWrapper):
-        inner = spec.get("objective", "supervised")
+        inner = spec.get("objective", DEFAULT_OBJECTIVE)
         if inner not in table or issubclass(table[inner], ObjectiveWrapper):
             valid = ", ".join(sorted(k for k, c in table.items() if not issubclass(c, ObjectiveWrapper)))
             raise UserError(f"{section}.objective {inner!r} is not a local objective; valid: {valid}")
@@ -64,7 +71,8 @@ def _options(section: str, spec: dict[str, Any], table: dict[str, type]) -> list
         owner = next((i for i, cls in enumerate(chain) if key in _params(cls)), None)
         if owner is None:
             valid = sorted({p for cls in chain for p in _params(cls)} | ({"objective"} if len(chain) > 1 else set()))
-            raise UserError(f"unknown recipe key '{section}.{key}' for {section}.name={name}; valid keys: "
+            named = section if section.startswith("plugins.") else f"{section}.name={name}"
+            raise UserError(f"unknown recipe key '{section}.{key}' for {named}; valid keys: "
                             + (", ".join(f"{section}.{p}" for p in valid) or "none"))
         kwargs[owner][key] = coerce(value, hints(chain[owner]).get(key, Any), f"{section}.{key}")
     return list(zip(chain, kwargs))
@@ -97,13 +105,38 @@ def build_method(method: dict[str, Any], backbone: str, channels: int, image_siz
     if "num_classes" in inspect.signature(cls.__init__).parameters:
         kwargs["num_classes"] = num_classes
     net = BACKBONES[backbone](channels, image_size)
-    if not isinstance(net, nn.Module):
+    if not isinstance(net, torch.nn.Module):
         raise UserError(f"model.backbone={backbone}: its factory ({BACKBONES.origin(backbone)}) returned a "
-                        f"{type(net).__name__}, not a torch.nn.Module; fix or uninstall the package that declares it")
+                        f"{type(net).__name__}, not a torch.nn.Module; fix or uninstall the package that "
+                        "declares it")
     module = cls(backbone=net, optim=optim, **kwargs)
     if inner and "num_classes" in inspect.signature(outer.__init__).parameters:  # LG's head
         outer_kwargs["num_classes"] = num_classes
     return outer(objective=module, **outer_kwargs) if inner else module
+
+
+def check_declared(module: FederatedModule) -> None:
+    """Raise the UserError for a method whose state is not all declared shared, private or transient."""
+    undeclared = module.undeclared_state()
+    if undeclared:
+        modules = sorted({key.split(".")[0] for key in undeclared})
+        raise UserError(f"{type(module).__name__} has state in no declared module: {', '.join(modules)} "
+                        f"({undeclared[0]}, ...); add {'them' if len(modules) > 1 else 'it'} to the class's "
+                        "private_modules (kept by each client), shared_modules (averaged by the server) or "
+                        "transient_modules (rebuilt every round)")
+
+
+def check_method_state(method: dict[str, Any], backbone: str) -> None:
+    """``check_declared`` before any data is read, on a model built on torch's meta device (no
+    memory, no initialisation) for 3 x 32 x 32 images of 10 classes: which sub-modules a method
+    has does not depend on those sizes. A method that cannot be built so (its options refused,
+    or sizes it needs) is left to ``build_method`` on the real data, which raises the same."""
+    try:
+        with torch.device("meta"):
+            probe = build_method(method, backbone, 3, 32, 10, OptimizerSpec())
+    except Exception:  # noqa: BLE001 - the real build, with the data's sizes, reports it
+        return
+    check_declared(probe)
 
 
 def build_server(server: dict[str, Any], num_clients: int) -> Aggregator:
@@ -114,6 +147,86 @@ def build_server(server: dict[str, Any], num_clients: int) -> Aggregator:
     return cls(**kwargs)
 
 
-def describe_all() -> str:
-    """Every registered name with its one-line description (``fedlight methods``)."""
-    return describe({"methods": METHODS, "aggregators": SERVERS, "backbones": BACKBONES, "client schedules": SCHEDULES})
+def _plugin_options(name: Any, options: Any) -> list[tuple[type, dict[str, Any]]]:
+    """[(class, kwargs)] of the round plug-in ``plugins.<name>``, whose value is its options (or empty)."""
+    check_name("plugins key", name, PLUGINS)
+    if options is None:
+        options = {}
+    if not isinstance(options, dict):
+        raise UserError(f"plugins.{name} must be a mapping of the plug-in's options (e.g. plugins.{name}={{}}), "
+                        f"got {options!r}")
+    if "name" in options:  # the section's key names the plug-in
+        raise UserError(f"plugins.{name}.name: a plug-in is named by its key in plugins; drop plugins.{name}.name")
+    return _options(f"plugins.{name}", {"name": name, **options}, PLUGINS)
+
+
+def check_plugins(plugins: dict[str, Any]) -> None:
+    """Raise the UserError for a ``plugins`` section naming an unknown plug-in or options it does not take."""
+    for name, options in plugins.items():
+        _plugin_options(name, options)
+
+
+def build_plugins(plugins: dict[str, Any], context: Any) -> list[Any]:
+    """The round plug-ins of the recipe's ``plugins`` section, each built as ``cls(context, **options)``
+    (``context``: an ``engine.plugin.PluginContext``), in the section's order."""
+    built = []
+    for name, options in plugins.items():
+        ((cls, kwargs),) = _plugin_options(name, options)
+        built.append(cls(context, **kwargs))
+    return built
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as YAML and JSON keep it and give it back equal: tuples as lists, other objects as text."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+
+
+def _constructed(head: dict[str, Any], chain: list[tuple[type, dict[str, Any]]]) -> dict[str, Any]:
+    """``head`` then every parameter of the chain's constructors a recipe may set, with the value
+    the class is built with: the recipe's, else the default (a key belongs to the outermost class
+    that takes it, as ``_options`` assigns it)."""
+    out = dict(head)
+    for cls, kwargs in chain:
+        for key, param in _params(cls).items():
+            if key not in out and (key in kwargs or param.default is not param.empty):
+                out[key] = _plain(kwargs.get(key, param.default))
+    return out
+
+
+def _backbone_built(name: str, channels: int, image_size: int) -> dict[str, Any]:
+    """What ``model.backbone`` builds for the data: its factory's further defaults (a backbone takes
+    only ``(channels, image_size)`` from fedlight), its ``feature_dim`` and its number of parameters,
+    which change with any width or layer a later release gives it. Built on the meta device (no
+    memory), or on the CPU where a backbone cannot be built there."""
+    factory = BACKBONES[name]
+    params = list(inspect.signature(factory).parameters.values())[2:]
+    out: dict[str, Any] = {"name": name, **{p.name: _plain(p.default) for p in params if p.default is not p.empty}}
+    try:
+        with torch.device("meta"):
+            net = factory(channels, image_size)
+    except Exception:  # noqa: BLE001 - e.g. weights copied from data in its constructor
+        net = factory(channels, image_size)
+    return {**out, "feature_dim": int(net.feature_dim), "parameters": sum(p.numel() for p in net.parameters())}
+
+
+def resolved_settings(method: dict[str, Any], server: dict[str, Any], backbone: str, plugins: dict[str, Any],
+                      channels: int, image_size: int) -> dict[str, Any]:
+    """The run's ``resolved`` record: what its method, aggregator, backbone and round plug-ins are
+    built with, defaults included (the recipe's other sections are written in full already).
+
+    Returns:
+        ``{"method": {name, objective (a wrapper's), every option}, "server": {...},
+        "backbone": {name, feature_dim, parameters, ...}, "plugins": {name: {every option}}}``.
+    """
+    chain = _options("method", method, METHODS)
+    head = {"name": method["name"]}
+    if len(chain) > 1:
+        head["objective"] = method.get("objective", DEFAULT_OBJECTIVE)
+    return {"method": _constructed(head, chain),
+            "server": _constructed({"name": server["name"]}, _options("server", server, SERVERS)),
+            "backbone": _backbone_built(backbone, channels, image_size),
+            "plugins": {name: _constructed({}, _plugin_options(name, options)) for name, options in plugins.items()}}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what fedlight needs on a fresh Debian machine (idempotent, quick when already done):
 #   - Fashion-MNIST from Debian's dataset-fashion-mnist (for the quickstart and the tests),
-#   - Debian's slurm-wlm and munge (the real-SLURM tests start a one-node cluster with them),
+#   - Debian's slurm-wlm and munge (the real-SLURM tests start a two-node cluster on this host with them),
 #   - fedlight itself with its dependencies and the dev extra, into the current Python.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,9 +1,14 @@
-"""A real one-node SLURM cluster on 127.0.0.1 for tests: munged, slurmctld and slurmd as root.
+"""A real SLURM cluster of one or more nodes on 127.0.0.1 for tests: munged, slurmctld and one slurmd a node, as root.
 
 Everything lives in one temporary folder (config, key, sockets, state, logs); the daemons
 run in the foreground as children of the test process and are stopped by their PIDs. The
 timers are short (munge credentials, slurmd polling, scheduling) so that jobs start within
-a second or two. Needs Debian's ``slurm-wlm`` and ``munge`` (``scripts/setup.sh``) and root.
+a second or two. Several nodes share this host: node ``nI`` is ``slurmd -N nI`` with its own
+port, spool folder, PID file and log (``%n`` in their paths), and every node's address is
+127.0.0.1, so no traffic leaves the loopback interface. The node names resolve nowhere, as a
+real cluster's would not from outside it: whoever needs a node's address asks SLURM
+(``scontrol show node``), as ``slurm/multinode.sbatch`` does. Needs Debian's ``slurm-wlm``
+and ``munge`` (``scripts/setup.sh``) and root.
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ SLURM_CONF = """\
 ClusterName=fedlight-test
 SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={ctld_port}
-SlurmdPort={slurmd_port}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -31,11 +35,11 @@ CredType=cred/munge
 AuthInfo=socket={dir}/munge.socket,cred_expire=5
 # cred_expire (the minimum, 5 s) is also how long a requeued job waits before it may start again
 StateSaveLocation={dir}/state
-SlurmdSpoolDir={dir}/spool
+SlurmdSpoolDir={dir}/spool-%n
 SlurmctldPidFile={dir}/slurmctld.pid
-SlurmdPidFile={dir}/slurmd.pid
+SlurmdPidFile={dir}/slurmd-%n.pid
 SlurmctldLogFile={dir}/slurmctld.log
-SlurmdLogFile={dir}/slurmd.log
+SlurmdLogFile={dir}/slurmd-%n.log
 SlurmdParameters=config_overrides
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -56,10 +60,11 @@ KillWait=5
 MinJobAge=300
 MessageTimeout=10
 TCPTimeout=5
-NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=4000 State=UNKNOWN
+{nodes}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
 
+NODE = "NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} CPUs={cpus} RealMemory=4000 State=UNKNOWN"
 CGROUP_CONF = "CgroupPlugin=autodetect\nIgnoreSystemd=yes\n"
 
 
@@ -85,20 +90,27 @@ def _free_port() -> int:
 
 
 class SlurmCluster:
-    """Start with ``start()``, stop with ``stop()``; ``env`` is what SLURM client commands need."""
+    """Start with ``start()``, stop with ``stop()``; ``env`` is what SLURM client commands need.
 
-    def __init__(self, folder: Path) -> None:
+    Args:
+        folder: where everything lives.
+        nodes: how many nodes (``n1``, ``n2``, ...), each a ``slurmd`` on this host.
+    """
+
+    def __init__(self, folder: Path, nodes: int = 1) -> None:
         self.dir = folder
         self.conf = folder / "slurm.conf"
+        self.nodes = [f"n{i}" for i in range(1, nodes + 1)]
         self.procs: dict[str, subprocess.Popen] = {}
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
 
     def _write_config(self) -> None:
-        for sub in ("state", "spool"):
-            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        (self.dir / "state").mkdir(parents=True, exist_ok=True)
+        for name in self.nodes:
+            (self.dir / f"spool-{name}").mkdir(exist_ok=True)
         host = socket.gethostname().split(".")[0]
-        self.conf.write_text(SLURM_CONF.format(host=host, dir=self.dir, cpus=CPUS,
-                                               ctld_port=_free_port(), slurmd_port=_free_port()))
+        nodes = "\n".join(NODE.format(name=name, host=host, port=_free_port(), cpus=CPUS) for name in self.nodes)
+        self.conf.write_text(SLURM_CONF.format(host=host, dir=self.dir, ctld_port=_free_port(), nodes=nodes))
         (self.dir / "cgroup.conf").write_text(CGROUP_CONF)
         key = self.dir / "munge.key"
         key.write_bytes(os.urandom(1024))
@@ -121,7 +133,7 @@ class SlurmCluster:
         raise RuntimeError(f"timed out waiting for {what}:\n{self.logs()}")
 
     def start(self, timeout: float = 60) -> "SlurmCluster":
-        """Write the config and start munged, slurmctld and slurmd; returns once the node is idle."""
+        """Write the config and start munged, slurmctld and a slurmd per node; returns once every node is idle."""
         self._write_config()
         d = self.dir
         self._spawn("munged", ["munged", "-F", "--force", f"--key-file={d / 'munge.key'}",
@@ -130,8 +142,10 @@ class SlurmCluster:
         self._wait("munged", lambda: (d / "munge.socket").exists(), timeout)
         self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
         self._wait("slurmctld", lambda: self._run(["scontrol", "ping"]).stdout.count("UP") >= 1, timeout)
-        self._spawn("slurmd", ["slurmd", "-D", "-f", str(self.conf)])
-        self._wait("an idle node", lambda: "idle" in self._run(["sinfo", "-h", "-o", "%t"]).stdout, timeout)
+        for name in self.nodes:
+            self._spawn(f"slurmd-{name}", ["slurmd", "-D", "-N", name, "-f", str(self.conf)])
+        states = lambda: self._run(["sinfo", "-h", "-N", "-o", "%t"]).stdout.split()
+        self._wait(f"{len(self.nodes)} idle node(s)", lambda: states().count("idle") == len(self.nodes), timeout)
         return self
 
     def _run(self, cmd: list[str]) -> subprocess.CompletedProcess:
@@ -139,7 +153,8 @@ class SlurmCluster:
 
     def logs(self, tail: int = 30) -> str:
         out = []
-        for name in ("munged.log", "slurmctld.log", "slurmd.log", *(f"{d}.out" for d in DAEMONS)):
+        for name in ("munged.log", "slurmctld.log", *(f"slurmd-{n}.log" for n in self.nodes),
+                     *(f"{p}.out" for p in self.procs)):
             path = self.dir / name
             if path.is_file():
                 lines = path.read_text(errors="replace").splitlines()[-tail:]
@@ -147,10 +162,10 @@ class SlurmCluster:
         return "\n".join(out)
 
     def stop(self) -> None:
-        """Stop the daemons this object started (by PID; slurmd first), then their children."""
-        for name in reversed(DAEMONS):
-            proc = self.procs.get(name)
-            if proc is None or proc.poll() is not None:
+        """Stop the daemons this object started (by PID; the slurmds first, munged last), then their children."""
+        for name in reversed(list(self.procs)):
+            proc = self.procs[name]
+            if proc.poll() is not None:
                 continue
             proc.send_signal(signal.SIGTERM)
             try:

@@ -83,7 +83,7 @@ def test_the_round_loop_fits_on_a_page() -> None:
 
 
 def test_the_recipe_stops_at_the_edge() -> None:
-    """Each part takes its own typed options (issue 20, part 6): below ``fit`` and ``assemble``
+    """Each part takes its own typed options: below ``fit`` and ``assemble``
     nothing reads a recipe section, so no part imports the recipe schema (``rundir`` writes and
     compares the recipe file itself, the run folder's edge; ``preflight`` is ``fit``'s torch-free
     first look at the recipe's data and run folder)."""

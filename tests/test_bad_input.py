@@ -261,7 +261,7 @@ def test_an_impossible_partition_end_to_end(tiny_recipe: Path, capsys) -> None:
                           named="clients.num")
 
 
-# ---------------------------------------------------------------- issue 19: degenerate option values
+# ---------------------------------------------------------------- degenerate option values
 
 def _declared_ranges(cls: type) -> dict[str, bool]:
     """Each numeric constructor option of ``cls`` a recipe sets -> whether it declares its range."""
@@ -314,7 +314,7 @@ def test_a_degenerate_value_is_one_line(tiny_recipe: Path, capsys, overrides: li
                           named=key)
 
 
-# ---------------------------------------------------------------- issue 19: files that are not UTF-8 YAML
+# ---------------------------------------------------------------- files that are not UTF-8 YAML
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
@@ -380,7 +380,7 @@ def test_a_damaged_recipe_yaml_in_the_run_folder(tiny_recipe: Path, capsys, save
     assert _snapshot(run) == before
 
 
-# ---------------------------------------------------------------- issue 19: generated recipes and overrides
+# ---------------------------------------------------------------- generated recipes and overrides
 
 class _Validated(Exception):
     """Raised where ``fit`` would set up devices and the run folder: the recipe was accepted."""

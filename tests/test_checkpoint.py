@@ -169,7 +169,7 @@ def test_truncated_checkpoint_resumes_from_previous_and_ends_like_a_straight_run
     assert code == 2 and err.count("\n") == 1 and "last.pt" in err, err
 
 
-# ---------------------------------------------------------------- issue 19: files that load but hold the wrong thing
+# ---------------------------------------------------------------- files that load but hold the wrong thing
 
 def _saved_twice(folder: Path) -> Path:
     path = folder / "last.pt"

@@ -1,4 +1,4 @@
-"""Issue 21: the disk-backed client-state store, incremental checkpoints committed by a manifest."""
+"""The disk-backed client-state store, incremental checkpoints committed by a manifest."""
 
 from __future__ import annotations
 

@@ -15,16 +15,31 @@ from fedlight.errors import UserError
 from fedlight.extensions import Table
 
 REPO = Path(__file__).resolve().parents[1]
-MARKER = "<!-- write-your-own-method"
+METHOD, AGGREGATOR, PLUGIN = "write-your-own-method", "write-your-own-aggregator", "write-your-own-plugin"
 
 
-def readme_example() -> tuple[str, str]:
-    """The README's example module and its entry-point line (``name = "module:attr"``)."""
+def readme_example(marker: str, group: str = "fedlight.methods") -> tuple[str, str]:
+    """The README's example module after ``<!-- marker`` and its entry-point line (``name = "module:attr"``)."""
     text = (REPO / "README.md").read_text()
-    after = text[text.index(MARKER):]
+    after = text[text.index(f"<!-- {marker}"):]
     code = re.search(r"```python\n(.*?)```", after, re.S).group(1)
-    entry = re.search(r'\[project\.entry-points\."fedlight\.methods"\]\n(.*?)\n', after).group(1)
+    entry = re.search(rf'\[project\.entry-points\."{re.escape(group)}"\]\n(.*?)\n', after).group(1)
     return code, entry
+
+
+def install_example(site: Path, examples: list[tuple[str, str]]) -> dict[str, tuple[str, str]]:
+    """Install the README's examples (marker, group) as one package, as ``pip install -e .`` would;
+    returns group -> (entry-point name, ``module:attr``)."""
+    files, lines, named, package = {}, [], {}, ""
+    for marker, group in examples:
+        code, entry = readme_example(marker, group)
+        name, target = (s.strip().strip('"') for s in entry.split("="))
+        package, module = target.split(":")[0].split(".")
+        files[f"{module}.py"] = code
+        lines.append(f"[{group}]\n{name} = {target}\n")
+        named[group] = (name, target)
+    install(site, package, files, "".join(lines))
+    return named
 
 
 def install(site: Path, package: str, files: dict[str, str], entry_points: str) -> None:
@@ -46,11 +61,8 @@ def fedlight(site: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_the_readme_method_trains_through_fedlight_fit(tmp_path: Path, tiny_recipe: Path) -> None:
-    code, entry = readme_example()
-    name, target = (s.strip().strip('"') for s in entry.split("="))
-    package, module = target.split(":")[0].split(".")
     site = tmp_path / "site"
-    install(site, package, {f"{module}.py": code}, f"[fedlight.methods]\n{name} = {target.strip()}\n")
+    name, target = install_example(site, [(METHOD, "fedlight.methods")])["fedlight.methods"]
 
     listed = fedlight(site, "methods")
     assert listed.returncode == 0, listed.stderr
@@ -98,9 +110,7 @@ from typing import Any
 
 import torch
 
-from fedlight.engine.local_loop import train_client
-from fedlight.engine.plugin import ClientSchedule, ClientWork, Report, State, ScheduleContext
-from fedlight.methods.base import FederatedModule
+from fedlight import ClientSchedule, ClientWork, FederatedModule, Report, ScheduleContext, State, train_client
 
 
 class HalfEpoch(ClientSchedule):
@@ -159,6 +169,131 @@ def test_every_catalog_name_loads_the_object_it_names() -> None:
     for name in list(catalog.BACKBONES.builtins):
         net = catalog.BACKBONES[name](1, 28)
         assert isinstance(net, nn.Module) and net.feature_dim > 0, name
+
+
+def test_fedlight_methods_imports_neither_torch_nor_the_parts() -> None:
+    """``fedlight methods`` reads the built-ins' descriptions from their sources: it answers in well
+    under a second, where importing every part took seconds."""
+    probe = ("import io, sys, contextlib\nfrom fedlight.cli import main\n"
+             "with contextlib.redirect_stdout(io.StringIO()) as out:\n    main(['methods'])\n"
+             "heavy = sorted(m for m in sys.modules if m == 'torch' or m.startswith(('fedlight.methods.', "
+             "'fedlight.server.', 'fedlight.models.')))\n"
+             "print(heavy, 'simclr' in out.getvalue())")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    assert done.stdout.split() == ["[]", "True"], done.stderr[-2000:]
+
+
+def test_descriptions_read_from_the_sources_are_the_docstrings() -> None:
+    """What ``fedlight methods`` reads without importing is what the imported object's docstring says."""
+    from fedlight import catalog
+
+    for table in (catalog.METHODS, catalog.SERVERS, catalog.BACKBONES, catalog.SCHEDULES):
+        for name in list(table.builtins):
+            from_source = table.description(name)
+            doc = (table[name].__doc__ or "").strip()
+            assert from_source == " ".join(line.strip() for line in doc.split("\n\n")[0].splitlines()), name
+            assert from_source, f"{table.group} {name} has no docstring"
+
+
+def test_an_undeclared_module_is_one_line_from_check_recipe_before_any_data(tiny_recipe: Path, monkeypatch) -> None:
+    """A method whose sub-module is in none of shared / private / transient modules is refused by
+    ``check_recipe`` in one line naming the module and the fix (before: a bare assert after the data
+    loaded, gone under ``python -O``); the data root does not exist, so nothing was read."""
+    from torch import nn
+
+    from fedlight import catalog
+    from fedlight.config import load_recipe
+    from fedlight.engine.fit import check_recipe
+    from fedlight.methods.simclr import SimCLR
+
+    class Leaky(SimCLR):
+        """SimCLR with an extra head it forgot to declare."""
+
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.extra_head = nn.Linear(4, 4)
+
+    monkeypatch.setitem(catalog.METHODS.builtins, "leaky", Leaky)
+    recipe = load_recipe(tiny_recipe, ["method={name: leaky}", "data.root=/nonexistent"])
+    with pytest.raises(UserError, match=r"Leaky has state in no declared module: extra_head \(extra_head\.bias, "
+                                        r"\.\.\.\); add it to the class's private_modules") as refused:
+        check_recipe(recipe)
+    assert "\n" not in str(refused.value)
+
+
+def test_the_readme_aggregator_and_plugin_train_through_fedlight_fit(tmp_path: Path, tiny_recipe: Path) -> None:
+    """FedAvgM (server momentum) and a round plug-in's history column, from another package, each
+    configured by its recipe section and recorded with its defaults in the run's ``resolved``."""
+    site = tmp_path / "site"
+    named = install_example(site, [(AGGREGATOR, "fedlight.aggregators"), (PLUGIN, "fedlight.plugins")])
+    (server, _), (plugin, target) = named["fedlight.aggregators"], named["fedlight.plugins"]
+
+    listed = fedlight(site, "methods")
+    assert listed.returncode == 0, listed.stderr
+    plugins = listed.stdout[listed.stdout.index("round plug-ins (fedlight.plugins):"):]
+    assert re.search(rf"^\s+{plugin}\s+The share of the trainable clients .*\[{re.escape(target)}\]$", plugins, re.M)
+
+    done = fedlight(site, "fit", "--recipe", str(tiny_recipe), f"server={{name: {server}, beta: 0.5}}",
+                    f"plugins={{{plugin}: {{scale: 1}}}}", "rounds=2", "eval.projector_samples=0")
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert [row["participation"] for row in results["history"]] == [1.0, 1.0]  # both clients answered
+    assert results["final"]["knn_acc"] is not None
+    resolved = results["recipe"]["resolved"]
+    assert resolved["server"] == {"name": server, "server_lr": 1.0, "beta": 0.5}
+    assert resolved["plugins"] == {plugin: {"scale": 1.0}}
+
+
+def test_a_plugin_section_is_checked_like_a_method_section(tmp_path: Path, tiny_recipe: Path, monkeypatch) -> None:
+    from fedlight import catalog
+    from fedlight.config import load_recipe
+    from fedlight.engine.fit import check_recipe
+
+    site = tmp_path / "site"
+    plugin, _ = install_example(site, [(PLUGIN, "fedlight.plugins")])["fedlight.plugins"]
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(catalog.PLUGINS, "_found", None)  # look for entry points again, with the package
+    cases = {f"plugins={{{plugin}: {{scael: 2}}}}": f"unknown recipe key 'plugins.{plugin}.scael' for plugins.{plugin}; "
+                                                   f"valid keys: plugins.{plugin}.scale",
+             f"plugins={{{plugin}: {{scale: 0}}}}": f"plugins.{plugin}.scale",
+             "plugins={nothing: {}}": f"unknown plugins key 'nothing'; valid names: {plugin}",
+             f"plugins={{{plugin}: 3}}": f"plugins.{plugin} must be a mapping"}
+    for override, message in cases.items():
+        with pytest.raises(UserError, match=re.escape(message)):
+            check_recipe(load_recipe(tiny_recipe, [override]))
+    check_recipe(load_recipe(tiny_recipe, [f"plugins={{{plugin}: null}}"]))  # its defaults
+
+
+def test_the_public_surface_imports_lazily_and_completely() -> None:
+    """``import fedlight`` loads no torch; every name of ``fedlight.__all__`` resolves, and
+    ``fedlight.api`` (where they are defined) exports exactly those."""
+    probe = ("import sys, fedlight\nbefore = 'torch' in sys.modules\n"
+             "objs = [getattr(fedlight, n) for n in fedlight.__all__]\n"
+             "from fedlight import api\n"
+             "print(before, sorted(api.__all__) == sorted(fedlight.__all__), all(o is not None for o in objs))")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    assert done.stdout.split() == ["False", "True", "True"], done.stderr[-2000:]
+
+
+def test_the_docs_examples_import_only_from_the_public_surface() -> None:
+    """Every Python example in the README and docs/ imports fedlight's names from ``fedlight`` itself,
+    and each of them is in ``fedlight.__all__``."""
+    import ast
+
+    import fedlight
+
+    texts = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    blocks = [block for path in texts for block in re.findall(r"```python\n(.*?)```", path.read_text(), re.S)]
+    assert len(blocks) >= 3
+    for block in blocks:
+        for node in ast.walk(ast.parse(block)):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fedlight"):
+                assert node.module == "fedlight", f"from {node.module} import ...: use from fedlight import ..."
+                assert {a.name for a in node.names} <= set(fedlight.__all__), [a.name for a in node.names]
+            elif isinstance(node, ast.Import):
+                assert not [a.name for a in node.names if a.name.startswith("fedlight.")], block[:80]
 
 
 WRONG_KINDS = '''"""Plug-ins of the wrong kind."""

@@ -180,7 +180,7 @@ def test_a_streaming_straggler_sees_only_its_first_arrivals(tmp_path: Path, tiny
     assert rows == ["1,0,straggler,work=0.5 steps=3", "1,1,straggler,work=0.5 steps=3"]
 
 
-# ---------------------------------------------------------------- issue 19: a finite but exploding client
+# ---------------------------------------------------------------- a finite but exploding client
 
 def test_an_update_beyond_the_norm_bound_is_diverged() -> None:
     """Finite is not enough: an update whose norm is over faults.max_update_ratio times the

@@ -102,6 +102,11 @@ def test_only_global_layers_reach_the_server_and_params_are_counted(tmp_path: Pa
     for key in ("local_test_acc", "local_test_acc_std", "new_test_acc", "new_test_acc_vote", "avg_model_acc"):
         assert 0 <= final[key] <= 1, key
     assert final["test_acc"] == final["avg_model_acc"]  # the run's own metrics score the averaged model
+    # the floors: every client holds the random-init model, so the new test's ensemble is that one model
+    base = res["baseline"]
+    assert {"local_test_acc", "new_test_acc"} <= set(base)
+    assert base["new_test_acc"] == base["test_acc"] == base["avg_model_acc"]
+    assert res["comm"]["params_new_test"] == 4 * lenet  # the random-init evaluation charged no upload
 
 
 def test_local_layers_survive_rounds_and_resume(tmp_path: Path, lg_recipe: Path) -> None:

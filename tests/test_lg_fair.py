@@ -125,6 +125,8 @@ def test_fair_run_reports_table4_metrics_and_keeps_the_adversary_local(tmp_path:
     for key in ("class_acc", "class_auc", "adv_auc", "postfit_adv_auc", "local_test_acc", "new_test_acc"):
         assert 0 <= final[key] <= 1, key
     assert final["class_auc"] > 0.6  # the task is learnable in two rounds (about 0.8 when written)
+    for key in ("class_acc", "adv_auc", "postfit_adv_auc"):  # each metric's floor: the random-init model's
+        assert 0 <= res["baseline"][key] <= 1, key
 
 
 def test_fair_method_needs_a_protected_attribute(tmp_path: Path) -> None:

@@ -87,6 +87,7 @@ def test_short_run_reports_normal_and_rotated_accuracy_and_trains_the_device_aft
     assert expected == [len(row["clients"]) for row in history]  # the device counted once it arrives
     assert all(0 <= row["normal_acc"] <= 1 and 0 <= row["rotated_acc"] <= 1 for row in history)
     assert set(results["final"]) >= {"normal_acc", "rotated_acc"}
+    assert 0 <= results["baseline"]["normal_acc"] < 0.3 and 0 <= results["baseline"]["rotated_acc"] <= 1  # floors
     arrival = next(row["round"] for row in history if row["normal_acc"] >= 0.3) + 1  # 1-based
     assert arrival <= 5, "the tiny run should reach its goal"
     assert all(row["new_device_round"] == (arrival if row["round"] >= arrival - 1 else None) for row in history)

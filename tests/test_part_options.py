@@ -1,4 +1,4 @@
-"""Each part's typed options (issue 20, part 6): built from a recipe by assemble, checked by the part."""
+"""Each part's typed options: built from a recipe by assemble, checked by the part."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Input that used to pass quietly or noisily (issue 19, section 3): a key given twice in YAML, argparse's
+"""Input that used to pass quietly or noisily: a key given twice in YAML, argparse's
 usage blocks, library warnings in front of a handled error. Each is one line, exit 2, nothing written."""
 
 from __future__ import annotations

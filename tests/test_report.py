@@ -99,7 +99,7 @@ def test_the_new_test_upload_counts_as_communication(tmp_path: Path) -> None:
     assert find_runs([tmp_path / "lg"])[0].total_bytes == 4 * 250_000 + 100_000
 
 
-# ---------------------------------------------------------------- issue 19: damaged input
+# ---------------------------------------------------------------- damaged input
 
 def _edit(results: dict, how: str) -> object:
     row = results["history"][0]
@@ -157,7 +157,7 @@ def test_report_out_that_is_or_is_under_a_file(tmp_path: Path, capsys, where: st
     assert blocker.read_text() == "mine" and not (sweep / "report.md").exists()
 
 
-# ---------------------------------------------------------------- issue 22: headers, formats, options, plots
+# ---------------------------------------------------------------- headers, formats, options, plots
 
 def test_headers_name_the_label_fraction_and_never_mix_two(tmp_path: Path) -> None:
     """Today one 'linear probe' column averaged a 10%-label run with a 1%-label one."""

@@ -1,6 +1,6 @@
 """The run folder is never lost: every refusal comes before anything is deleted or written, one run
 holds a folder at a time, a run it replaces goes only once the new one has saved, a run killed
-before its first checkpoint can be resumed, and a moved folder resumes (issue 19, section 1)."""
+before its first checkpoint can be resumed, and a moved folder resumes."""
 
 from __future__ import annotations
 

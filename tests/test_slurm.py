@@ -1,4 +1,5 @@
-"""Real SLURM (one node on 127.0.0.1): a sweep as an array job, preemption + requeue, srun over 2 ranks.
+"""Real SLURM (two nodes on this host, both at 127.0.0.1): a sweep as an array job with preemption +
+requeue, and slurm/multinode.sbatch over one node and over two, with a requeue across both.
 
 The cluster is started once for the module (tests/slurm_cluster.py) and stopped by PID at
 the end. Skipped, with the reason, only where SLURM and munge are not installed or not root.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -17,6 +19,7 @@ import pytest
 import torch
 
 from fedlight.cli import main
+from fedlight.engine.orchestrator import TIMING
 from slurm_cluster import SlurmCluster, unavailable
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,7 +47,7 @@ fabric: {{accelerator: cpu, devices: 1, threads: 1}}
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> SlurmCluster:
-    c = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    c = SlurmCluster(tmp_path_factory.mktemp("slurm"), nodes=2)
     try:
         yield c.start()
     finally:
@@ -139,25 +142,71 @@ def test_sweep_on_slurm_with_a_preempted_task_then_report(cluster: SlurmCluster,
                for kind in ("round", "bytes"))
 
 
-def test_srun_over_two_ranks_matches_one_process(cluster: SlurmCluster, tmp_path: Path) -> None:
+def _submit_multinode(cluster: SlurmCluster, recipe: Path, overrides: list[str], run: Path, nodes: int) -> str:
+    """``sbatch slurm/multinode.sbatch`` of 2 ranks over ``nodes`` nodes; returns the job id."""
+    with socket.socket() as s:  # a port of its own, not 15000 + the job id, which another test cluster may use
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    submit = subprocess.run(["sbatch", "--parsable", f"--nodes={nodes}", f"--ntasks-per-node={2 // nodes}",
+                             "--gpus-per-node=0", "--cpus-per-task=1", "--time=10", f"--output={run}.out",
+                             str(REPO / "slurm/multinode.sbatch"), str(recipe), *overrides, f"run.dir={run}"],
+                            env={**_env(cluster), "PYTHON": sys.executable, "MASTER_PORT": str(port)},
+                            capture_output=True, text=True, timeout=30)
+    assert submit.returncode == 0, submit.stderr
+    return submit.stdout.strip()
+
+
+def _assert_same_run(a: Path, b: Path) -> None:
+    """Bit for bit: the global model, every history row (but its seconds), the final metrics, the bytes."""
+    ga, gb = _global(a), _global(b)
+    assert ga.keys() == gb.keys() and all(torch.equal(ga[k], gb[k]) for k in ga)
+    ra, rb = _results(a), _results(b)
+    assert [{k: v for k, v in row.items() if k not in TIMING} for row in ra["history"]] == \
+        [{k: v for k, v in row.items() if k not in TIMING} for row in rb["history"]]
+    assert ra["final"] == rb["final"] and ra["comm"] == rb["comm"] and ra["rounds_completed"] == rb["rounds_completed"]
+
+
+@pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir(),
+                    reason="the quickstart recipe needs Debian's dataset-fashion-mnist (scripts/setup.sh)")
+def test_two_nodes_equal_one_node_and_a_requeue_across_both_resumes_to_the_same_numbers(cluster: SlurmCluster,
+                                                                                         tmp_path: Path) -> None:
+    """slurm/multinode.sbatch on the quickstart recipe at tiny size with 2 ranks on one node, 2 ranks
+    on two nodes, and 2 ranks on two nodes that get SIGUSR1 (what --signal=USR1@120 sends every
+    rank) after their first round: the two-node runs equal the one-node run bit for bit, the
+    preempted one after its requeue too, and the one-node run equals a 1-process run within float tolerance."""
     from fedlight.config import load_recipe
     from fedlight.engine.fit import fit
 
-    recipe = _recipe(tmp_path, rounds=2, clients=4)
-    two = tmp_path / "two"
-    # the multi-node template on one node: 2 srun tasks = 2 gloo ranks, Fabric reads SLURM's environment
-    submit = subprocess.run(["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--gpus-per-node=0",
-                             "--cpus-per-task=1", "--time=10", f"--output={tmp_path / 'multinode.out'}",
-                             str(REPO / "slurm/multinode.sbatch"), str(recipe), f"run.dir={two}"],
-                            env={**_env(cluster), "PYTHON": sys.executable}, capture_output=True, text=True, timeout=30)
-    assert submit.returncode == 0, submit.stderr
-    fit(load_recipe(recipe, [f"run.dir={tmp_path / 'one'}"]))  # meanwhile, the 1-process run here
-    _wait_until_gone(cluster, submit.stdout.strip())
-    log = (tmp_path / "multinode.out").read_text()
-    assert (two / "results.json").is_file(), log[-3000:]
-    assert _results(two)["recipe"]["fabric"]["devices"] == 2
-    one_g = torch.load(tmp_path / "one/checkpoints/last.pt", weights_only=True)["global"]
-    two_g = torch.load(two / "checkpoints/last.pt", weights_only=True)["global"]
+    recipe, rounds = REPO / "recipes/quickstart_fmnist.yaml", 4
+    tiny = [f"rounds={rounds}", "data.subset=240", "data.test_subset=60", "model.backbone=tiny_cnn", "clients.num=4",
+            "local.batch_size=32", "eval.every=4", "eval.probe_epochs=5", "eval.knn_k=5", "eval.projector_samples=0",
+            "fabric.accelerator=cpu", "fabric.threads=1"]
+    one_node, two_nodes, preempted = tmp_path / "one_node", tmp_path / "two_nodes", tmp_path / "preempted"
+    jobs = {run: _submit_multinode(cluster, recipe, tiny, run, nodes)
+            for run, nodes in ((preempted, 2), (two_nodes, 2), (one_node, 1))}
+    deadline = time.time() + TIMEOUT
+    while time.time() < deadline and not (preempted / "checkpoints/last.pt").exists():
+        time.sleep(0.05)
+    # the job's steps, i.e. every rank on both nodes (not the batch shell, which waits in srun)
+    subprocess.run(["scancel", "--signal=USR1", jobs[preempted]], env=cluster.env, check=True, timeout=30)
+    fit(load_recipe(recipe, [*tiny, f"run.dir={tmp_path / 'one_process'}"]))  # meanwhile, the 1-process run here
+    for job in jobs.values():
+        _wait_until_gone(cluster, job)
+
+    logs = {run: Path(f"{run}.out").read_text() for run in jobs}
+    for run, nodes in ((one_node, ("n1", "n2")), (two_nodes, ("n[1-2]",)), (preempted, ("n[1-2]",))):
+        assert (run / "results.json").is_file(), logs[run][-3000:]
+        assert _job_field(cluster, jobs[run], "NodeList") in nodes
+    assert _results(two_nodes)["recipe"]["fabric"]["num_nodes"] == 2
+    assert _results(one_node)["recipe"]["fabric"]["devices"] == 2
+    _assert_same_run(one_node, two_nodes)
+    log = logs[preempted]
+    assert "preempted: checkpoint after round" in log and f"SLURM job {jobs[preempted]} requeued" in log, log[-3000:]
+    assert _job_field(cluster, jobs[preempted], "Restarts") == "1"
+    _assert_same_run(two_nodes, preempted)
+    assert _results(preempted)["rounds_completed"] == rounds
+
+    one_g, process_g = _global(one_node), _global(tmp_path / "one_process")
     for k in one_g:
-        assert torch.allclose(one_g[k].double(), two_g[k].double(), atol=1e-5, rtol=1e-4), k
-    assert _results(two)["comm"] == _results(tmp_path / "one")["comm"]
+        assert torch.allclose(one_g[k].double(), process_g[k].double(), atol=1e-5, rtol=1e-4), k
+    assert _results(one_node)["comm"] == _results(tmp_path / "one_process")["comm"]

@@ -151,7 +151,7 @@ def test_out_holding_another_sweep_is_refused(tmp_path: Path, tiny_recipe: Path,
     assert "holds no sweep" in capsys.readouterr().err and _tree(other) == {"notes.txt": b"mine"}
 
 
-# ---------------------------------------------------------------- issue 19: damaged input
+# ---------------------------------------------------------------- damaged input
 
 def _damage(manifest: dict, how: str) -> object:
     if how == "no tasks":
@@ -231,7 +231,7 @@ def test_a_garbage_results_json_is_an_unfinished_task(tmp_path: Path, tiny_recip
     assert "0 finished" in capsys.readouterr().out
 
 
-# ---------------------------------------------------------------- issue 22: overrides, run names, executors
+# ---------------------------------------------------------------- overrides, run names, executors
 
 def test_run_names_are_readable_safe_and_unique() -> None:
     assert key_labels(["partition.alpha", "method.name"]) == {"partition.alpha": "alpha", "method.name": "name"}

@@ -47,10 +47,42 @@ def test_equivalence_within_a_margin() -> None:
     assert verdict("~", near, margin=0.05) == "inconclusive"
 
 
-def test_one_seed_never_decides() -> None:
-    c = compare([80.0], [70.0], floor=10)
-    assert (c.low, c.high) == (-math.inf, math.inf)
-    assert verdict(">", c).startswith("inconclusive")
+def test_fewer_than_three_seeds_is_an_error() -> None:
+    for n in (1, 2):
+        with pytest.raises(ValueError, match="at least 3 seeds"):
+            compare([80.0] * n, [70.0] * n, floor=10)
+
+
+def test_a_row_below_its_floor_turns_a_wrong_side_interval_into_does_not_hold() -> None:
+    # FLESD at alpha 0.01 (v1: "inconclusive (signal 0.9)"): A ends below its floor of 55, B above
+    a, b = [46.8, 51.2, 55.6], [65.5, 64.0, 67.2]
+    c = compare(a, b, floor=[55.3, 55.3])
+    assert c.collapsed == (0,)
+    assert c.signal < 5 and c.high < -2  # no signal, and the interval wholly below -2
+    assert verdict("~", c) == "does not hold (a row at or below its random-init floor)"
+    assert verdict(">", c) == "does not hold (a row at or below its random-init floor)"
+    # the same numbers with both rows above their floors and no signal stay inconclusive
+    assert verdict(">", compare(a, b, floor=[40.0, 64.0])).startswith("inconclusive (signal")
+
+
+def test_low_signal_never_lets_a_holds_through_even_with_a_collapsed_row() -> None:
+    c = compare([12.0, 12.5, 13.0], [9.0, 9.2, 9.1], floor=[10.0, 10.0])  # B below its floor
+    assert c.collapsed == (1,) and c.low > 0
+    assert verdict(">", c).startswith("inconclusive (signal")
+
+
+def test_each_row_has_its_own_floor() -> None:
+    c = compare([60.0, 61, 62], [50.0, 51, 52], floor=[40.0, 10.0])  # lifts 21 and 41, std 1
+    assert c.signal == pytest.approx(31.0)
+    assert c.collapsed == ()
+
+
+def test_seeds_needed_by_hand() -> None:
+    from verdict import seeds_needed
+    # sd 1.2, target 1.1: n = 7 gives 2.447 * 1.2 / sqrt(7) = 1.110 > 1.1, n = 8 gives 1.003
+    assert seeds_needed(1.2, 1.1) == 8
+    assert seeds_needed(0.1, 5.0) == 3  # never fewer than 3
+    assert seeds_needed(10.0, 1.0) == 12  # capped
 
 
 def test_a_metric_without_a_floor_skips_the_signal_test() -> None:
@@ -84,3 +116,29 @@ def test_a_best_of_glob_side_picks_the_highest_mean_row_and_names_it() -> None:
     assert "A - B +12.00" in row and "| holds |" in row
     with pytest.raises(SystemExit, match="no row matches"):
         best_row("best(fedavg-*)", table, "test_acc")
+
+
+def test_rounds_to_reach_counts_a_run_that_never_reaches_one_past_its_last_round() -> None:
+    from reproduce import rounds_claim_row, rounds_to_reach
+
+    def run(*accs: float) -> dict:
+        return {"history": [{"round": r + 1, "test_acc": a} for r, a in enumerate(accs)], "rounds_completed": len(accs)}
+
+    moon = [run(0.2, 0.6, 0.7), run(0.5, 0.7, 0.7), run(0.2, 0.3, 0.4)]  # reach 0.6 at 2, 2, never
+    assert rounds_to_reach(moon, "test_acc", 0.6).tolist() == [2, 2, 4]
+    fedavg = [run(0.2, 0.3, 0.6), run(0.2, 0.4, 0.6), run(0.2, 0.3, 0.65)]  # 3, 3, 3
+    row = rounds_claim_row(["rounds(moon)", "<", "rounds(fedavg)"], {"moon": moon, "fedavg": fedavg},
+                           "test_acc", 0.6, Path("x"))
+    assert "moon)" in row and "| inconclusive |" in row  # A - B = [-1, -1, +1]
+
+
+def test_a_communication_ratio_is_judged_in_every_seed() -> None:
+    from reproduce import ratio_row
+
+    def runs(*ups: float) -> list[dict]:
+        return [{"comm": {"params_up": u, "params_new_test": 0.0}} for u in ups]
+
+    table = {"lg": runs(4.0, 6.0, 3.0), "fedavg": runs(10.0, 10.0, 10.0)}  # ratios 0.4, 0.6, 0.3
+    assert "| inconclusive |" in ratio_row(["lg", "fedavg", "params_up+params_new_test", "0.55"], table, Path("x"))
+    assert "| holds |" in ratio_row(["lg", "fedavg", "params_up+params_new_test", "0.6"], table, Path("x"))
+    assert "| does not hold |" in ratio_row(["lg", "fedavg", "params_up", "0.25"], table, Path("x"))

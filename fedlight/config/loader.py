@@ -30,6 +30,9 @@ from fedlight.errors import UserError
 __all__ = ["compose", "load_recipe", "override_layer", "parse_override", "yaml_value"]
 
 RECIPE_FIX = "fix the recipe file"
+# a run folder's recipe.yaml records under this key what the run's classes were built with; it sets
+# nothing, so a run's recipe.yaml runs again as a recipe
+RUN_RECORD = "resolved"
 
 
 def _fragments(path: Path, _seen: tuple[Path, ...] = ()) -> list[tuple[dict[str, Any], str]]:
@@ -40,6 +43,7 @@ def _fragments(path: Path, _seen: tuple[Path, ...] = ()) -> list[tuple[dict[str,
     if not path.is_file():
         raise UserError(f"recipe file '{path}' not found; check the path")
     data = read_yaml_mapping(path, "recipe file", RECIPE_FIX, twice_fix="keep one of them")
+    data.pop(RUN_RECORD, None)
     fragments = data.pop("defaults", []) or []
     if not isinstance(fragments, list):
         raise UserError(f"'defaults' in '{path}' must be a list of fragment paths")

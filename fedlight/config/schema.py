@@ -1,7 +1,7 @@
 """The recipe schema: typed dataclasses, one per recipe section.
 
-Every key a recipe may set is a field here (``method.*`` and ``server.*`` are typed by the
-constructor of the chosen method or aggregator, see ``fedlight.registry``). Constraints that
+Every key a recipe may set is a field here (``method.*``, ``server.*`` and ``plugins.<name>.*`` are
+typed by the constructor of the chosen method, aggregator or round plug-in, see ``fedlight.registry``). Constraints that
 a value must meet are declared next to the field as ``metadata={"check": ...}``.
 """
 
@@ -53,7 +53,7 @@ class LocalConfig:
     batch_size: int = check(at_least(2), 128)  # a batch of one is skipped (BatchNorm, contrastive losses)
     lr: float = check(positive, 1e-3)
     optimizer: Literal["adam", "sgd", "adamw"] = "adam"
-    # over the rounds of the method's current phase (engine/orchestrator.py, Federation._round_lr):
+    # over the rounds of the method's current phase (engine/lr_schedule.py, round_lr):
     # cosine (FedU / FedEMA) or exponential, lr x (1 - lr_decay)^t (LG-FedAvg, Table 6)
     lr_schedule: Literal["constant", "cosine", "exponential"] = "constant"
     lr_decay: float = check(decay, 0.0)
@@ -167,6 +167,10 @@ class FabricConfig:
     # NHWC images and conv weights: oneDNN's fast path on CPU (1.25-1.5x per step of the
     # 3-layer CNN, benchmarks/micro.py) and tensor cores' layout on GPU
     channels_last: bool = True
+    # minutes every rank of a multi-process run may wait for the others to join (engine/rendezvous.py);
+    # past it, each exits in one line naming MASTER_ADDR:MASTER_PORT; later collectives keep 30 min
+    # (0.6 s to a week: torch's timeout is a timedelta, which 1e300 minutes overflows)
+    rendezvous_timeout_min: float = check(lambda v: None if 0.01 <= v <= 10080 else "must be in [0.01, 10080]", 10.0)
 
 
 @dataclass
@@ -212,6 +216,9 @@ class Recipe:
     views: ViewsConfig = field(default_factory=ViewsConfig)
     method: dict[str, Any] = field(default_factory=lambda: {"name": "simclr"})
     server: dict[str, Any] = field(default_factory=lambda: {"name": "fedavg"})
+    # round plug-ins from other packages (entry point ``fedlight.plugins``): name -> the keyword
+    # arguments of its constructor, typed and checked like ``method.*`` (``fedlight.registry``)
+    plugins: dict[str, Any] = field(default_factory=dict)
     eval: EvalConfig = field(default_factory=EvalConfig)
     fabric: FabricConfig = field(default_factory=FabricConfig)
     faults: FaultsConfig = field(default_factory=FaultsConfig)

@@ -3,7 +3,8 @@
 Picks the client schedule (``local.schedule``, by default ``exchange`` when ``local.iterations``
 is set, ``stream`` when ``stream.velocity`` is, else ``epochs``; other packages add schedules
 through ``registry.SCHEDULES``) and the round plug-ins the recipe and aggregator ask for
-(FLESD's public-set distillation, LG-FedAvg's local tests and new device, faults). Each part takes its own
+(FLESD's public-set distillation, LG-FedAvg's local tests and new device, faults, then those of
+other packages that the recipe's ``plugins`` section names, through ``registry.PLUGINS``). Each part takes its own
 typed options (``part_options``), never a recipe section, and checks them itself; what is
 checked here is only whether the parts go together.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,7 +30,7 @@ from fedlight.engine.evaluator import EvalOptions, Evaluator
 from fedlight.engine.faults import FaultOptions
 from fedlight.engine.options import RoundOptions
 from fedlight.engine.orchestrator import Federation
-from fedlight.engine.plugin import ClientSchedule, RoundPlugin, ScheduleContext
+from fedlight.engine.plugin import ClientSchedule, PluginContext, RoundPlugin, ScheduleContext
 from fedlight.engine.plugins.distillation import PublicSetDistillation
 from fedlight.engine.plugins.epochs import EpochSchedule
 from fedlight.engine.plugins.exchange import ExchangeOptions, ExchangeSchedule
@@ -149,12 +151,12 @@ def build_views(recipe: Recipe, data: ImageData) -> ViewMaker:
 
 
 def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: list[np.ndarray],
-                     module: FederatedModule, aggregator: Aggregator, run_dir: Path) -> Federation:
-    """The run's round loop with the parts ``recipe`` asks for (every rank builds its own)."""
+                     module: FederatedModule, aggregator: Aggregator, run_dir: Path,
+                     record: dict[str, Any] | None = None) -> Federation:
+    """The run's round loop with the parts ``recipe`` asks for (every rank builds its own); ``record``
+    is what results.json and the hparams show of the run's settings (default: the recipe)."""
     module = fabric.to_device(module)  # worker 0: evaluation, checkpoints and the server use it
-    declared = {**module.shared_state(), **module.private_state(), **module.transient_state()}
-    undeclared = sorted(set(module.state_dict()) - set(declared))
-    assert not undeclared, f"{type(module).__name__} state not declared shared/private/transient: {undeclared[:3]}"
+    registry.check_declared(module)  # check_recipe asked already, unless a library caller skipped it
     o = part_options(recipe, aggregator)
     original, views = data, build_views(recipe, data)  # normalised, probed and tested on the original data
     rotated = None
@@ -187,9 +189,13 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
         plugins.append(NewDevice(fabric, evaluator, originals, device, [parts[c] for c in originals],
                                  original.train_y.numpy(), rotated.test_x, rotated.test_y, o.new_device,
                                  recipe.clients.fraction, recipe.seed))
+    plugins += registry.build_plugins(recipe.plugins, PluginContext(
+        fabric, module, evaluator, images, data.train_y, tensors, trainable, recipe.rounds, data.num_classes,
+        recipe.seed, run_dir))
     schedule = build_schedule(fabric, recipe, o, data, module, images, labels, tensors, views, trainable)
     faults = SimulatedFaults(o.faults, recipe.seed, run_dir, fabric.global_rank)
-    round_ = replace(o.round, client_state=client_store_kind(recipe, module, aggregator, len(trainable)))
+    round_ = replace(o.round, client_state=client_store_kind(recipe, module, aggregator, len(trainable)),
+                     record=o.round.record if record is None else record)
     return Federation(fabric, module, aggregator, evaluator, data, tensors, trainable, schedule, faults, plugins,
                       round_, run_dir)
 

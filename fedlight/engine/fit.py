@@ -17,10 +17,10 @@ from fedlight.config.schema import Recipe
 from fedlight.data.partition import partition
 from fedlight.data.rotated import check_device_fits
 from fedlight.data.sources import ImageData, load_dataset, take_subset
-from fedlight.engine import launch, preemption
+from fedlight.engine import launch, preemption, rendezvous
 from fedlight.engine.assemble import build_federation, part_options
 from fedlight.engine.console import say
-from fedlight.engine.rundir import RECIPE, RunFolder, claim_run_dir, finished_results, write_yaml
+from fedlight.engine.rundir import RECIPE, RESOLVED, RunFolder, claim_run_dir, finished_results, write_yaml
 from fedlight.errors import UserError, warnings_if_it_works
 from fedlight.methods.base import FederatedModule, OptimizerSpec
 from fedlight.seeding import derive_seed, numpy_rng
@@ -74,7 +74,8 @@ def make_fabric(recipe: Recipe) -> Fabric:
         with warnings_if_it_works(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*`srun` command is available")  # noise in any case
             return Fabric(accelerator=f.accelerator, devices=f.devices, num_nodes=f.num_nodes,
-                          precision=f.precision, strategy="ddp" if processes > 1 else "auto")
+                          precision=f.precision,
+                          strategy=rendezvous.strategy(f.rendezvous_timeout_min) if processes > 1 else "auto")
     except (RuntimeError, ValueError) as exc:  # Lightning's MisconfigurationException is a ValueError
         raise UserError(f"fabric.accelerator={f.accelerator} fabric.devices={f.devices} "
                         f"fabric.precision={f.precision} cannot be set up here ({exc}); "
@@ -108,16 +109,13 @@ def check_recipe(recipe: Recipe) -> Aggregator:
                         f"set local.iterations={recipe.server['aggregate_every']} and drop server.aggregate_every")
     server = registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client)
     check_name("model.backbone", recipe.model.backbone, registry.BACKBONES)
+    registry.check_method_state(recipe.method, recipe.model.backbone)
+    registry.check_plugins(recipe.plugins)
     part_options(recipe, server)  # each part checks its own options; assemble, that they go together
     return server
 
 
 def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
-    done = finished_results(Path(recipe.run_dir), asdict(recipe)) if resume else None
-    if done is not None:  # resuming would only evaluate, project and log its final metrics again
-        say(f"run folder '{recipe.run_dir}' has finished all {recipe.rounds} rounds: nothing to resume, nothing "
-            "changed (raise rounds to train more)", int(launch.is_child()))
-        return done
     server = check_recipe(recipe)
     data, parts = prepare_data(recipe)
     if getattr(registry.METHODS[recipe.method["name"]], "uses_protected", False) and data.train_a is None:
@@ -129,21 +127,37 @@ def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
     if recipe.new_device.rotation is not None:  # its sizes against the splits, before the run folder
         check_device_fits(data, recipe.new_device.train, recipe.new_device.test)
     module = build_module(recipe, data)  # the method's own checks (LG's global_layers) come before the run folder
+    record = run_record(recipe, data)
+    done = finished_results(Path(recipe.run_dir), record) if resume else None  # compared through the record
+    if done is not None:  # resuming would only evaluate, project and log its final metrics again
+        say(f"run folder '{recipe.run_dir}' has finished all {recipe.rounds} rounds: nothing to resume, nothing "
+            "changed (raise rounds to train more)", int(launch.is_child()))
+        return done
     fabric = make_fabric(recipe)
     folder = None
     if fabric.global_rank == 0:  # rank 0 owns the run folder; the other ranks never lock it
-        folder = claim_run_dir(Path(recipe.run_dir), asdict(recipe), resume, overwrite, recipe.run.min_free_mb)
+        folder = claim_run_dir(Path(recipe.run_dir), record, resume, overwrite, recipe.run.min_free_mb)
     try:
-        return _run(fabric, recipe, data, parts, module, server, folder)
+        return _run(fabric, recipe, data, parts, module, server, folder, record)
     finally:
         if folder is not None:
             folder.release()
 
 
+def run_record(recipe: Recipe, data: ImageData) -> dict[str, Any]:
+    """What the run folder's ``recipe.yaml``, ``results.json`` and the hparams record of the run's
+    settings: the resolved recipe, and under ``resolved`` what its method, aggregator, backbone and
+    round plug-ins are built with, the constructors' defaults included (``registry.resolved_settings``)."""
+    resolved = registry.resolved_settings(recipe.method, recipe.server, recipe.model.backbone, recipe.plugins,
+                                          data.channels, data.image_size)
+    return {**asdict(recipe), RESOLVED: resolved}
+
+
 def _run(fabric: Fabric, recipe: Recipe, data: ImageData, parts: list, module: FederatedModule, server: Aggregator,
-         folder: RunFolder | None) -> dict[str, Any]:
-    """Launch, restore (when rank 0 found a checkpoint to resume), write the recipe, train."""
-    fabric.launch()
+         folder: RunFolder | None, record: dict[str, Any]) -> dict[str, Any]:
+    """Launch (every rank joins within ``fabric.rendezvous_timeout_min``), restore (when rank 0
+    found a checkpoint to resume), write the recipe, train."""
+    rendezvous.join(fabric, recipe.fabric.rendezvous_timeout_min)
     restore = bool(fabric.broadcast(folder is not None and folder.resume, src=0))  # rank 0 looked at the folder
     # Lightning sets PYTORCH_NVML_BASED_CUDA_CHECK=1 on import, so that asking whether CUDA exists
     # cannot poison a later fork. fedlight forks nothing (its ranks start before torch is
@@ -155,12 +169,12 @@ def _run(fabric: Fabric, recipe: Recipe, data: ImageData, parts: list, module: F
     if recipe.fabric.threads:
         torch.set_num_threads(recipe.fabric.threads)
     run_dir = Path(recipe.run_dir)
-    federation = build_federation(fabric, recipe, data, parts, module, server, run_dir)
+    federation = build_federation(fabric, recipe, data, parts, module, server, run_dir, record=record)
     try:
         if restore:
             federation.restore()  # a damaged checkpoint or too few rounds: refused before anything is written
         if folder is not None:
-            write_yaml(run_dir / RECIPE, asdict(recipe))
+            write_yaml(run_dir / RECIPE, record)
         return federation.run()
     finally:
         federation.workers.close()

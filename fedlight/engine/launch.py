@@ -42,7 +42,7 @@ def _free_port() -> int:
 
 def require_launcher(devices: int, num_nodes: int) -> None:
     """Refuse a run over several nodes that no launcher started: its rank 0 would wait for the
-    other nodes' ranks at "Initializing distributed" forever (gloo's rendezvous has no timeout).
+    other nodes' ranks at "Initializing distributed" until fabric.rendezvous_timeout_min, for ranks nobody starts.
 
     Raises:
         UserError: ``num_nodes`` > 1 and none of the variables a cluster launcher sets is set.

@@ -30,7 +30,7 @@ from fedlight.engine.console import say
 from fedlight.engine.evaluator import METRICS, Evaluator, final_metrics
 from fedlight.engine.lr_schedule import round_lr
 from fedlight.engine.options import RoundOptions
-from fedlight.engine.plugin import ClientSchedule, FaultModel, Report, RoundPlugin, State
+from fedlight.engine.plugin import ClientSchedule, FaultModel, Report, RoundPlugin, State, random_init_metrics
 from fedlight.engine.progress import ClientTicks, RoundBars
 from fedlight.engine.run_checkpoint import RunCheckpoint
 from fedlight.engine.run_log import RunLog
@@ -153,8 +153,8 @@ class Federation:
         """Train the rounds left (all unless ``restore`` ran); returns (and on rank 0 writes) the results."""
         o, s, start = self.o, self.s, time.perf_counter()
         self.started = start
-        if not self.restored and self.rank == 0:
-            s.baseline = self.evaluator.model_metrics()
+        if not self.restored and self.rank == 0:  # the floor of every metric, the parts' included
+            s.baseline = {**self.evaluator.model_metrics(), **random_init_metrics(self.hooks, s.global_state)}
         self.log.open(s.rounds_done, s.ledger.rows, s.baseline)
         wall, last_eval = s.wall_before, s.last_evaluation()
         bars = RoundBars(s.rounds_done, o.rounds, self.rank == 0, self.evaluator.o.label_fraction)

@@ -8,7 +8,8 @@ paper. A paper's behaviour is a part behind one of these narrow interfaces:
 * :class:`RoundPlugin`: anything else a round calls: a different client message (FLESD's
   public-set similarities and its server-side distillation), an extra evaluation (LG-FedAvg's
   local and new tests), faults. Each part owns its history columns, its TensorBoard scalars
-  and pictures, and the state it needs in a checkpoint.
+  and pictures, and the state it needs in a checkpoint. Another package adds one through the
+  entry point ``fedlight.plugins``, built from a :class:`PluginContext` and its recipe options.
 
 Every hook has a default that does nothing, so a part implements only what it changes; the
 loop calls each hook on every part in turn, as Lightning's ``fabric.call`` calls callbacks.
@@ -59,6 +60,12 @@ class RoundPlugin:
             metrics for the history row, and ledger rows ``[round, client, direction, dtype, n]``.
         """
         return {}, []
+
+    def random_init_metrics(self, global_state: State) -> dict[str, float | None]:
+        """This part's metrics of the random-init model, before round 1 (rank 0): the floor its
+        ``evaluate`` columns are judged against, in ``results.json``'s ``baseline``. Every client
+        then holds ``global_state``; no upload is charged and no state of the part changes."""
+        return {}
 
     needs_clients = False  # ``evaluate`` needs every client's stored state (a collective)
     metric_prefixes: tuple[str, ...] = ()  # history columns of ``evaluate`` that are final metrics
@@ -113,6 +120,11 @@ class ClientWork:
     state: State = field(default_factory=dict)
     d2d_bytes: int = 0
     sent: list[tuple[str, str, int]] = field(default_factory=list)
+
+
+def random_init_metrics(parts: list[RoundPlugin], global_state: State) -> dict[str, float | None]:
+    """Every part's ``random_init_metrics``, merged."""
+    return {k: v for part in parts for k, v in part.random_init_metrics(global_state).items()}
 
 
 class ClientSchedule(RoundPlugin):
@@ -193,3 +205,31 @@ class ScheduleContext:
     batch_size: int
     num_classes: int
     seed: int
+
+
+@dataclass(frozen=True)
+class PluginContext:
+    """What a round plug-in from another package (entry point ``fedlight.plugins``) is built from:
+    ``cls(context, **options)``, the options being its recipe section ``plugins.<name>``.
+
+    Attributes:
+        fabric: devices, precision and this process's rank.
+        module: the worker model (worker 0's: the one evaluation and checkpoints use).
+        evaluator: the run's ``engine.evaluator.Evaluator`` (probe and kNN of a model state).
+        images: (N, C, H, W) uint8 training images on the device; labels: (N,) their labels on the CPU.
+        parts: every client's sample indices into ``images``.
+        trainable: the clients that train (a public client excepted).
+        rounds: R; num_classes: C; seed: the run seed; run_dir: the run folder.
+    """
+
+    fabric: Any
+    module: FederatedModule
+    evaluator: Any
+    images: torch.Tensor
+    labels: torch.Tensor
+    parts: list[torch.Tensor]
+    trainable: list[int]
+    rounds: int
+    num_classes: int
+    seed: int
+    run_dir: Path

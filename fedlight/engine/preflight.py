@@ -26,7 +26,7 @@ def preflight(recipe: Recipe, resume: bool, overwrite: bool) -> None:
             under ``data.root``, or the run folder is refused (rank 0 only: the ranks it starts may
             look while it is already writing there).
     """
-    check_names(recipe.method, recipe.server, recipe.model.backbone)
+    check_names(recipe.method, recipe.server, recipe.model.backbone, recipe.plugins)
     d = recipe.data
     check_data_root(d.name, d.root, d.download)
     if not launch.is_child():  # rank 0 owns the run folder (it alone claims it)

@@ -37,10 +37,12 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
 
 
 # The keys every run reads whatever its parts: the loop, data, model, method, server, local
-# optimizer, views and evaluation. Sections (``clients``) stand for all their keys.
+# optimizer, views, evaluation, the round plug-ins the recipe names, and what the method, server,
+# backbone and plug-ins were built with (``resolved``, defaults included). Sections (``clients``)
+# stand for all their keys.
 CORE_KEYS = ("name", "seed", "rounds", "data.name", "data.subset", "data.test_subset", "partition.kind",
              "clients", "local.batch_size", "local.lr", "local.optimizer", "local.lr_schedule", "local.weight_decay",
-             "model", "views", "method", "server", "eval.every", "eval.label_fraction", "eval.extra_label_fractions",
+             "model", "views", "method", "server", "plugins", "resolved", "eval.every", "eval.label_fraction", "eval.extra_label_fractions",
              "eval.knn_k", "eval.knn_temperature", "eval.probe_epochs", "fabric.precision")
 # partition.kind -> the keys its partition reads (fedlight.data.partition.partition's dispatch)
 PARTITION_KEYS = {"iid": (), "dirichlet": ("partition.alpha", "partition.min_size"),

@@ -125,6 +125,12 @@ class FederatedModule(L.LightningModule):
         """Tensors rebuilt every round from shared / private state."""
         return self._module_state(self.transient_modules)
 
+    def undeclared_state(self) -> list[str]:
+        """``state_dict`` keys under none of ``shared_modules``, ``private_modules`` and
+        ``transient_modules``: the engine would neither send, keep nor rebuild them."""
+        declared = {**self.shared_state(), **self.private_state(), **self.transient_state()}
+        return sorted(set(self.state_dict()) - set(declared))
+
     def payload(self) -> dict[str, torch.Tensor]:
         """What the client uploads after local training (default: its shared state)."""
         return self.shared_state()

@@ -37,7 +37,7 @@ def representation_l2(z: torch.Tensor, z_glob: torch.Tensor) -> torch.Tensor:
     """(1/2) ||z - z_glob||^2, batch mean: the l2 second term of Table 5 (slides) without its mu.
 
     The slides name the term only ("l_2 norm", mu tuned over {0.001, 0.01, 0.1, 1, 5, 10}); this
-    is the form issue 23 asks for, (mu/2) ||z - z_glob||^2 on the projections MOON contrasts.
+    is the usual penalty form, (mu/2) ||z - z_glob||^2 on the projections MOON contrasts.
 
     Args:
         z: (B, D) projections of the local model being trained.

@@ -19,6 +19,9 @@ from fedlight.eval import metric_names
 
 RESULTS = "results.json"
 IGNORED = ("run.dir",)
+# what a run's classes were built with: it varies with the method or server the recipe names, which
+# tells the groups apart already
+CONSTRUCTED = "resolved."
 BYTES = ("bytes_up", "bytes_down", "bytes_d2d")  # a history row's bytes, summed by the plots
 
 
@@ -159,5 +162,5 @@ def varying_keys(runs: list[Run]) -> list[str]:
     order: dict[str, None] = {}
     for run in runs:
         order.update(dict.fromkeys(run.keys))
-    return [k for k in order if k not in IGNORED
+    return [k for k in order if k not in IGNORED and not k.startswith(CONSTRUCTED)
             and len({json.dumps(r.keys.get(k), sort_keys=True) for r in runs}) > 1]

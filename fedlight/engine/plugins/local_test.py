@@ -59,6 +59,18 @@ class LocalTests(RoundPlugin):
                   for c in self.clients]
         return self.tester.metrics(models), uploads.rows
 
+    def random_init_metrics(self, global_state: State) -> dict[str, float | None]:
+        """Every client's model is the random-init one, whose local layers are the worker's own. The
+        worker model is given back as it was: ``metrics`` leaves it holding the clients' average,
+        which can differ from its own values in the last bits, and a client's first local layers
+        come from it."""
+        module = self.tester.evaluator.module
+        kept = {k: v.clone() for k, v in module.state_dict().items()}
+        try:
+            return self.tester.metrics([global_state] * len(self.clients))
+        finally:
+            module.load_state_dict(kept)
+
     def log_round(self, logger: Any, row: dict[str, Any]) -> dict[str, float]:
         return {"comm/bytes_new_test": row["bytes_new_test"],
                 **{f"eval/{k}": v for k, v in row.items() if k.startswith(LOCAL_METRICS) and v is not None}}

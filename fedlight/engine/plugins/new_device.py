@@ -109,8 +109,20 @@ class NewDevice(RoundPlugin):
     @torch.no_grad()
     def evaluate(self, round_: int, clients: dict[int, State], global_state: State,
                  ledger: list[list]) -> tuple[dict[str, float | None], list[list]]:
-        """Table 3's accuracies (every rank computes them: the arrival must be known everywhere). The
-        worker model is left holding the new device's model (the global one before it has its own)."""
+        """Table 3's accuracies (every rank computes them: the arrival must be known everywhere)."""
+        accuracies = self.accuracies(clients, global_state)
+        if self.arrival is None and accuracies["normal_acc"] >= self.cfg.goal_acc:
+            self.arrival = round_ + 1
+        return accuracies, []
+
+    def random_init_metrics(self, global_state: State) -> dict[str, float | None]:
+        return self.accuracies({}, global_state)
+
+    @torch.no_grad()
+    def accuracies(self, clients: dict[int, State], global_state: State) -> dict[str, float]:
+        """``normal_acc`` and ``rotated_acc`` of the devices' models (each device's stored local layers
+        over ``global_state``). The worker model is left holding the new device's model (the global
+        one before it has its own)."""
         ev = self.evaluator
         module, to_device = ev.module, self.fabric.to_device
         module.load_partial(global_state)
@@ -128,10 +140,7 @@ class NewDevice(RoundPlugin):
                 accuracies.append(float(hits.float().mean()))
         module.load_partial({k: to_device(v) for k, v in (clients.get(self.device) or {}).items()})
         rotated = ev.apply(module.classify, self.test_x).argmax(1) == to_device(self.test_y)
-        normal = float(np.mean(accuracies))
-        if self.arrival is None and normal >= self.cfg.goal_acc:
-            self.arrival = round_ + 1
-        return {"normal_acc": normal, "rotated_acc": float(rotated.float().mean())}, []
+        return {"normal_acc": float(np.mean(accuracies)), "rotated_acc": float(rotated.float().mean())}
 
     def columns(self, round_: int, reports: list[Report], ledger_rows: list[list],
                 history: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1,0 +1,34 @@
+"""fedlight's public surface: what a package that adds a method, an aggregator, a backbone, a client
+schedule or a round plug-in imports (``from fedlight import FederatedModule``).
+
+``import fedlight`` stays cheap: ``fedlight/__init__.py`` names these in its ``__all__`` and
+imports this module (and torch with it) only when one of them is first asked for. Every other
+module path is internal and may move between releases.
+"""
+
+from __future__ import annotations
+
+from fedlight.config.checks import (Check, at_least, decay, fraction, non_empty, non_negative, percent, positive,
+                                    probabilities, probability)
+from fedlight.engine.local_loop import LocalResult, train_client
+from fedlight.engine.plugin import (ClientSchedule, ClientWork, FaultModel, PluginContext, Report, RoundPlugin,
+                                    ScheduleContext)
+from fedlight.errors import UserError
+from fedlight.methods.base import Batch, FederatedModule, OptimizerSpec, ScoreHead
+from fedlight.methods.wrapper import ObjectiveWrapper
+from fedlight.server.base import Aggregator, State
+
+__all__ = [
+    # a method (entry point ``fedlight.methods``) and what its training_step receives
+    "FederatedModule", "ObjectiveWrapper", "OptimizerSpec", "Batch", "ScoreHead",
+    # an aggregator (``fedlight.aggregators``) and the state it folds
+    "Aggregator", "State",
+    # a client schedule (``fedlight.schedules``) or a round plug-in (``fedlight.plugins``)
+    "ClientSchedule", "ScheduleContext", "ClientWork", "LocalResult", "train_client",
+    "RoundPlugin", "PluginContext", "FaultModel", "Report",
+    # the ranges a constructor's options declare (``Annotated[float, positive]``)
+    "Check", "positive", "non_negative", "fraction", "probability", "decay", "percent", "at_least", "probabilities",
+    "non_empty",
+    # a mistake its user can fix: one line, exit code 2
+    "UserError",
+]
