@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from fedlight.errors import UserError
-from fedlight.extensions import Table, describe
+from fedlight.extensions import Table, a_callable, describe, subclass_of
 
 # local objectives; ``fedprox``, ``scaffold``, ``lg`` and ``fedbn`` wrap the objective named by ``method.objective``
 METHODS: Table[Any] = Table("fedlight.methods", {
@@ -22,31 +22,31 @@ METHODS: Table[Any] = Table("fedlight.methods", {
     "fedprox": "fedlight.methods.fedprox:FedProx", "scaffold": "fedlight.methods.scaffold:Scaffold",
     "triplet": "fedlight.methods.triplet:Triplet", "lg": "fedlight.methods.local_global:LocalGlobal",
     "lg_fair": "fedlight.methods.fair:FairLocalGlobal", "fedbn": "fedlight.methods.fedbn:FedBN",
-})
+}, subclass_of("fedlight.methods.base:FederatedModule"))
 SERVERS: Table[Any] = Table("fedlight.aggregators", {
     "fedavg": "fedlight.server.fedavg:FedAvg", "scaffold": "fedlight.server.scaffold:Scaffold",
     "local_only": "fedlight.server.local_only:LocalOnly", "centralized": "fedlight.server.centralized:Centralized",
     "flesd": "fedlight.server.flesd:FLESD", "fedadam": "fedlight.server.fedopt:FedAdam",
     "fedyogi": "fedlight.server.fedopt:FedYogi", "fedadagrad": "fedlight.server.fedopt:FedAdagrad",
-})
+}, subclass_of("fedlight.server.base:Aggregator"))
 # ``(channels, image_size) -> nn.Module``
 BACKBONES: Table[Any] = Table("fedlight.backbones", {
     name: f"fedlight.models.backbones:{attr}" for name, attr in {
         "small_cnn": "small_cnn", "tiny_cnn": "tiny_cnn", "resnet18": "resnet18_cifar", "moon_cnn": "MoonCNN",
         "cfcl_cnn": "CFCLCNN", "lenet5": "LeNet5", "mlp": "mlp", "mlp_small": "mlp_small"}.items()
-})
+}, a_callable)
 # how a client spends its round (``local.schedule``); ``engine/assemble.py`` builds the built-in ones,
 # a package's is called with a ``ScheduleContext``
 SCHEDULES: Table[Any] = Table("fedlight.schedules", {
     "epochs": "fedlight.engine.plugins.epochs:EpochSchedule",
     "stream": "fedlight.engine.plugins.stream:StreamSchedule",
     "exchange": "fedlight.engine.plugins.exchange:ExchangeSchedule",
-})
+}, a_callable)
 
 # round plug-ins from other packages (``plugins: {name: {options}}``), built with a ``PluginContext``;
 # fedlight's own (LG-FedAvg's local tests and new device, FLESD's distillation, faults) are switched
 # on by their own keys (``engine/assemble.py``), so the table holds none
-PLUGINS: Table[Any] = Table("fedlight.plugins", {})
+PLUGINS: Table[Any] = Table("fedlight.plugins", {}, subclass_of("fedlight.engine.plugin:RoundPlugin"))
 
 
 def check_name(key: str, name: Any, table: Table[Any]) -> None:

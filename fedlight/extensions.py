@@ -23,7 +23,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 from collections.abc import Iterator, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, Callable, Generic, TypeVar
 
 from fedlight.errors import UserError
 
@@ -36,10 +36,13 @@ class Table(Mapping[str, T], Generic[T]):
     Args:
         group: the entry-point group, e.g. ``fedlight.methods``.
         builtins: fedlight's own entries: the object, or the ``module:attr`` string that names it.
+        kind: what is wrong with a loaded entry point's object for this group (``"a int, not a
+            class"``), or None: an object of the wrong kind is refused where it is loaded.
     """
 
-    def __init__(self, group: str, builtins: dict[str, T | str]) -> None:
-        self.group, self.builtins = group, dict(builtins)
+    def __init__(self, group: str, builtins: dict[str, T | str],
+                 kind: Callable[[Any], str | None] = lambda obj: None) -> None:
+        self.group, self.builtins, self.kind = group, dict(builtins), kind
         self._found: dict[str, importlib.metadata.EntryPoint] | None = None
         self._loaded: dict[str, T] = {}
 
@@ -59,10 +62,15 @@ class Table(Mapping[str, T], Generic[T]):
         if name not in self._loaded:
             ep = self._entry_points()[name]  # KeyError for an unknown name, as a mapping should
             try:
-                self._loaded[name] = ep.load()
-            except Exception as exc:  # a broken third-party package: name it, in one line
+                loaded = ep.load()
+            except (Exception, SystemExit) as exc:  # a broken third-party package (one that exits on import, too)
                 raise UserError(f"{self.group} entry point '{name}' ({ep.value}) failed to load "
                                 f"({type(exc).__name__}: {exc}); fix or uninstall the package that declares it") from None
+            wrong = self.kind(loaded)
+            if wrong:
+                raise UserError(f"{self.group} entry point '{name}' ({ep.value}) is {wrong}; fix or uninstall the "
+                                "package that declares it")
+            self._loaded[name] = loaded
         return self._loaded[name]
 
     def __contains__(self, name: object) -> bool:
@@ -114,6 +122,25 @@ def source_docstring(target: str) -> str | None:
         if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name == attr.strip():
             return ast.get_docstring(node) or ""
     return None
+
+
+def subclass_of(base: str) -> Callable[[Any], str | None]:
+    """A ``Table`` kind: a subclass of the class ``base`` names (``module:attr``, imported when asked)."""
+    def problem(obj: Any) -> str | None:
+        module, _, attr = base.partition(":")
+        if isinstance(obj, type) and issubclass(obj, getattr(importlib.import_module(module), attr)):
+            return None
+        return f"{_kind(obj)}, not a subclass of {attr}"
+    return problem
+
+
+def a_callable(obj: Any) -> str | None:
+    """A ``Table`` kind: something to call (a factory)."""
+    return None if callable(obj) else f"{_kind(obj)}, not a factory to call"
+
+
+def _kind(obj: Any) -> str:
+    return f"the class {obj.__name__}" if isinstance(obj, type) else f"a {type(obj).__name__}"
 
 
 def describe(tables: dict[str, Table[Any]]) -> str:

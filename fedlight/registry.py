@@ -104,7 +104,12 @@ def build_method(method: dict[str, Any], backbone: str, channels: int, image_siz
     (cls, kwargs) = inner[0] if inner else (outer, outer_kwargs)
     if "num_classes" in inspect.signature(cls.__init__).parameters:
         kwargs["num_classes"] = num_classes
-    module = cls(backbone=BACKBONES[backbone](channels, image_size), optim=optim, **kwargs)
+    net = BACKBONES[backbone](channels, image_size)
+    if not isinstance(net, torch.nn.Module):
+        raise UserError(f"model.backbone={backbone}: its factory ({BACKBONES.origin(backbone)}) returned a "
+                        f"{type(net).__name__}, not a torch.nn.Module; fix or uninstall the package that "
+                        "declares it")
+    module = cls(backbone=net, optim=optim, **kwargs)
     if inner and "num_classes" in inspect.signature(outer.__init__).parameters:  # LG's head
         outer_kwargs["num_classes"] = num_classes
     return outer(objective=module, **outer_kwargs) if inner else module

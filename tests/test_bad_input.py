@@ -526,3 +526,57 @@ def _build_model_and_views(recipe: Any) -> None:
     module = build_module(recipe, data)
     views = build_views(recipe, data).views(data.train_x[:4], module.num_views, torch.Generator().manual_seed(0))
     assert all(torch.isfinite(v).all() for v in views)
+
+
+# ---------------------------------------------------------------- tracebacks that became one line
+
+LONG = "x" * 300  # one path component longer than any Linux file system's 255 bytes
+
+
+def _one_line(args: list[str], capsys, named: str) -> str:
+    capsys.readouterr()
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("fedlight: error: "), err
+    assert named in err and "255" in err, err
+    return err
+
+
+@pytest.mark.parametrize("key", ["run.dir", "data.root"])
+def test_a_path_component_too_long_for_the_file_system_is_one_line(tiny_recipe: Path, tmp_path: Path, capsys,
+                                                                   key: str) -> None:
+    data = ["data.name=fashion_mnist"] if key == "data.root" else []
+    _one_line(["fit", "--recipe", str(tiny_recipe), *data, f"{key}={tmp_path / LONG / 'x'}"], capsys, key)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]
+
+
+@pytest.mark.parametrize("command", ["sweep --out", "report --out", "report input"])
+def test_a_sweep_or_report_path_too_long_is_one_line(tiny_recipe: Path, tmp_path: Path, capsys, command: str) -> None:
+    long = str(tmp_path / LONG)
+    args = {"sweep --out": ["sweep", "--recipe", str(tiny_recipe), "--out", long],
+            "report --out": ["report", str(tmp_path), "--out", long],
+            "report input": ["report", long, "--out", str(tmp_path / "report")]}[command]
+    _one_line(args, capsys, "--out" if "--out" in command else LONG[:20])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]
+
+
+@pytest.mark.parametrize("where", ["file", "override"])
+def test_a_recipe_nested_hundreds_deep_is_one_line(tiny_recipe: Path, tmp_path: Path, capsys, where: str) -> None:
+    deep = "{a: " * 300 + "1" + "}" * 300
+    recipe = tmp_path / "deep.yaml"
+    recipe.write_text(tiny_recipe.read_text() + f"extra: {deep}\n")
+    args = [str(recipe)] if where == "file" else [str(tiny_recipe), f"method.extra={deep}"]
+    err = _assert_clean_failure(["fit", "--recipe", *args], tmp_path / "run", capsys, "nests more than 32")
+    assert ("extra.a.a" in err) and len(err) < 400, err
+
+
+def test_a_linear_probe_on_one_labelled_example_is_finite() -> None:
+    """One example has no spread: its standardisation divided by a NaN std, and L-BFGS overflowed."""
+    import torch
+
+    from fedlight.eval.probes import linear_probe_accuracy
+
+    feats = torch.randn(1, 8)
+    test_x, test_y = torch.randn(20, 8), torch.arange(20) % 4
+    accuracy = linear_probe_accuracy(feats, torch.tensor([2]), test_x, test_y, num_classes=4, steps=200)
+    assert accuracy == pytest.approx(0.25)  # every test example gets the one class it saw

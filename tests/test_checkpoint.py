@@ -275,7 +275,7 @@ def test_resuming_a_checkpoint_that_holds_the_wrong_thing(tmp_path: Path, finish
     save_checkpoint(run / "checkpoints/last.pt", _wrong_content(kind, finished_runs))
     before = {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
     capsys.readouterr()
-    code = main(["fit", "--recipe", str(finished_runs["recipe"]), "--resume", "rounds=1", *FAST,
+    code = main(["fit", "--recipe", str(finished_runs["recipe"]), "--resume", "rounds=2", *FAST,  # a round to train
                  f"run.dir={run}"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and err.startswith("fedlight: error: "), err

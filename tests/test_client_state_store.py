@@ -38,9 +38,9 @@ def _ckpt(run: Path) -> dict:
 
 def _disk_states(run: Path) -> dict[int, dict[str, torch.Tensor]]:
     """Every client's state as the disk store's last checkpoint commits it."""
-    index = files.StateFiles(run / "checkpoints" / files.FOLDER, lambda c: True)
-    index.scan()
-    return {c: torch.load(index.path(c, v), weights_only=True) for c, v in index.committed(_ckpt(run)).items()}
+    folder = run / "checkpoints" / files.FOLDER
+    return {c: torch.load(folder / files.file_name(c, v, d), weights_only=True)
+            for c, (v, d) in files.recorded(_ckpt(run), folder).items()}
 
 
 def _same_states(a: dict[int, dict], b: dict[int, dict]) -> bool:
@@ -64,7 +64,7 @@ def test_disk_store_equals_memory_store_bit_for_bit_and_resumes_bit_for_bit(tmp_
     held = _ckpt(tmp_path / "mem")["clients"]
     assert held and _same_states(held, _disk_states(tmp_path / "disk"))
     ckpt = _ckpt(tmp_path / "disk")
-    assert ckpt["clients"] == {} and sorted(ckpt[files.MANIFEST]) == disk["history"][-1]["clients"]
+    assert ckpt["clients"] == {} and sorted(ckpt[files.MANIFEST]) == sorted(held)  # every client holding state
     fit(load_recipe(tiny_recipe, [*METHODS[method], *FAST, "rounds=2", "run.client_state=disk",
                                   f"run.dir={tmp_path / 'resumed'}"]))
     resumed = fit(load_recipe(tiny_recipe, [*args, "run.client_state=disk", f"run.dir={tmp_path / 'resumed'}"]),
@@ -122,7 +122,7 @@ def test_a_damaged_file_of_the_last_round_falls_back_to_the_previous_checkpoint(
                                                                                capsys, damage: str) -> None:
     run = tmp_path / "run"
     fit(load_recipe(tiny_recipe, [*SCAFFOLD, "rounds=2", "run.client_state=disk", f"run.dir={run}"]))
-    client, (version, digest) = sorted(_ckpt(run)[files.MANIFEST].items())[0]
+    client, (version, digest) = [(c, e) for c, e in sorted(_ckpt(run)[files.MANIFEST].items()) if e[0] == 2][0]
     path = run / "checkpoints/clients" / files.file_name(client, version, digest)
     data = bytearray(path.read_bytes())
     if damage == "truncate":
@@ -146,9 +146,9 @@ def test_a_damaged_file_every_checkpoint_needs_is_one_line_naming_it_and_nothing
     run = tmp_path / "run"
     result = fit(load_recipe(tiny_recipe, [*SCAFFOLD, "rounds=3", "run.client_state=disk", f"run.dir={run}"]))
     assert [row["clients"] for row in result["history"]] == [[0, 2], [0, 2], [1, 2]]
-    index = files.StateFiles(run / "checkpoints/clients", lambda c: True)
-    index.scan()
-    path = index.path(0, 2)
+    version, digest = _ckpt(run)[files.MANIFEST][0]
+    assert version == 2
+    path = run / "checkpoints/clients" / files.file_name(0, version, digest)
     path.write_bytes(path.read_bytes()[:100])
     before = {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
     capsys.readouterr()
@@ -171,15 +171,17 @@ def test_the_cache_stays_within_its_bound_and_evicted_states_come_back_from_disk
     assert store.written_bytes > 5 * 400_000 and len(os.listdir(tmp_path)) == 5
 
 
-def test_a_round_checkpoint_holds_only_that_rounds_changes_and_old_versions_are_pruned(tmp_path: Path) -> None:
-    fabric = SimpleNamespace(world_size=1)  # one process: the manifest's gather is the identity
+def test_a_round_checkpoint_records_every_clients_file_and_old_versions_are_pruned(tmp_path: Path) -> None:
+    fabric = SimpleNamespace(world_size=1)  # one process: the gather is the identity
     store = DiskClientStateStore(tmp_path, cache_mb=1, owns=lambda c: True)
     for round_ in range(1, 6):  # client 0 changes every round, client 1 only in round 1
         store.put(0, {"w": torch.tensor([float(round_)])})
         if round_ == 1:
             store.put(1, {"w": torch.tensor([-1.0])})
         _, entries = store.commit(fabric, round_)
-        assert sorted(entries[files.MANIFEST]) == ([0, 1] if round_ == 1 else [0])
+        record = entries[files.MANIFEST]
+        assert sorted(record) == [0, 1] and record[0][0] == round_ and record[1][0] == 1
+        assert all((tmp_path / files.file_name(c, v, d)).is_file() for c, (v, d) in record.items())
     # after round 5's commit: last.pt (5) and .prev (4) need client 0's r5 and r4 (r3 goes at the
     # next commit), and client 1's only file
     assert sorted(store.files.versions[0]) == [3, 4, 5] and sorted(store.files.versions[1]) == [1]
@@ -217,3 +219,109 @@ def test_two_processes_keep_each_clients_state_on_its_own_rank(tmp_path: Path, t
         assert all(torch.allclose(one[c][k], two[c][k], atol=1e-5, rtol=1e-4) for k in one[c]), c
     ckpt = _ckpt(tmp_path / "2")
     assert ckpt["clients"] == {} and sorted(ckpt[files.MANIFEST]) == [0, 1, 2, 3]
+
+
+def _snapshot(run: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def scaffold_run(tmp_path_factory) -> tuple[Path, Path]:
+    """(the tiny recipe, a finished 3-round SCAFFOLD disk-store run in which client 0 skipped round 3:
+    rounds 1-3 train clients [0, 2], [0, 2], [1, 2]), copied by each test, never changed."""
+    from conftest import TINY
+
+    tmp = tmp_path_factory.mktemp("scaffold")
+    recipe = tmp / "tiny.yaml"
+    recipe.write_text(TINY.format(repo=REPO))
+    result = fit(load_recipe(recipe, [*SCAFFOLD, "rounds=3", "run.client_state=disk", f"run.dir={tmp / 'run'}"]))
+    assert [row["clients"] for row in result["history"]] == [[0, 2], [0, 2], [1, 2]]
+    return recipe, tmp / "run"
+
+
+def _copy(scaffold_run: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path, Path]:
+    import shutil
+
+    recipe, finished = scaffold_run
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    return recipe, run, run / "checkpoints/clients"
+
+
+def _state_file(run: Path, client: int, version: int) -> Path:
+    (path,) = (run / "checkpoints/clients").glob(f"c{client}-r{version}-*.pt")
+    return path
+
+
+def _refused_resume(recipe: Path, run: Path, capsys) -> str:
+    before = _snapshot(run)
+    capsys.readouterr()
+    code = main(["fit", "--recipe", str(recipe), "--resume", *SCAFFOLD, "rounds=4", "run.client_state=disk",
+                 f"run.dir={run}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("fedlight: error: "), err
+    assert _snapshot(run) == before
+    return err
+
+
+def test_a_missing_file_of_a_client_that_skipped_the_last_round_is_named_not_reset(scaffold_run, tmp_path: Path,
+                                                                                  capsys) -> None:
+    recipe, run, clients = _copy(scaffold_run, tmp_path)
+    for older in clients.glob("c0-*"):  # client 0's files (its round-2 state and any older one)
+        older.unlink()
+    err = _refused_resume(recipe, run, capsys)
+    assert _state_file(scaffold_run[1], 0, 2).name in err and "missing" in err, err
+
+
+def test_another_clients_file_under_a_clients_name_is_not_loaded_as_its_state(scaffold_run, tmp_path: Path,
+                                                                             capsys) -> None:
+    """Client 0's files replaced by a copy of client 1's, named as client 0's of round 2 (the name
+    an earlier fedlight inferred the state from, the digest in it the copy's own): the file the
+    record names is missing. (Under the recorded name itself, its sha256 check fails.)"""
+    recipe, run, clients = _copy(scaffold_run, tmp_path)
+    own, other = _state_file(run, 0, 2), _state_file(run, 1, 3)
+    for older in clients.glob("c0-*"):
+        older.unlink()
+    (clients / other.name.replace("c1-r3-", "c0-r2-")).write_bytes(other.read_bytes())
+    err = _refused_resume(recipe, run, capsys)
+    assert own.name in err and "missing" in err, err
+
+
+def test_a_stray_file_of_a_client_that_does_not_exist_is_ignored(scaffold_run, tmp_path: Path) -> None:
+    recipe, run, clients = _copy(scaffold_run, tmp_path)
+    stray = clients / files.file_name(99, 1, "0" * 64)
+    stray.write_bytes(_state_file(run, 0, 2).read_bytes())
+    args = [*SCAFFOLD, "rounds=4", "run.client_state=disk"]
+    resumed = fit(load_recipe(recipe, [*args, f"run.dir={run}"]), resume=True)
+    straight = fit(load_recipe(recipe, [*args, f"run.dir={tmp_path / 'straight'}"]))
+    _same_run(straight, resumed, tmp_path / "straight", run)
+    states = _disk_states(run)
+    assert _same_states(states, _disk_states(tmp_path / "straight")) and sorted(states) == [0, 1, 2]
+
+
+def test_a_missing_client_state_folder_is_named_not_the_digest_listing(scaffold_run, tmp_path: Path, capsys) -> None:
+    import shutil
+
+    recipe, run, clients = _copy(scaffold_run, tmp_path)
+    shutil.rmtree(clients)
+    err = _refused_resume(recipe, run, capsys)
+    assert f"'{clients}'" in err and "sha256" not in err, err
+
+
+def test_an_earlier_fedlights_checkpoint_of_the_rounds_changes_only_resumes(scaffold_run, tmp_path: Path) -> None:
+    """Checkpoints that list only their round's changed clients (``client_files``): the other
+    clients' files are found by name once, and the run ends as a straight one."""
+    from fedlight.engine.checkpoint import save_checkpoint
+
+    recipe, run, _ = _copy(scaffold_run, tmp_path)
+    saved = [torch.load(run / "checkpoints" / name, weights_only=True) for name in ("last.pt.prev", "last.pt")]
+    for ckpt in saved:
+        record = ckpt.pop(files.MANIFEST)
+        ckpt[files.LEGACY_MANIFEST] = {c: e for c, e in record.items() if e[0] == ckpt["rounds_completed"]}
+        save_checkpoint(run / "checkpoints/last.pt", ckpt)  # .prev first, then last.pt: each keeps its place
+    assert sorted(_ckpt(run)[files.LEGACY_MANIFEST]) == [1, 2]
+    args = [*SCAFFOLD, "rounds=4", "run.client_state=disk"]
+    resumed = fit(load_recipe(recipe, [*args, f"run.dir={run}"]), resume=True)
+    straight = fit(load_recipe(recipe, [*args, f"run.dir={tmp_path / 'straight'}"]))
+    _same_run(straight, resumed, tmp_path / "straight", run)
+    assert sorted(_ckpt(run)[files.MANIFEST]) == [0, 1, 2]

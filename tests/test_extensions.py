@@ -294,3 +294,45 @@ def test_the_docs_examples_import_only_from_the_public_surface() -> None:
                 assert {a.name for a in node.names} <= set(fedlight.__all__), [a.name for a in node.names]
             elif isinstance(node, ast.Import):
                 assert not [a.name for a in node.names if a.name.startswith("fedlight.")], block[:80]
+
+
+WRONG_KINDS = '''"""Plug-ins of the wrong kind."""
+NOT_A_CLASS = 3
+
+
+def not_a_module(channels, image_size):
+    """A backbone factory that returns no torch module."""
+    return "a string"
+
+
+def not_a_schedule(ctx):
+    """A schedule factory that returns no ClientSchedule."""
+    return 42
+'''
+
+
+@pytest.mark.parametrize("args, named", [
+    (["method={name: three}"], "fedlight.methods entry point 'three'"),
+    (["model.backbone=stringy"], "model.backbone=stringy"),
+    (["local.schedule=forty_two"], "local.schedule=forty_two"),
+], ids=["method-not-a-class", "backbone-not-a-module", "schedule-not-a-schedule"])
+def test_a_plug_in_of_the_wrong_kind_is_one_line_before_the_run_folder(tmp_path: Path, tiny_recipe: Path,
+                                                                       args: list[str], named: str) -> None:
+    site = tmp_path / "site"
+    install(site, "wrong_pkg", {"kinds.py": WRONG_KINDS},
+            "[fedlight.methods]\nthree = wrong_pkg.kinds:NOT_A_CLASS\n"
+            "[fedlight.backbones]\nstringy = wrong_pkg.kinds:not_a_module\n"
+            "[fedlight.schedules]\nforty_two = wrong_pkg.kinds:not_a_schedule\n")
+    run = tmp_path / "new" / "run"
+    done = fedlight(site, "fit", "--recipe", str(tiny_recipe), *args, "rounds=1", f"run.dir={run}")
+    assert done.returncode == 2 and done.stderr.count("fedlight: error:") == 1, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and named in done.stderr, done.stderr[-2000:]
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_plug_in_that_exits_on_import_is_one_line_not_an_empty_list(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    install(site, "exits_pkg", {"m.py": "import sys\nsys.exit(0)\n"}, "[fedlight.methods]\nquits = exits_pkg.m:X\n")
+    listed = fedlight(site, "methods")
+    assert listed.returncode == 2 and "'quits'" in listed.stderr and "SystemExit" in listed.stderr, listed
+    assert listed.stderr.count("\n") == 1 and "Traceback" not in listed.stderr

@@ -256,3 +256,25 @@ def test_legend_names_are_the_keys_last_part_unless_two_share_it() -> None:
     assert group_label(["partition.alpha", "method.name"], (0.1, "byol")) == "alpha = 0.1, name = byol"
     assert legend_names(["method.mu", "server.mu", "seed"]) == ["method.mu", "server.mu", "seed"]
     assert group_label([], ()) == "all runs"
+
+
+@pytest.mark.parametrize("target", ["report.csv", "report.tex", "knn_acc@1_vs_round.png"])
+def test_a_report_target_that_is_a_folder_is_one_line_before_any_file(tmp_path: Path, capsys, target: str) -> None:
+    sweep = _sweep(tmp_path)
+    (sweep / target).mkdir()
+    assert main(["report", str(sweep)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and target in err and "Traceback" not in err, err
+    assert sorted(p.name for p in sweep.iterdir()) == sorted(["runs", target])  # no plot, no table written
+
+
+def test_a_metric_name_with_a_slash_gets_a_plot_file_of_its_own(tmp_path: Path) -> None:
+    run = tmp_path / "runs/0000"
+    _write_run(run, 0.1, 0, 0.5, 0.4, 1000)
+    results = json.loads((run / "results.json").read_text())
+    for row in [*results["history"], results["final"], results["baseline"]]:
+        row["acc/top1"] = 0.3
+    (run / "results.json").write_text(json.dumps(results))
+    assert main(["report", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "acc_top1_vs_round.png").is_file()
+    assert "](acc_top1_vs_round.png)" in (tmp_path / "out" / "report.md").read_text()

@@ -154,21 +154,57 @@ def test_overwrite_puts_the_old_run_back_when_the_new_one_stops_before_saving(us
     assert snapshot(run) == kept
 
 
-def test_overwrite_deletes_the_old_run_once_the_new_one_has_saved(used, monkeypatch) -> None:
+def test_overwrite_deletes_the_old_run_once_the_new_one_has_finished(used, monkeypatch) -> None:
+    from fedlight.engine import run_checkpoint
+
     args, run = used
     aside = []
-    real_saved = rundir.RunFolder.saved
+    real_save = run_checkpoint.save_checkpoint
 
-    def saved(self: rundir.RunFolder) -> None:
-        aside.append((self.path / rundir.REPLACED).is_dir())
-        real_saved(self)
+    def save(path: Path, obj: dict) -> None:
+        aside.append((run / rundir.REPLACED).is_dir())
+        real_save(path, obj)
 
-    monkeypatch.setattr(rundir.RunFolder, "saved", saved)
-    assert main([*args, "--overwrite", "rounds=1"]) == 0
-    assert aside == [True]  # kept until the first checkpoint, then deleted
+    monkeypatch.setattr(run_checkpoint, "save_checkpoint", save)
+    assert main([*args, "--overwrite", "rounds=2"]) == 0
+    assert aside == [True, True]  # kept through every checkpoint, deleted once the run finished
     assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "comm.csv", "faults.csv", "recipe.yaml",
                                                     "results.json", "tensorboard"]
-    assert json.loads((run / "results.json").read_text())["rounds_completed"] == 1
+    assert json.loads((run / "results.json").read_text())["rounds_completed"] == 2
+
+
+KILL_AT_SECOND_SAVE = """
+import os, signal, sys
+from fedlight.engine import run_checkpoint
+from fedlight.cli import main
+real, calls = run_checkpoint.save_checkpoint, []
+def save(path, obj):
+    calls.append(1)
+    if len(calls) == 2:  # round 1 of the new run is saved, round 2 is not
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(path, obj)
+run_checkpoint.save_checkpoint = save
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_kill_mid_run_of_an_overwrite_keeps_the_old_finished_run_until_the_new_one_finishes(used, capsys) -> None:
+    args, run = used
+    kept = snapshot(run)
+    proc = subprocess.run([sys.executable, "-c", KILL_AT_SECOND_SAVE, *args, "--overwrite", "rounds=3"],
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, timeout=600)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert snapshot(run / rundir.REPLACED) == kept  # the old run, byte for byte, aside
+    assert json.loads((run / "results.json").read_text())["rounds_completed"] == 1  # the new one, unfinished
+    err = refused(args, capsys, rundir.REPLACED)  # a plain fit says where the old run is and how to get it back
+    assert "move" in err and snapshot(run / rundir.REPLACED) == kept
+    again = run.parent / "again"
+    shutil.copytree(run, again)
+    claim_run_dir(again, {}, resume=False, overwrite=True).release()  # a second --overwrite, stopped at once
+    assert snapshot(again) == kept  # the unfinished new run went, the old one came back
+    assert main([*args, "--resume", "rounds=3"]) == 0  # the new run finishes: only then the old one goes
+    assert json.loads((run / "results.json").read_text())["rounds_completed"] == 3
+    assert not (run / rundir.REPLACED).exists()
 
 
 def _die_holding(folder: rundir.RunFolder) -> None:
@@ -219,9 +255,9 @@ def test_a_moved_run_folder_resumes(used, tmp_path: Path) -> None:
     moved = tmp_path / "elsewhere" / "run"
     moved.parent.mkdir()
     run.rename(moved)
-    assert main([*args, "--resume", f"run.dir={moved}"]) == 0
+    assert main([*args, "--resume", "rounds=3", f"run.dir={moved}"]) == 0
     results = json.loads((moved / "results.json").read_text())
-    assert results["rounds_completed"] == 2 and results["recipe"]["run"]["dir"] == str(moved)
+    assert results["rounds_completed"] == 3 and results["recipe"]["run"]["dir"] == str(moved)
     assert load_recipe(moved / "recipe.yaml").run.dir == str(moved)
 
 
@@ -256,3 +292,30 @@ def test_resume_names_the_key_that_differs(used, capsys) -> None:
     args, run = used
     assert main([*args, "--resume", "local.lr=0.5"]) == 2
     assert "in local.lr;" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("gone", ["deleted", "a-directory"])
+def test_resume_of_a_run_without_its_checkpoint_is_refused_not_trained_again(used, capsys, gone: str) -> None:
+    """results.json says rounds are done: the run had saved, so a missing last.pt is damage, not a
+    run killed before its first checkpoint (which starts again from round 0)."""
+    args, run = used
+    for name in ("last.pt", "last.pt.prev"):
+        (run / "checkpoints" / name).unlink()
+    if gone == "a-directory":
+        (run / "checkpoints/last.pt").mkdir()
+    kept = snapshot(run)
+    err = refused([*args, "--resume"], capsys, "last.pt")
+    assert "results.json" in err and "finished after 2 rounds" in err and "--overwrite" in err, err
+    assert snapshot(run) == kept and (run / "checkpoints/last.pt").is_dir() == (gone == "a-directory")
+
+
+def test_resume_of_a_finished_run_changes_nothing(used, capsys) -> None:
+    args, run = used
+    kept = snapshot(run)
+    capsys.readouterr()
+    assert main([*args, "--resume"]) == 0
+    captured = capsys.readouterr()
+    assert "nothing to resume" in captured.err and "final:" in captured.out, captured
+    assert snapshot(run) == kept  # no second projector, final/* or results.json
+    assert main([*args, "--resume", "rounds=3"]) == 0  # more rounds: it trains them
+    assert json.loads((run / "results.json").read_text())["rounds_completed"] == 3

@@ -173,9 +173,32 @@ def read_json(path: Path, what: str, fix: str) -> Any:
         raise UserError(f"{what} '{path}' is not valid JSON; {fix}") from None
 
 
+def length_problem(path: str | Path) -> str | None:
+    """Why ``path`` is too long to name a file on its file system (a component over ``NAME_MAX``
+    bytes, the whole over ``PATH_MAX``), or None; every ``stat`` of such a path raises ``OSError:
+    File name too long``, so this is asked first."""
+    full = os.path.abspath(path)
+    anchor = next(p for p in (full, *Path(full).parents) if os.path.exists(p))  # exists() swallows the OSError
+    try:
+        name_max, path_max = os.pathconf(anchor, "PC_NAME_MAX"), os.pathconf(anchor, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096
+    shown = str(path) if len(str(path)) <= 60 else f"{str(path)[:60]}..."
+    long = next((part for part in Path(full).parts if len(os.fsencode(part)) > name_max), None)
+    if long is not None:
+        return (f"'{shown}' has a name of {len(os.fsencode(long))} bytes ('{long[:20]}...'), longer than the "
+                f"{name_max} its file system allows")
+    if len(os.fsencode(full)) >= path_max:
+        return f"'{shown}' is {len(os.fsencode(full))} bytes long, longer than the {path_max - 1} allowed"
+    return None
+
+
 def output_folder_problem(path: Path) -> str | None:
-    """Why fedlight cannot make or use folder ``path`` to write into (a file in the way, no write
-    permission), or None."""
+    """Why fedlight cannot make or use folder ``path`` to write into (a name too long, a file in the
+    way, no write permission), or None."""
+    too_long = length_problem(path)
+    if too_long:
+        return too_long
     if path.exists() and not path.is_dir():
         return f"'{path}' is a file, not a folder"
     anchor = next((p for p in (path, *path.parents) if p.exists()), None)

@@ -71,6 +71,7 @@ def parse_override(text: str) -> tuple[str, Any]:
 def override_layer(text: str) -> dict[str, Any]:
     """One ``key=value`` override as the nested mapping it sets: ``'a.b=1'`` -> ``{'a': {'b': 1}}``."""
     key, value = parse_override(text)
+    _refuse_deep({key: value}, f"override '{text}'")
     layer = OmegaConf.create()
     try:
         OmegaConf.update(layer, key, value, merge=False)
@@ -96,14 +97,39 @@ def _renamed(config: DictConfig, layer: Mapping, named: set[str], defaults: Dict
             named.add(path)
 
 
+MAX_DEPTH = 32  # mappings and lists inside one another; OmegaConf recurses through each (about 100 is its end)
+
+
+def _too_deep(layer: Mapping) -> str | None:
+    """The dotted key at which ``layer`` nests deeper than ``MAX_DEPTH``, or None (walked without recursion)."""
+    stack: list[tuple[Any, str, int]] = [(layer, "", 0)]
+    while stack:
+        node, key, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return key
+        children = node.items() if isinstance(node, Mapping) else enumerate(node) if isinstance(node, list) else ()
+        stack += [(value, f"{key}.{k}" if key else str(k), depth + 1) for k, value in children]
+    return None
+
+
+def _refuse_deep(layer: Mapping, where: str) -> None:
+    deep = _too_deep(layer)
+    if deep is not None:
+        shown = deep if len(deep) <= 60 else f"{deep[:60]}..."
+        raise UserError(f"{where[:80]} nests more than {MAX_DEPTH} mappings or lists deep (at '{shown}'); "
+                        "no recipe key takes that: flatten it")
+
+
 def compose(layers: list[tuple[Mapping, str]]) -> DictConfig:
     """``layers`` of (mapping, where it comes from) merged in order into the recipe schema.
 
     Raises:
-        UserError: naming the layer and the key that OmegaConf refused (unknown, wrong type).
+        UserError: naming the layer and the key that OmegaConf refused (unknown, wrong type), or
+            one nested past ``MAX_DEPTH``.
     """
     config, defaults, named = new_config(), new_config(), set()
     for layer, where in layers:
+        _refuse_deep(layer, where)
         _renamed(config, layer, named, defaults)
         for key, value in layer.items():  # key by key: a refused section is named even where OmegaConf names none
             try:

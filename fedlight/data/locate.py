@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fedlight.config.files import length_problem
 from fedlight.errors import UserError
 
 # the IDX files of Fashion-MNIST and MNIST (the same names), which fedlight reads itself
@@ -68,6 +69,13 @@ def download_failed(name: str, root: str | Path, exc: BaseException) -> UserErro
                      f"internet, copy the files there ({expected_layout(name)}) and set data.download=false")
 
 
+def check_root_length(name: str, root: str) -> None:
+    """Raise a one-line UserError if ``root`` is too long a path for a dataset read from files."""
+    too_long = length_problem(root) if name in ("fashion_mnist", "mnist", *TORCHVISION_DATASETS) else None
+    if too_long:
+        raise UserError(f"data.root {too_long}; set data.root to a shorter path")
+
+
 def check_data_root(name: str, root: str, download: bool) -> None:
     """Raise the one-line UserError ``load_dataset`` would for data that is not there at all.
 
@@ -75,6 +83,7 @@ def check_data_root(name: str, root: str, download: bool) -> None:
     torchvision reads needs ``root`` to be a folder (whether its files are whole, torchvision
     checks when it reads them). Synthetic and tabular data need no files.
     """
+    check_root_length(name, root)
     if download:
         return
     if name in ("fashion_mnist", "mnist"):

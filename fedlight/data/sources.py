@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from fedlight.data.idx import read_idx
-from fedlight.data.locate import IDX_FILES, download_failed, expected_layout, find_idx, missing_idx, not_found
+from fedlight.data.locate import (IDX_FILES, check_root_length, download_failed, expected_layout, find_idx,
+                                  missing_idx, not_found)
 from fedlight.errors import UserError, warnings_if_it_works
 from fedlight.seeding import torch_generator
 
@@ -178,6 +179,7 @@ def load_dataset(name: str, root: str, download: bool, seed: int = 0) -> ImageDa
     """Load dataset ``name`` (``data.name``) from ``root`` (``data.root``)."""
     from fedlight.data.tabular import diabetes  # tabular.py builds on ImageData
 
+    check_root_length(name, root)
     loaders: dict[str, Callable[[], ImageData]] = {
         "fashion_mnist": lambda: _fashion_mnist(Path(root), download),
         "mnist": lambda: _fashion_mnist(Path(root), download, mnist=True),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -152,7 +152,6 @@ def build_views(recipe: Recipe, data: ImageData) -> ViewMaker:
 
 def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: list[np.ndarray],
                      module: FederatedModule, aggregator: Aggregator, run_dir: Path,
-                     on_checkpoint: Callable[[], None] | None = None,
                      record: dict[str, Any] | None = None) -> Federation:
     """The run's round loop with the parts ``recipe`` asks for (every rank builds its own); ``record``
     is what results.json and the hparams show of the run's settings (default: the recipe)."""
@@ -198,7 +197,7 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
     round_ = replace(o.round, client_state=client_store_kind(recipe, module, aggregator, len(trainable)),
                      record=o.round.record if record is None else record)
     return Federation(fabric, module, aggregator, evaluator, data, tensors, trainable, schedule, faults, plugins,
-                      round_, run_dir, on_checkpoint)
+                      round_, run_dir)
 
 
 def build_schedule(fabric: Fabric, recipe: Recipe, o: PartOptions, data: ImageData, module: FederatedModule,
@@ -215,9 +214,14 @@ def build_schedule(fabric: Fabric, recipe: Recipe, o: PartOptions, data: ImageDa
                               recipe.seed)
     if name == "epochs":
         return EpochSchedule(fabric, images, labels, parts, views, l.epochs, l.batch_size)
-    return registry.SCHEDULES[name](ScheduleContext(
+    schedule = registry.SCHEDULES[name](ScheduleContext(
         fabric, module, images, labels, data.train_y.numpy(), parts, views, mine, recipe.rounds, l.epochs,
         l.iterations, l.batch_size, data.num_classes, recipe.seed))
+    if not isinstance(schedule, ClientSchedule):
+        raise UserError(f"local.schedule={name}: its factory ({registry.SCHEDULES.origin(name)}) returned a "
+                        f"{type(schedule).__name__}, not a ClientSchedule; fix or uninstall the package that "
+                        "declares it")
+    return schedule
 
 
 BUILTIN_SCHEDULES = {"epochs": "", "stream": "stream.velocity", "exchange": "local.iterations"}  # name: what it needs

@@ -134,23 +134,29 @@ def load_checkpoint(path: Path, check: Check | None = None, needs: Check | None 
                         "with --resume (the checkpoints then load unverified)")
     digests = _known_digests(path)
     checks = (_is_checkpoint, *([check] if check else []))
-    problem, wrong_content = "is missing", False
+    problem, kinds = "is missing", set()
     if path.is_file():
-        ckpt, problem, wrong_content = _read_checked(path, digests, checks, needs)
+        ckpt, problem, kind = _read_checked(path, digests, checks, needs)
         if ckpt is not None:
             return ckpt
+        kinds.add(kind)
     if prev.is_file():
-        ckpt, prev_problem, prev_wrong = _read_checked(prev, digests, checks, needs)
+        ckpt, prev_problem, kind = _read_checked(prev, digests, checks, needs)
         if ckpt is not None:
             print(f"fedlight: warning: checkpoint '{path}' {problem}; resuming from the previous one '{prev}' "
                   f"(round {ckpt['rounds_completed']})", file=sys.stderr)
             return ckpt
         problem += f", and '{prev}' {prev_problem}"
-        wrong_content |= prev_wrong
-    if digests is not None and _stale_listing(path, checks):
+        kinds.add(kind)
+    wrong_content = "wrong" in kinds
+    # files beside them that are missing or damaged are named, not the listing of their digests
+    if digests is not None and "needs" not in kinds and _stale_listing(path, checks):
         raise UserError(f"checkpoints '{path}' and '{prev}' load, but neither matches a digest in "
                         f"'{sibling(path, DIGESTS)}' (a listing from another run, or edited); if they are this "
                         "run's checkpoints, delete that listing and rerun with --resume")
+    if "needs" in kinds and not wrong_content:
+        raise UserError(f"checkpoint '{path}' {problem}; put what is missing or damaged back from a backup of the "
+                        "run folder and rerun with --resume, or rerun with --overwrite instead to train from round 0")
     if wrong_content:
         raise UserError(f"checkpoint '{path}' {problem}; copy this run's own checkpoint back into "
                         f"'{path.parent}', or set run.dir to a new folder to start over (this one is kept)")
@@ -168,17 +174,18 @@ def _is_checkpoint(ckpt: Any) -> str | None:
 
 
 def _read_checked(path: Path, digests: set[str] | None, checks: tuple[Check, ...],
-                  needs: Check | None = None) -> tuple[dict[str, Any] | None, str, bool]:
-    """(checkpoint, "", False) if ``path`` is intact, passes ``checks`` and the files it ``needs`` are
-    intact; else (None, what is wrong with it, whether it loaded but holds the wrong thing)."""
+                  needs: Check | None = None) -> tuple[dict[str, Any] | None, str, str]:
+    """(checkpoint, "", "") if ``path`` is intact, passes ``checks`` and the files it ``needs`` are
+    intact; else (None, what is wrong with it, which of "damaged", "wrong" (it loaded but holds the
+    wrong thing) or "needs" (a file it needs is missing or damaged))."""
     ckpt, problem = _read_verified(path, digests)
     if ckpt is None:
-        return None, problem, False
+        return None, problem, "damaged"
     wrong = next((p for p in (c(ckpt) for c in checks) if p), None)
     if wrong:
-        return None, f"holds {wrong}", True
+        return None, f"holds {wrong}", "wrong"
     damaged = needs(ckpt) if needs is not None else None
-    return (None, f"needs {damaged}", False) if damaged else (ckpt, "", False)
+    return (None, f"needs {damaged}", "needs") if damaged else (ckpt, "", "")
 
 
 def _stale_listing(path: Path, checks: tuple[Check, ...]) -> bool:

@@ -1,4 +1,4 @@
-"""Client states as files: one file per (client, version), committed by the round's checkpoint.
+"""Client states as files: one file per (client, version), each recorded by the checkpoints that need it.
 
 Under ``checkpoints/clients/`` beside ``last.pt``, each file is named::
 
@@ -7,18 +7,23 @@ Under ``checkpoints/clients/`` beside ``last.pt``, each file is named::
 ``version`` is the 1-based round in which the client's state changed. A file is written once,
 atomically (temporary file, fsync, rename), by the rank that owns the client, and read back
 with ``torch.load(weights_only=True)`` (``safetensors`` is not a dependency of fedlight; a
-torch file that holds only tensors runs no code either) after its bytes match the digest in
-its name, so a truncated or edited file is detected by the name alone.
+torch file that holds only tensors runs no code either) after its bytes match the digest it
+was recorded with.
 
-Nothing in the folder counts until a checkpoint commits it. A checkpoint that has completed
-``r`` rounds commits, for every client, its newest file of a version <= r, plus the files its
-manifest lists (``client_files``: client -> [version, sha256]; the clients that changed in the
-checkpoint's round, and in a round a preemption stopped between clients, version r + 1 of
-those that had trained). ``last.pt`` is written after every file of its round is on disk, so
-a kill -9 anywhere leaves either the whole round visible or none of it: files of a later
-version are a round killed before its checkpoint, ignored and removed on resume.
-``last.pt.prev`` (round r - 1) needs each client's newest file <= r - 1, which ``prune`` keeps,
-so a damaged file of the last round falls back to the previous checkpoint, as ``last.pt`` does.
+Names are not trusted: a checkpoint records, for every client holding a state, the one file that
+is that client's state (``client_state_files``: client -> [version, sha256], 87 bytes a
+client in ``last.pt``), and a resumed run reads exactly those files after checking their bytes.
+A missing recorded file is an error naming it, never a client silently reset; a file copied or
+renamed into a client's name does not match its record; a file no record names (a stray, or a
+client that does not exist) is ignored. ``last.pt`` is written after every file of its round is
+on disk, so a kill -9 anywhere leaves either the whole round recorded or none of it: files of a
+later version that no record names are a round killed before its checkpoint, removed on resume.
+``last.pt.prev`` (round r - 1) needs each client's file it records, which ``prune`` keeps, so a
+damaged file of the last round falls back to the previous checkpoint, as ``last.pt`` does.
+
+Checkpoints of an earlier fedlight recorded only the round's changed clients (``client_files``);
+for those the other clients' files are still found by name (``legacy_record``), once: the next
+checkpoint records every client.
 """
 
 from __future__ import annotations
@@ -39,7 +44,9 @@ from fedlight.errors import UserError, warnings_if_it_works
 
 State = dict[str, torch.Tensor]
 FOLDER = "clients"  # beside checkpoints/last.pt
-MANIFEST = "client_files"  # the checkpoint's key: the round's changed clients, client -> [version, sha256]
+MANIFEST = "client_state_files"  # the checkpoint's key: every client holding state, client -> [version, sha256]
+LEGACY_MANIFEST = "client_files"  # an earlier fedlight's key: only the round's changed clients
+Record = dict[int, tuple[int, str]]  # client -> (version, sha256) of the file that is its state
 _NAME = re.compile(r"c(\d+)-r(\d+)-([0-9a-f]{64})\.pt")
 _TMP = re.compile(r"\.c(\d+)\.tmp")  # write_state's file while it writes
 
@@ -129,28 +136,61 @@ def _needed_by_all(path: Path, problem: str) -> UserError:
                      "backup of the run folder, or rerun without --resume and with --overwrite")
 
 
-def listed(ckpt: dict[str, Any]) -> dict[int, tuple[int, str]]:
-    """The checkpoint's manifest: client -> (version, sha256); empty for a checkpoint that holds
-    its clients' states itself (``clients``)."""
-    return {int(c): (int(v), str(d)) for c, (v, d) in (ckpt.get(MANIFEST) or {}).items()}
+def _entries(manifest: Any) -> Record:
+    return {int(c): (int(v), str(d)) for c, (v, d) in (manifest or {}).items()}
+
+
+def recorded(ckpt: dict[str, Any], folder: Path) -> Record:
+    """Every client's state file a checkpoint records (empty for one that holds its clients'
+    states itself, ``clients``); for an earlier fedlight's checkpoint, found by name."""
+    if MANIFEST in ckpt:
+        return _entries(ckpt[MANIFEST])
+    if LEGACY_MANIFEST in ckpt:
+        return legacy_record(ckpt, folder)
+    return {}
+
+
+def legacy_record(ckpt: dict[str, Any], folder: Path) -> Record:
+    """What an earlier fedlight's checkpoint (its round's changes only) commits: per client, the
+    file its manifest lists, else the client's newest file of a round it had completed."""
+    done, listed = int(ckpt["rounds_completed"]), _entries(ckpt[LEGACY_MANIFEST])
+    found: dict[int, dict[int, str]] = {}
+    for name in os.listdir(folder) if folder.is_dir() else []:
+        match = _NAME.fullmatch(name)
+        if match:
+            found.setdefault(int(match.group(1)), {})[int(match.group(2))] = match.group(3)
+    out = {}
+    for client, versions in found.items():
+        if client in listed and listed[client][0] in versions:
+            out[client] = listed[client]
+        elif older := [v for v in versions if v <= done]:
+            out[client] = (max(older), versions[max(older)])
+    return {**out, **{c: e for c, e in listed.items() if c not in out}}  # a listed file gone: named as missing
 
 
 def manifest_damage(ckpt: dict[str, Any], folder: Path) -> str | None:
-    """What makes the files a checkpoint's manifest lists unusable (words that follow "needs"), or None.
+    """What makes the files a checkpoint records unusable (words that follow "needs"), or None.
 
-    Every rank checks every listed file (a round's clients, not the population), so all ranks
-    choose the same checkpoint.
+    Every rank looks at every record (``stat`` for most: one per client holding state), so all
+    ranks choose the same checkpoint; the bytes are hashed for the files of the checkpoint's own
+    round (the few only it needs, where ``last.pt.prev`` may still serve), every file a rank
+    restores is hashed by that rank in ``restore``.
     """
-    for client, (version, digest) in sorted(listed(ckpt).items()):
+    records = _entries(ckpt.get(MANIFEST) or ckpt.get(LEGACY_MANIFEST))
+    if records and not folder.is_dir():
+        return f"the client state folder '{folder}', which is missing (or not a folder)"
+    done = int(ckpt["rounds_completed"])
+    for client, (version, digest) in sorted(records.items()):
         path = folder / file_name(client, version, digest)
-        problem = damage(path, digest)
+        problem = damage(path, digest) if version >= done else None if path.is_file() else "is missing"
         if problem:
-            return f"client state file '{path}', which {problem}"
+            return f"client state file '{path}' (client {client}'s state), which {problem}"
     return None
 
 
 class StateFiles:
-    """The client state files of this rank's clients in ``folder``: client -> version -> sha256.
+    """The client state files of this rank's clients in ``folder``: client -> version -> sha256,
+    the newest version being the client's state.
 
     Args:
         folder: ``checkpoints/clients``.
@@ -161,24 +201,12 @@ class StateFiles:
         self.folder, self.owns = folder, owns
         self.versions: dict[int, dict[int, str]] = {}
 
-    def scan(self) -> None:
-        """Index this rank's files in the folder (on resume); its half-written temporary files go
-        (another rank's may be being written now)."""
-        self.versions = {}
-        if not self.folder.is_dir():
-            return
-        for entry in os.scandir(self.folder):
-            temporary = _TMP.fullmatch(entry.name)
-            if temporary:
-                if self.owns(int(temporary.group(1))):
-                    Path(entry.path).unlink(missing_ok=True)
-                continue
-            found = _NAME.fullmatch(entry.name)
-            if found and self.owns(int(found.group(1))):
-                self.versions.setdefault(int(found.group(1)), {})[int(found.group(2))] = found.group(3)
-
     def path(self, client: int, version: int) -> Path:
         return self.folder / file_name(client, version, self.versions[client][version])
+
+    def newest(self) -> Record:
+        """client -> (version, sha256) of its state: its newest file."""
+        return {c: (max(v), v[max(v)]) for c, v in self.versions.items() if v}
 
     def add(self, client: int, version: int, digest: str) -> None:
         """Record a file just written; another file of the same client and version (a round
@@ -188,24 +216,27 @@ class StateFiles:
             (self.folder / file_name(client, version, old)).unlink(missing_ok=True)
         self.versions[client][version] = digest
 
-    def committed(self, ckpt: dict[str, Any]) -> dict[int, int]:
-        """client -> the version of its state that ``ckpt`` commits, for this rank's clients."""
-        done, manifest = int(ckpt["rounds_completed"]), listed(ckpt)
-        out = {}
-        for client, versions in self.versions.items():
-            if client in manifest and manifest[client][0] in versions:
-                out[client] = manifest[client][0]
-            elif older := [v for v in versions if v <= done]:
-                out[client] = max(older)
-        return out
-
-    def drop_uncommitted(self, ckpt: dict[str, Any]) -> None:
-        """Remove the files of a round killed before its checkpoint (nothing commits them)."""
-        keep = self.committed(ckpt)
-        done = int(ckpt["rounds_completed"])
-        for client, versions in list(self.versions.items()):
-            for version in [v for v in versions if v > done and keep.get(client) != v]:
-                self._remove(client, version)
+    def tidy(self, done: int) -> None:
+        """On resume, with ``versions`` holding this rank's recorded files: remove its half-written
+        temporary files and the files of a round killed before its checkpoint (a version above
+        ``done`` no record names); index its clients' older files, for ``prune``. Any other file
+        (a stray, another client's name) is left alone and never read."""
+        if not self.folder.is_dir():
+            return
+        for entry in os.scandir(self.folder):
+            temporary, found = _TMP.fullmatch(entry.name), _NAME.fullmatch(entry.name)
+            if temporary and self.owns(int(temporary.group(1))):
+                Path(entry.path).unlink(missing_ok=True)
+            if not found or not self.owns(int(found.group(1))):
+                continue
+            client, version, digest = int(found.group(1)), int(found.group(2)), found.group(3)
+            mine = self.versions.get(client, {})
+            if mine.get(version) == digest:
+                continue
+            if version > done and version not in mine:
+                Path(entry.path).unlink(missing_ok=True)
+            elif mine and version < max(mine):
+                mine[version] = digest
 
     def prune(self, kept_round: int) -> None:
         """Remove every file no checkpoint that has completed ``kept_round`` rounds or more can
@@ -221,22 +252,23 @@ class StateFiles:
 
 
 def restore(fabric: Fabric, ckpt: dict[str, Any], folder: Path, owns: Callable[[int], bool]) -> StateFiles:
-    """Index this rank's client state files, drop a round killed before its checkpoint and check
-    that every file ``ckpt`` commits is intact (every rank; one collective).
+    """Check that every file ``ckpt`` records for this rank's clients is intact, then index them
+    and tidy the folder (``StateFiles.tidy``) (every rank; one collective).
 
     Raises:
         UserError: on every rank, naming the first damaged file any rank found.
     """
     index = StateFiles(folder, owns)
-    index.scan()
+    index.versions = {c: {v: d} for c, (v, d) in recorded(ckpt, folder).items() if owns(c)}
     problem = None
-    for client, version in sorted(index.committed(ckpt).items()):
-        found = damage(index.path(client, version), index.versions[client][version])
+    for client, versions in sorted(index.versions.items()):
+        (version, digest), = versions.items()
+        found = damage(index.path(client, version), digest)
         if found:
             problem = str(_needed_by_all(index.path(client, version), found))
             break
     problems = [p for p in gather(fabric, problem) if p]
     if problems:
         raise UserError(problems[0])
-    index.drop_uncommitted(ckpt)  # only once the run resumes: a refusal leaves the folder as it was
+    index.tidy(int(ckpt["rounds_completed"]))  # only once the run resumes: a refusal leaves the folder as it was
     return index

@@ -21,7 +21,8 @@ from fedlight.data.locate import data_on_disk
 from fedlight.data.sources import ImageData, empty_of_shape, load_dataset, take_subset
 from fedlight.engine import launch, preemption, rendezvous
 from fedlight.engine.assemble import build_federation, part_options
-from fedlight.engine.rundir import RECIPE, RESOLVED, RunFolder, claim_run_dir, write_yaml
+from fedlight.engine.console import say
+from fedlight.engine.rundir import RECIPE, RESOLVED, RunFolder, claim_run_dir, finished_results, write_yaml
 from fedlight.errors import UserError, warnings_if_it_works
 from fedlight.eval.probes import labelled_count
 from fedlight.methods.base import FederatedModule, OptimizerSpec
@@ -91,8 +92,9 @@ def fit(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> dict[s
     Every user error (recipe, data, partition, method options, run folder) is raised before
     the run folder is touched or any process is launched; those only a checkpoint can tell
     (damaged, ``rounds`` below its rounds) before anything is written. A run folder in use by
-    another run is refused; a run it replaces is deleted only once this one has saved
-    (``rundir``). SIGUSR1 or SIGTERM stop the run after the current round's checkpoint and
+    another run is refused; a run it replaces is deleted only once this one has finished
+    (``rundir``). ``resume`` of a finished run (every round done, final metrics logged) changes
+    nothing and returns its results. SIGUSR1 or SIGTERM stop the run after the current round's checkpoint and
     requeue its SLURM job: ``preemption.Preempted`` is raised.
     """
     with preemption.signals_handled():
@@ -187,6 +189,11 @@ def check_elsewhere(recipe: Recipe, load: Callable[..., ImageData] = load_datase
 def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
     server, data, parts, module = prepare(recipe)  # the method's own checks (LG's global_layers) come before the run folder
     record = run_record(recipe, data)
+    done = finished_results(Path(recipe.run_dir), record) if resume else None  # compared through the record
+    if done is not None:  # resuming would only evaluate, project and log its final metrics again
+        say(f"run folder '{recipe.run_dir}' has finished all {recipe.rounds} rounds: nothing to resume, nothing "
+            "changed (raise rounds to train more)", int(launch.is_child()))
+        return done
     fabric = make_fabric(recipe)
     folder = None
     if fabric.global_rank == 0:  # rank 0 owns the run folder; the other ranks never lock it
@@ -223,8 +230,7 @@ def _run(fabric: Fabric, recipe: Recipe, data: ImageData, parts: list, module: F
     if recipe.fabric.threads:
         torch.set_num_threads(recipe.fabric.threads)
     run_dir = Path(recipe.run_dir)
-    federation = build_federation(fabric, recipe, data, parts, module, server, run_dir,
-                                  on_checkpoint=folder.saved if folder else None, record=record)
+    federation = build_federation(fabric, recipe, data, parts, module, server, run_dir, record=record)
     try:
         if restore:
             federation.restore()  # a damaged checkpoint or too few rounds: refused before anything is written

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from lightning.fabric import Fabric
@@ -53,13 +53,12 @@ class Federation:
         data: the federation's images (the partition's picture, the final embedding).
         parts: one index tensor per client; trainable: the clients that train.
         schedule, faults, plugins: the round's parts; options: the loop's own settings.
-        run_dir: the run folder (rank 0 writes); on_checkpoint: called on rank 0 after each save.
+        run_dir: the run folder (rank 0 writes).
     """
 
     def __init__(self, fabric: Fabric, module: FederatedModule, aggregator: Aggregator, evaluator: Evaluator,
                  data: ImageData, parts: list[torch.Tensor], trainable: list[int], schedule: ClientSchedule,
-                 faults: FaultModel, plugins: list[RoundPlugin], options: RoundOptions, run_dir: Path,
-                 on_checkpoint: Callable[[], None] | None = None) -> None:
+                 faults: FaultModel, plugins: list[RoundPlugin], options: RoundOptions, run_dir: Path) -> None:
         self.fabric, self.module, self.aggregator, self.evaluator = fabric, module, aggregator, evaluator
         self.parts, self.trainable, self.o, self.run_dir = parts, trainable, options, run_dir
         self.rank, self.world = fabric.global_rank, fabric.world_size
@@ -68,7 +67,7 @@ class Federation:
         self.clients = ClientRunner(fabric, aggregator, schedule, faults, plugins, [len(p) for p in parts],
                                     self.workers, options.seed, store.open_store(options, run_dir / CHECKPOINT, fabric))
         self.log = RunLog(run_dir, self.hooks, data, parts, enabled=self.rank == 0)
-        self.checkpoint = RunCheckpoint(fabric, module, aggregator, self.clients, self.hooks, run_dir, on_checkpoint)
+        self.checkpoint = RunCheckpoint(fabric, module, aggregator, self.clients, self.hooks, run_dir)
         self.s = RunState({k: v.detach().clone() for k, v in module.shared_state().items()})
         self.restored, self.started = False, time.perf_counter()
 
@@ -193,8 +192,8 @@ class Federation:
         bars.close()
         finals = tuple(prefix for hook in self.hooks for prefix in hook.metric_prefixes)  # the parts' final metrics
         results = s.results(o.record, wall, final_metrics(last_eval, finals))
-        if self.rank == 0:
-            write_json(self.run_dir / "results.json", results)
+        if self.rank == 0:  # results.json with final metrics says the run is finished: it comes last
             self.log.final(o.record, results["final"], lambda x: self.evaluator.apply(self.module.features, x),
                            o.projector_samples, s.rounds_done)
+            write_json(self.run_dir / "results.json", results)
         return results

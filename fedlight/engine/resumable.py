@@ -20,8 +20,10 @@ FIELDS: dict[str, tuple[type, ...]] = {
     "rounds_completed": (int,), "global": (dict,), "server": (dict,), "clients": (dict,), "history": (list,),
     "ledger": (list,), "baseline": (dict, type(None)), "wall_seconds": (int, float),
 }
+# the disk store's record of every client's state file (client_state_files.py); an earlier fedlight's
+# of the round's changed ones
 OPTIONAL: dict[str, tuple[type, ...]] = {"faults": (list,), "partial": (dict, type(None)),
-                                         "client_files": (dict,)}  # the disk store's manifest (disk_store.py)
+                                         "client_state_files": (dict,), "client_files": (dict,)}
 
 
 def problem(ckpt: dict[str, Any], model: State, num_clients: int, private_prefixes: tuple[str, ...]) -> str | None:
@@ -38,7 +40,7 @@ def problem(ckpt: dict[str, Any], model: State, num_clients: int, private_prefix
     return (_fields_problem(ckpt) or _history_problem(ckpt)
             or _state_problem(ckpt["global"], model, "its global model", ())
             or _clients_problem(ckpt["clients"], model, num_clients, private_prefixes)
-            or _manifest_problem(ckpt.get("client_files") or {}, num_clients))
+            or _manifest_problem(ckpt.get("client_state_files") or ckpt.get("client_files") or {}, num_clients))
 
 
 def _fields_problem(ckpt: dict[str, Any]) -> str | None:
@@ -90,7 +92,7 @@ def _clients_problem(clients: dict[Any, Any], model: State, num_clients: int, sk
 
 
 def _manifest_problem(manifest: dict[Any, Any], num_clients: int) -> str | None:
-    """The disk store's manifest: client -> [round, sha256] of the files the checkpoint commits."""
+    """The disk store's record: client -> [round, sha256] of the files the checkpoint commits."""
     for client, entry in manifest.items():
         if not isinstance(client, int) or not 0 <= client < num_clients:
             return f"a state file of client {client!r}, not a client of this run (0..{num_clients - 1})"

@@ -11,7 +11,7 @@ resumed run gives each of them back its share.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from lightning.fabric import Fabric
 
@@ -35,13 +35,12 @@ class RunCheckpoint:
         clients: this process's client runner (its client store).
         parts: the round's parts, in hook order, each keeping its own entries.
         run_dir: the run folder (the checkpoint is its ``rundir.CHECKPOINT``).
-        on_save: called on rank 0 after each save (the run folder's bookkeeping).
     """
 
     def __init__(self, fabric: Fabric, module: FederatedModule, aggregator: Aggregator, clients: ClientRunner,
-                 parts: list[RoundPlugin], run_dir: Path, on_save: Callable[[], None] | None = None) -> None:
+                 parts: list[RoundPlugin], run_dir: Path) -> None:
         self.fabric, self.module, self.aggregator, self.clients = fabric, module, aggregator, clients
-        self.parts, self.run_dir, self.path, self.on_save = parts, run_dir, run_dir / CHECKPOINT, on_save
+        self.parts, self.run_dir, self.path = parts, run_dir, run_dir / CHECKPOINT
 
     def save(self, state: RunState, wall: float, partial: dict[str, Any] | None = None) -> None:
         """Write the run as ``state`` has it after ``wall`` seconds (a collective: call on every rank);
@@ -51,8 +50,6 @@ class RunCheckpoint:
             return
         parts = {k: v for part in self.parts for k, v in part.state_dict().items()} | files
         save_checkpoint(self.path, state.to_checkpoint(self.aggregator.state_dict(), clients, parts, wall, partial))
-        if self.on_save is not None:
-            self.on_save()
 
     def restore(self, rounds: int, num_clients: int, private_prefixes: tuple[str, ...]) -> RunState:
         """The saved progress, after giving the server, this rank's clients and every part their

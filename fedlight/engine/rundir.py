@@ -5,9 +5,13 @@ the run; the kernel releases it when the process ends, however it ends. A second
 into a held folder is refused in one line naming the PID that holds it.
 
 Replacing a run (``--overwrite``, or ``--resume`` of a run that saved no round) moves the old
-one into ``.fedlight-replaced/`` inside the folder, and deletes it once the new run has saved its
-first checkpoint. A run that ends before that puts the old one back: at once if it raised, or,
-after a kill, at the next ``fedlight fit`` into the folder. Moves go through
+one into ``.fedlight-replaced/`` inside the folder, and deletes it once the new run has finished
+(its ``results.json`` holds final metrics). A new run that ends before its first checkpoint puts
+the old one back: at once if it raised, or, after a kill, at the next ``fedlight fit`` into the
+folder. A new run stopped later (a kill, a preemption, an error) leaves both: the old run stays
+aside while ``--resume`` finishes the new one, a second ``--overwrite`` starts the new one again
+(the old run still aside), and the old run comes back by hand (delete the folder's other entries,
+then move those of ``.fedlight-replaced/`` up one level). Moves go through
 ``.fedlight-replaced.partial/`` (entry by entry, then one rename), so a kill halfway through
 either move is finished by the next claim.
 
@@ -26,13 +30,14 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from fedlight.config.files import dump_yaml, output_folder_problem, read_yaml_mapping
+from fedlight.config.files import dump_yaml, length_problem, output_folder_problem, read_yaml_mapping
 from fedlight.config.schema import Recipe
 from fedlight.engine.atomic_files import atomic_write_bytes
 from fedlight.errors import UserError
 
 CHECKPOINT = "checkpoints/last.pt"
 RECIPE = "recipe.yaml"
+RESULTS = "results.json"
 LOCK = ".fedlight.lock"
 REPLACED = ".fedlight-replaced"
 MOVING = REPLACED + ".partial"
@@ -123,6 +128,45 @@ def has_checkpoint(path: Path) -> bool:
     return (path / CHECKPOINT).is_file() or (path / (CHECKPOINT + ".prev")).is_file()
 
 
+def _results(path: Path) -> dict[str, Any] | None:
+    """The run's ``results.json`` as a mapping; None when there is none, {} when it is not one."""
+    try:
+        found = json.loads((path / RESULTS).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, RecursionError):  # damaged, binary, nested past the recursion limit
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def is_finished(path: Path) -> bool:
+    """Whether the run in ``path`` has finished: its ``results.json`` holds final metrics, written
+    after its last round's checkpoint and its final logging."""
+    return bool((_results(path) or {}).get("final"))
+
+
+def _progress(results: dict[str, Any]) -> str:
+    done = results.get("rounds_completed")
+    rounds = f"{done} rounds" if isinstance(done, int) and not isinstance(done, bool) else "rounds"
+    return f"finished after {rounds}" if results.get("final") else f"{rounds} done"
+
+
+def finished_results(path: Path, recipe: dict[str, Any]) -> dict[str, Any] | None:
+    """The results of the finished run in ``path`` that ``--resume`` with ``recipe`` would only repeat
+    (every round done, final metrics logged), or None when there is something left to do.
+
+    Raises:
+        UserError: ``recipe`` is another experiment than the run's.
+    """
+    results = _results(path)
+    if not results or not results.get("final") or not has_checkpoint(path) or (path / REPLACED).exists():
+        return None
+    if results.get("rounds_completed") != recipe["rounds"]:
+        return None
+    _check_same_experiment(path, recipe)
+    return results
+
+
 def _run_entries(path: Path) -> list[Path]:
     return [p for p in path.iterdir() if p.name not in BOOKKEEPING] if path.is_dir() else []
 
@@ -166,10 +210,11 @@ def _recover(path: Path) -> None:
     if (path / MOVING).is_dir():
         _finish_move(path)
     if (path / REPLACED).is_dir():
-        if has_checkpoint(path):  # the new run had saved: it had replaced the old one
+        if is_finished(path):  # the new run finished: it has replaced the old one
             shutil.rmtree(path / REPLACED)
-        else:
+        elif not has_checkpoint(path):  # the new run saved nothing: the old one comes back
             _put_back(path)
+        # else the new run saved and stopped: both stay, the old one aside until the new one finishes
 
 
 def with_later_defaults(saved: dict[str, Any]) -> dict[str, Any]:
@@ -260,12 +305,26 @@ def _plan(path: Path, recipe: dict[str, Any], resume: bool, overwrite: bool) -> 
         if not has_checkpoint(path) and not (path / RECIPE).is_file():
             raise UserError(f"run folder '{path}' has no checkpoint to resume ({CHECKPOINT}); drop --resume")
         _check_same_experiment(path, recipe)
+        results = _results(path)
+        if not has_checkpoint(path) and results is not None:  # results.json comes after the first checkpoint
+            what = "is a directory" if (path / CHECKPOINT).is_dir() else "is missing"
+            raise UserError(f"run folder '{path}' has {RESULTS} ({_progress(results)}) but '{path / CHECKPOINT}' "
+                            f"{what}: put the run's checkpoints back to resume it, or pass --overwrite instead "
+                            "of --resume to train it again from round 0")
         # a run killed before its first checkpoint saved only its recipe: it starts again from round 0
         return has_checkpoint(path), not has_checkpoint(path)
     if used and not overwrite:
         raise UserError(f"run folder '{path}' is not empty; pass --resume to continue it, "
-                        "--overwrite to replace it, or set run.dir elsewhere")
+                        f"--overwrite to replace it, or set run.dir elsewhere{_kept_aside(path)}")
     return False, used
+
+
+def _kept_aside(path: Path) -> str:
+    """The words that say a run is kept in ``.fedlight-replaced`` while its replacement is unfinished."""
+    if not (path / REPLACED).is_dir():
+        return ""
+    return (f" (the run it replaces is kept in '{path / REPLACED}' until it finishes; to get that one back, "
+            f"delete the folder's other entries and move those in '{REPLACED}' up one level)")
 
 
 def _first_missing(path: Path) -> Path | None:
@@ -304,13 +363,9 @@ class RunFolder:
         self.path, self.resume = path, resume
         self._lock, self._created = lock, created
 
-    def saved(self) -> None:
-        """The run saved a checkpoint: a run it replaced is gone for good."""
-        if (self.path / REPLACED).is_dir():
-            shutil.rmtree(self.path / REPLACED)
-
     def release(self) -> None:
-        """The run ended: a run it replaced without saving comes back; a folder it made and left empty goes."""
+        """The run ended: a run it replaced is gone if it finished, back if it saved nothing, else kept
+        aside; a folder it made and left empty goes."""
         try:
             _recover(self.path)
         finally:
@@ -349,7 +404,10 @@ def claim_run_dir(path: Path, recipe: dict[str, Any], resume: bool, overwrite: b
         _recover(path)
         folder.resume, replace = _plan(path, recipe, resume, overwrite)
         _probe_writes(path)
-        if replace:
+        if replace and (path / REPLACED).is_dir():  # an unfinished replacement: the run it replaces stays aside
+            for entry in _run_entries(path):
+                _delete(entry)
+        elif replace:
             _move_aside(path)
     except BaseException:
         folder.release()
@@ -379,6 +437,9 @@ def check_run_dir(path: Path, recipe: dict[str, Any], resume: bool, overwrite: b
 def _check_flags_and_disk(path: Path, resume: bool, overwrite: bool, min_free_mb: int) -> None:
     if resume and overwrite:
         raise UserError("--resume and --overwrite contradict each other; pass only one")
+    too_long = length_problem(path)
+    if too_long:
+        raise UserError(f"run.dir {too_long}; set run.dir to a shorter path")
     check_free_space(path, min_free_mb)
 
 

@@ -87,12 +87,13 @@ class ClientStateStore:
         """This rank's clients' states from a checkpoint of either store (every rank; a collective
         when it reads files)."""
         self.load_state_dict(ckpt["clients"], keep=self.owns)
-        if files.MANIFEST in ckpt and self.folder is None:  # a library caller's store: never drop them silently
+        in_files = files.MANIFEST in ckpt or files.LEGACY_MANIFEST in ckpt
+        if in_files and self.folder is None:  # a library caller's store: never drop them silently
             raise ValueError("this checkpoint keeps its client states in files; give the store their folder")
-        if files.MANIFEST in ckpt:
+        if in_files:
             index = files.restore(fabric, ckpt, self.folder, self.owns)
-            for client, version in index.committed(ckpt).items():
-                self._states[client] = files.read_state(index.path(client, version), index.versions[client][version])
+            for client, (version, digest) in index.newest().items():
+                self._states[client] = files.read_state(index.path(client, version), digest)
 
 
 def choose_store(requested: str, per_client_bytes: int, clients: int, cache_mb: int) -> str:

@@ -84,7 +84,9 @@ def linear_probe_accuracy(train_feats: torch.Tensor, train_labels: torch.Tensor,
         steps: L-BFGS iterations.
         weight_decay: L2 penalty on the weights.
     """
-    mean, std = train_feats.mean(0), train_feats.std(0).clamp_min(1e-6)
+    mean = train_feats.mean(0)
+    # one labelled example has no spread (std would be NaN and L-BFGS overflow): centred, not scaled
+    std = train_feats.std(0).clamp_min(1e-6) if len(train_feats) > 1 else torch.ones_like(mean)
     xtr, xte = (train_feats - mean) / std, (test_feats - mean) / std
     with torch.random.fork_rng(devices=[]):  # the same initial head whatever the process did before (resume)
         torch.manual_seed(0)

@@ -31,8 +31,10 @@ BAND = "band: ± 1 std over seeds"
 
 
 def plot_file(metric: str, kind: str, suffix: str = "png") -> str:
-    """``('linear_probe_acc@0.1', 'round')`` -> ``'linear_probe_acc@0.1_vs_round.png'``."""
-    return f"{metric}_vs_{kind}.{suffix}"
+    """``('linear_probe_acc@0.1', 'round')`` -> ``'linear_probe_acc@0.1_vs_round.png'``; a character
+    no file name may hold (``/``, NUL) becomes ``_``, and a name too long is cut to 200 characters."""
+    safe = "".join("_" if c in "/\\\0" else c for c in metric)[:200]
+    return f"{safe}_vs_{kind}.{suffix}"
 
 
 def legend_names(keys: list[str]) -> list[str]:
@@ -71,6 +73,12 @@ def plotted_metrics(groups: list[Group], metrics: list[str]) -> list[str]:
     """The ``metrics`` some run's history has a value of (a final-only one has no curve)."""
     return [m for m in metrics
             if any(r.named(row).get(m) is not None for _, g in groups for r in g for row in r.results["history"])]
+
+
+def plot_files(groups: list[Group], metrics: list[str]) -> list[str]:
+    """The files ``write_plots`` writes, in its order, named before any is."""
+    return [plot_file(metric, kind, suffix) for metric in plotted_metrics(groups, metrics) for kind in KINDS
+            for suffix in FORMATS]
 
 
 def write_plots(groups: list[Group], keys: list[str], metrics: list[str], out: Path) -> list[str]:

@@ -15,7 +15,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from fedlight.config.files import read_json
+from fedlight.config.files import length_problem, read_json
 from fedlight.config.schema import Recipe
 from fedlight.errors import UserError
 from fedlight.eval import metric_names
@@ -155,9 +155,12 @@ def find_runs(paths: list[str | Path]) -> list[Run]:
     """Every run in ``paths`` (run folders, or folders searched for results.json), sorted by folder.
 
     Hidden folders are not searched: a run that replaces another keeps the old one in
-    ``.fedlight-replaced/`` until its first checkpoint (``fedlight.engine.rundir``)."""
+    ``.fedlight-replaced/`` until it finishes (``fedlight.engine.rundir``)."""
     found: dict[Path, Run] = {}
     for p in map(Path, paths):
+        too_long = length_problem(p)
+        if too_long:
+            raise UserError(f"{too_long}; give run folders or a sweep folder")
         if not p.exists():
             raise UserError(f"'{p}' does not exist; give run folders or a sweep folder")
         files = [p / RESULTS] if (p / RESULTS).is_file() else sorted(

@@ -19,7 +19,7 @@ from typing import Any
 from fedlight.config.files import output_folder_problem
 from fedlight.errors import UserError
 from fedlight.eval import metric_names
-from fedlight.report.plots import write_plots
+from fedlight.report.plots import plot_files, write_plots
 from fedlight.report.runs import Run, find_runs, varying_keys
 from fedlight.report.tables import Cell, GroupTable, markdown_table, md_cell
 
@@ -111,6 +111,11 @@ def write_report(paths: list[str], out: str | Path, group_by: list[str] | None =
     keys = grouping_keys(done, group_by)
     groups = group_runs(done, keys)
     table = GroupTable.build(groups, keys, metric_keys(done, metrics))
+    targets = [*(plot_files(groups, table.metrics) if done else []), *TABLES, REPORT]
+    in_the_way = next((out / name for name in targets if (out / name).exists() and not (out / name).is_file()), None)
+    if in_the_way is not None:  # before any file is written: a report is whole or not written
+        raise UserError(f"'{in_the_way}' is a folder, where the report writes a file; move it away or give "
+                        "another --out")
     out.mkdir(parents=True, exist_ok=True)
     plots = write_plots(groups, keys, table.metrics, out) if done else []
     texts = {name: write(table) for name, write in TABLES.items()}
