@@ -191,6 +191,9 @@ class RunConfig:
     # state fits in state_cache_mb, else on disk (a file per client and round, checkpoints grow with the round)
     client_state: Literal["auto", "memory", "disk"] = "auto"
     state_cache_mb: int = check(positive, 256)  # the disk store's in-memory cache of recently used states
+    # a payloads-contract server (median, Krum, ...) holds every payload of a round on each rank's CPU:
+    # a round whose clients x payload size is over this many MiB is refused before any training
+    payload_budget_mb: int = check(positive, 2048)
 
 
 @dataclass

@@ -18,8 +18,10 @@ from fedlight.data.partition import partition
 from fedlight.data.rotated import check_device_fits
 from fedlight.data.sources import ImageData, load_dataset, take_subset
 from fedlight.engine import launch, preemption
+from fedlight.engine.aggregation import check_payload_budget
 from fedlight.engine.assemble import build_federation, part_options
 from fedlight.engine.rundir import RECIPE, RunFolder, claim_run_dir, write_yaml
+from fedlight.engine.sampling import clients_per_round
 from fedlight.errors import UserError, warnings_if_it_works
 from fedlight.methods.base import FederatedModule, OptimizerSpec
 from fedlight.seeding import derive_seed, numpy_rng
@@ -107,7 +109,14 @@ def check_recipe(recipe: Recipe) -> Aggregator:
     server = registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client)
     check_name("model.backbone", recipe.model.backbone, registry.BACKBONES)
     part_options(recipe, server)  # each part checks its own options; assemble, that they go together
+    server.check_clients(round_size(recipe, server))  # e.g. Krum's f against the clients a round samples
     return server
+
+
+def round_size(recipe: Recipe, server: Aggregator) -> int:
+    """The clients a round samples (one when the server pools them; the public client never trains)."""
+    trainable = recipe.clients.num - (recipe.partition.public_client is not None)
+    return 1 if server.pools_clients else clients_per_round(trainable, recipe.clients.fraction)
 
 
 def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
@@ -122,6 +131,8 @@ def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
     if recipe.new_device.rotation is not None:  # its sizes against the splits, before the run folder
         check_device_fits(data, recipe.new_device.train, recipe.new_device.test)
     module = build_module(recipe, data)  # the method's own checks (LG's global_layers) come before the run folder
+    check_payload_budget(server, module.payload(), round_size(recipe, server), recipe.run.payload_budget_mb,
+                         recipe.server["name"])
     fabric = make_fabric(recipe)
     folder = None
     if fabric.global_rank == 0:  # rank 0 owns the run folder; the other ranks never lock it
