@@ -190,7 +190,7 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
                                  original.train_y.numpy(), rotated.test_x, rotated.test_y, o.new_device,
                                  recipe.clients.fraction, recipe.seed))
     schedule = build_schedule(fabric, recipe, o, data, module, images, labels, tensors, views, trainable)
-    faults = SimulatedFaults(o.faults, recipe.seed, run_dir, fabric.global_rank)
+    faults = SimulatedFaults(o.faults, recipe.seed, run_dir, fabric.global_rank, len(trainable))
     round_ = replace(o.round, client_state=client_store_kind(recipe, module, aggregator, len(trainable)))
     return Federation(fabric, module, aggregator, evaluator, data, tensors, trainable, schedule, faults, plugins,
                       round_, run_dir, on_checkpoint)
