@@ -3,9 +3,9 @@
 A client: the global shared state + its own stored private state -> its schedule's local
 training -> its payload (``module.payload()``, or a plug-in's message) folded into the
 aggregator's accumulator (or kept whole, ``engine/aggregation.py``), unless its fault drops it
-or its result diverged; its private state (and the schedule's) saved. A client that keeps state between rounds is always trained by
-rank ``c % world_size``, so its state never moves between processes; stateless clients are
-dealt to ranks and worker models by sample count.
+or its result diverged; its private state (and the schedule's) saved. A client that keeps
+state between rounds is always trained by rank ``c % world_size``, so its state never moves
+between processes; stateless clients are dealt to ranks and worker models by sample count.
 """
 
 from __future__ import annotations
