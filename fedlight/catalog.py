@@ -29,6 +29,7 @@ SERVERS: Table[Any] = Table("fedlight.aggregators", {
     "fedyogi": "fedlight.server.fedopt:FedYogi", "fedadagrad": "fedlight.server.fedopt:FedAdagrad",
     "median": "fedlight.server.median:Median", "trimmed_mean": "fedlight.server.median:TrimmedMean",
     "krum": "fedlight.server.krum:Krum", "bulyan": "fedlight.server.bulyan:Bulyan",
+    "dp_fedavg": "fedlight.server.dp_fedavg:DPFedAvg",
 })
 # ``(channels, image_size) -> nn.Module``
 BACKBONES: Table[Any] = Table("fedlight.backbones", {

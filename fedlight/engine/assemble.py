@@ -36,6 +36,7 @@ from fedlight.engine.plugins.exchange import ExchangeOptions, ExchangeSchedule
 from fedlight.engine.plugins.faults import SimulatedFaults
 from fedlight.engine.plugins.local_test import LocalTests
 from fedlight.engine.plugins.new_device import NewDevice, NewDeviceOptions
+from fedlight.engine.plugins.server_metrics import ServerMetrics
 from fedlight.engine.plugins.stream import StreamOptions, StreamSchedule
 from fedlight.engine.stream_loop import BufferOptions
 from fedlight.engine.sampling import owner
@@ -189,6 +190,8 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
         plugins.append(NewDevice(fabric, evaluator, originals, device, [parts[c] for c in originals],
                                  original.train_y.numpy(), rotated.test_x, rotated.test_y, o.new_device,
                                  recipe.clients.fraction, recipe.seed))
+    if aggregator.metrics(0):  # e.g. DP-FedAvg's privacy spent, every round
+        plugins.append(ServerMetrics(aggregator))
     schedule = build_schedule(fabric, recipe, o, data, module, images, labels, tensors, views, trainable)
     faults = SimulatedFaults(o.faults, recipe.seed, run_dir, fabric.global_rank, len(trainable))
     round_ = replace(o.round, client_state=client_store_kind(recipe, module, aggregator, len(trainable)))

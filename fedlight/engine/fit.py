@@ -106,7 +106,8 @@ def check_recipe(recipe: Recipe) -> Aggregator:
     if "aggregate_every" in recipe.server:  # CF-CL's Ta moved from the server to the client schedule
         raise UserError("server.aggregate_every is now local.iterations (SGD iterations a round, CF-CL's Ta); "
                         f"set local.iterations={recipe.server['aggregate_every']} and drop server.aggregate_every")
-    server = registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client)
+    server = registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client,
+                               recipe.seed)
     check_name("model.backbone", recipe.model.backbone, registry.BACKBONES)
     part_options(recipe, server)  # each part checks its own options; assemble, that they go together
     server.check_clients(round_size(recipe, server))  # e.g. Krum's f against the clients a round samples

@@ -97,6 +97,11 @@ class Aggregator:
         answered) or from the round's ``list[ClientPayload]`` (payloads contract)."""
         raise NotImplementedError
 
+    def metrics(self, rounds: int) -> dict[str, float]:
+        """The server's own columns of the history (and TensorBoard scalars, ``server/<name>``) after
+        ``rounds`` rounds, e.g. DP-FedAvg's privacy spent (default: none)."""
+        return {}
+
     def state_dict(self) -> dict[str, Any]:
         """Server-side state that must survive a checkpoint (default: none)."""
         return {}
