@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fedlight.config import load_recipe
-from fedlight.engine.attacks import Attack, apply, attackers
+from fedlight.engine.attacks import Attack, apply, attackers, flip_labels
 from fedlight.engine.fit import check_recipe, fit
 from fedlight.engine.sampling import sample_clients
 from fedlight.errors import UserError
@@ -44,11 +44,13 @@ def test_noise_is_drawn_per_seed_round_and_client_and_collusion_is_shared() -> N
 
 
 def test_attackers_are_a_fixed_set_or_redrawn_each_round() -> None:
-    fixed = attackers(0.3, 10, 0, None)
-    assert len(fixed) == 3 and fixed == attackers(0.3, 10, 0, None) and fixed <= set(range(10))
-    assert len({attackers(0.3, 10, 0, r) for r in range(6)}) > 1 and all(len(attackers(0.3, 10, 0, r)) == 3
-                                                                       for r in range(6))
-    assert attackers(0.0, 10, 0, None) == frozenset()
+    ten = list(range(10))
+    fixed = attackers(0.3, ten, 0, None)
+    assert len(fixed) == 3 and fixed == attackers(0.3, ten, 0, None) and fixed <= set(ten)
+    redrawn = [attackers(0.3, ten, 0, r) for r in range(6)]
+    assert len(set(redrawn)) > 1 and all(len(a) == 3 for a in redrawn)
+    assert attackers(0.0, ten, 0, None) == frozenset()
+    assert attackers(1.0, [2, 5, 9], 0, None) == {2, 5, 9}  # ids of the trainable clients, not positions
 
 
 def test_an_attack_needs_its_share_and_a_share_its_attack(tiny_recipe: Path) -> None:
@@ -64,7 +66,7 @@ def test_attackers_are_logged_and_a_resumed_run_ends_bit_for_bit_where_a_straigh
     run = tmp_path / "straight"
     res = fit(load_recipe(tiny_recipe, [*attack, "rounds=3", f"run.dir={run}"]))
     expected = [f"{r + 1},{c},attacker,sign_flip scale=3" for r in range(3)
-                for c in sample_clients(3, r, 6, 1.0) if c in attackers(0.34, 6, 3, r)]
+                for c in sample_clients(3, r, 6, 1.0) if c in attackers(0.34, list(range(6)), 3, r)]
     assert (run / "faults.csv").read_text().splitlines() == ["round,client,event,detail", *expected]
     assert [row["attackers"] for row in res["history"]] == [2, 2, 2]
     half = tmp_path / "half"
@@ -76,3 +78,25 @@ def test_attackers_are_logged_and_a_resumed_run_ends_bit_for_bit_where_a_straigh
     clean = tmp_path / "clean"
     fit(load_recipe(tiny_recipe, ["clients.num=6", *FAST, "rounds=3", f"run.dir={clean}"]))
     assert not all(torch.equal(a[k], _global(clean)[k]) for k in a)  # the attack reached the model
+
+
+def test_label_flipping_relabels_the_attackers_samples_c_minus_1_minus_y() -> None:
+    labels = torch.tensor([0, 1, 2, 3, 3])
+    parts = [torch.tensor([0, 1]), torch.tensor([2, 3, 4])]
+    assert flip_labels(labels, parts, frozenset({1}), 4).tolist() == [0, 1, 1, 0, 0]
+    assert labels.tolist() == [0, 1, 2, 3, 3]  # the data set's own labels stay
+    assert apply(Attack("labels", 10.0, 0, 0, 1), SENT, GLOBAL) is SENT  # it sends what it trained
+
+
+def test_a_label_flipping_run_logs_its_attackers_and_changes_a_supervised_model(tmp_path: Path,
+                                                                              tiny_recipe: Path) -> None:
+    args = ["clients.num=4", "method={name: supervised}", "rounds=1", *FAST]
+    fit(load_recipe(tiny_recipe, [*args, "faults.attack=labels", "faults.attackers=0.5", f"run.dir={tmp_path / 'a'}"]))
+    fit(load_recipe(tiny_recipe, [*args, f"run.dir={tmp_path / 'clean'}"]))
+    rows = (tmp_path / "a/faults.csv").read_text().splitlines()[1:]
+    assert rows == [f"1,{c},attacker,labels" for c in sorted(attackers(0.5, list(range(4)), 3, None))]
+    a, b = _global(tmp_path / "a"), _global(tmp_path / "clean")
+    assert not all(torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(UserError, match="drop faults.attackers_per_round"):
+        check_recipe(load_recipe(tiny_recipe, [*args, "faults.attack=labels", "faults.attackers=0.5",
+                                               "faults.attackers_per_round=true"]))

@@ -182,8 +182,9 @@ class FaultsConfig:
     # upload's norm is over this many times the global model's has diverged too
     max_update_ratio: float = check(positive, 1000.0)
     # Byzantine clients (fedlight.engine.attacks): a share of the clients send, instead of their update,
-    # the update reversed and scaled (sign_flip), Gaussian noise (noise) or one shared vector (collude)
-    attack: Literal["none", "sign_flip", "noise", "collude"] = "none"
+    # the update reversed and scaled (sign_flip), Gaussian noise (noise) or one shared vector (collude),
+    # or train on flipped labels y -> C - 1 - y (labels: a fixed set, supervised methods)
+    attack: Literal["none", "sign_flip", "noise", "collude", "labels"] = "none"
     attackers: float = check(probability, 0.0)  # the share of the clients that attack
     attack_scale: float = check(positive, 10.0)  # s: -s x update, s x N(0, I), s x the shared vector
     attackers_per_round: bool = False  # re-draw the attackers each round (else one fixed set)

@@ -2,7 +2,10 @@
 
 A share ``faults.attackers`` of the clients attack: ``round(share x clients)`` of them, the first
 of a permutation keyed by the seed (a fixed set) or by (seed, round) when
-``faults.attackers_per_round`` re-draws them. An attacker trains as usual, then replaces its
+``faults.attackers_per_round`` re-draws them. A ``labels`` attacker trains on its data with every
+label y flipped to ``C - 1 - y`` (label flipping, a data-poisoning attack on supervised methods,
+e.g. Tolpegin et al. 2020; methods that never read a label are unaffected) and sends what it
+trained. Any other attacker trains as usual, then replaces its
 update ``u = x_client - x_global`` (learnable floating-point tensors only: BatchNorm's running
 statistics and integer buffers are sent as trained) by, with ``s = faults.attack_scale``:
 
@@ -26,7 +29,7 @@ import torch
 from fedlight.seeding import numpy_rng, torch_generator
 
 State = dict[str, torch.Tensor]
-Kind = Literal["none", "sign_flip", "noise", "collude"]
+Kind = Literal["none", "sign_flip", "noise", "collude", "labels"]
 RUNNING_STATISTICS = ("running_mean", "running_var")  # not learned: an attacker sends them as trained
 
 
@@ -47,12 +50,23 @@ class Attack:
     client: int
 
 
-def attackers(share: float, clients: int, seed: int, round_: int | None) -> frozenset[int]:
-    """The ``round(share x clients)`` attacking client ids: the first of a permutation keyed by
-    ``seed`` (and ``round_``, when not None: re-drawn each round)."""
-    count = int(round(share * clients))
+def attackers(share: float, clients: list[int], seed: int, round_: int | None) -> frozenset[int]:
+    """The ``round(share x len(clients))`` attacking ids of ``clients``: the first of a permutation
+    keyed by ``seed`` (and ``round_``, when not None: re-drawn each round)."""
+    count = int(round(share * len(clients)))
     keys = () if round_ is None else (round_,)
-    return frozenset(numpy_rng(seed, "attackers", *keys).permutation(clients)[:count].tolist())
+    return frozenset(clients[i] for i in numpy_rng(seed, "attackers", *keys).permutation(len(clients))[:count])
+
+
+def flip_labels(labels: torch.Tensor, parts: list[torch.Tensor], flipped: frozenset[int],
+                num_classes: int) -> torch.Tensor:
+    """A copy of the ``(N,)`` training ``labels`` with the samples of the ``flipped`` clients' ``parts``
+    relabelled ``num_classes - 1 - y``."""
+    out = labels.clone()
+    if flipped:
+        idx = torch.cat([parts[c] for c in sorted(flipped)])
+        out[idx] = num_classes - 1 - out[idx]
+    return out
 
 
 def attacked(key: str, tensor: torch.Tensor) -> bool:
@@ -62,7 +76,10 @@ def attacked(key: str, tensor: torch.Tensor) -> bool:
 
 def apply(attack: Attack, payload: State, global_state: State) -> State:
     """What the attacker sends: ``x_global + `` its replaced update for every attacked entry of both
-    ``payload`` and ``global_state`` (same names and shapes), the rest of ``payload`` as it is."""
+    ``payload`` and ``global_state`` (same names and shapes), the rest of ``payload`` as it is
+    (all of it for ``labels``: that attacker poisoned its data, not its upload)."""
+    if attack.kind == "labels":
+        return payload
     keys = [k for k, v in payload.items() if k in global_state and attacked(k, v)]
     if attack.kind == "collude":  # one generator for every attacker of the round
         gen = torch_generator(attack.seed, "collusion", attack.round_)

@@ -45,7 +45,7 @@ class FaultOptions:
         diverge: probability that its update is replaced by NaN (injected divergence).
         max_bad_clients: diverged clients a round tolerates before the run stops (None: any).
         max_update_ratio: an update whose norm is over this many times the global model's has diverged.
-        attack: what an attacker sends (``none``, ``sign_flip``, ``noise``, ``collude``).
+        attack: what an attacker does (``none``, ``sign_flip``, ``noise``, ``collude``, ``labels``).
         attackers: the share of the clients that attack, in [0, 1].
         attack_scale: s, the attack's scale (``fedlight.engine.attacks``).
         attackers_per_round: re-draw the attackers each round (else one fixed set).
@@ -66,6 +66,9 @@ class FaultOptions:
         if (self.attack == "none") != (self.attackers == 0):
             raise UserError(f"faults.attack={self.attack} with faults.attackers={self.attackers}: set both (e.g. "
                             "faults.attack=sign_flip faults.attackers=0.2) or neither")
+        if self.attack == "labels" and self.attackers_per_round:
+            raise UserError("faults.attack=labels poisons a fixed set of clients' data; "
+                            "drop faults.attackers_per_round")
         for key in ("dropout", "straggler", "diverge", "attackers"):
             if not 0 <= getattr(self, key) <= 1:
                 raise UserError(f"faults.{key}={getattr(self, key)} must be a probability in [0, 1]; e.g. 0.1")

@@ -35,12 +35,12 @@ class SimulatedFaults(FaultModel):
         seed: run seed.
         run_dir: the run folder (``faults.csv``, and the checkpoint a stop message names).
         rank: this process's rank (rank 0 writes and speaks).
-        clients: the federation's client count (the attackers are a share of them).
+        clients: the federation's trainable client ids (the attackers are a share of them).
     """
 
     def __init__(self, options: faults.FaultOptions, seed: int, run_dir: Path, rank: int = 0,
-                 clients: int = 0) -> None:
-        self.o, self.seed, self.run_dir, self.rank, self.clients = options, seed, run_dir, rank, clients
+                 clients: list[int] | None = None) -> None:
+        self.o, self.seed, self.run_dir, self.rank, self.clients = options, seed, run_dir, rank, clients or []
         self.rows: list[list] = []  # faults.csv: round, client, event, detail
         self.bound: faults.NormBound | None = None  # how far a client's update may go (set each round)
         self.global_state: State = {}  # the round's model (an attacker's update is measured from it)
@@ -78,7 +78,7 @@ class SimulatedFaults(FaultModel):
                 rows.append([round_ + 1, rep["client"], "dropped", ""])
                 continue
             if rep["client"] in attacking:
-                detail = f"{self.o.attack} scale={self.o.attack_scale:g}"
+                detail = self.o.attack + (f" scale={self.o.attack_scale:g}" if self.o.attack != "labels" else "")
                 rows.append([round_ + 1, rep["client"], "attacker", detail])
             if rep["work"] < 1:
                 rows.append([round_ + 1, rep["client"], "straggler", f"work={rep['work']} steps={rep['steps']}"])
