@@ -168,3 +168,15 @@ def test_a_round_stopped_between_clients_resumes_with_its_kept_payloads(tmp_path
     fit(load_recipe(tiny_recipe, [*args, f"run.dir={run}"]), resume=True)
     straight, resumed = _global(tmp_path / "straight"), _global(run)
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
+
+
+def test_fit_refuses_a_round_over_the_budget_before_anything_is_written(tmp_path: Path, tiny_recipe: Path,
+                                                                        capsys) -> None:
+    from fedlight.cli import main
+
+    run = tmp_path / "over"
+    assert main(["fit", "--recipe", str(tiny_recipe), "server.name=median", "clients.num=4",
+                 "run.payload_budget_mb=1", f"run.dir={run}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "4 clients x" in err[0] and "run.payload_budget_mb=1" in err[0], err
+    assert not run.exists()
