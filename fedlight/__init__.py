@@ -13,7 +13,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 __all__ = [
-    "Aggregator", "Batch", "Check", "ClientSchedule", "ClientWork", "FaultModel", "FederatedModule", "LocalResult",
+    "Aggregator", "Batch", "Check", "ClientPayload", "ClientSchedule", "ClientWork", "FaultModel", "FederatedModule", "LocalResult",
     "ObjectiveWrapper", "OptimizerSpec", "PluginContext", "Report", "RoundPlugin", "ScheduleContext", "ScoreHead",
     "State", "UserError", "at_least", "decay", "fraction", "non_empty", "non_negative", "percent", "positive",
     "probabilities", "probability", "train_client",

@@ -16,13 +16,14 @@ from fedlight.engine.plugin import (ClientSchedule, ClientWork, FaultModel, Plug
 from fedlight.errors import UserError
 from fedlight.methods.base import Batch, FederatedModule, OptimizerSpec, ScoreHead
 from fedlight.methods.wrapper import ObjectiveWrapper
-from fedlight.server.base import Aggregator, State
+from fedlight.server.base import Aggregator, ClientPayload, State
 
 __all__ = [
     # a method (entry point ``fedlight.methods``) and what its training_step receives
     "FederatedModule", "ObjectiveWrapper", "OptimizerSpec", "Batch", "ScoreHead",
-    # an aggregator (``fedlight.aggregators``) and the state it folds
-    "Aggregator", "State",
+    # an aggregator (``fedlight.aggregators``), the state it folds, and what a payloads-contract
+    # aggregator's finalize receives
+    "Aggregator", "State", "ClientPayload",
     # a client schedule (``fedlight.schedules``) or a round plug-in (``fedlight.plugins``)
     "ClientSchedule", "ScheduleContext", "ClientWork", "LocalResult", "train_client",
     "RoundPlugin", "PluginContext", "FaultModel", "Report",

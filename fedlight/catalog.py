@@ -28,6 +28,9 @@ SERVERS: Table[Any] = Table("fedlight.aggregators", {
     "local_only": "fedlight.server.local_only:LocalOnly", "centralized": "fedlight.server.centralized:Centralized",
     "flesd": "fedlight.server.flesd:FLESD", "fedadam": "fedlight.server.fedopt:FedAdam",
     "fedyogi": "fedlight.server.fedopt:FedYogi", "fedadagrad": "fedlight.server.fedopt:FedAdagrad",
+    "median": "fedlight.server.median:Median", "trimmed_mean": "fedlight.server.median:TrimmedMean",
+    "krum": "fedlight.server.krum:Krum", "bulyan": "fedlight.server.bulyan:Bulyan",
+    "dp_fedavg": "fedlight.server.dp_fedavg:DPFedAvg",
 }, subclass_of("fedlight.server.base:Aggregator"))
 # ``(channels, image_size) -> nn.Module``
 BACKBONES: Table[Any] = Table("fedlight.backbones", {

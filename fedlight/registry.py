@@ -36,7 +36,7 @@ __all__ = ["BACKBONES", "METHODS", "PLUGINS", "SCHEDULES", "SERVERS", "build_met
 REQUIRED_SERVER = {"scaffold": "scaffold"}
 
 # constructor arguments the engine fills in; a recipe cannot set them
-ENGINE_ARGS = frozenset({"self", "backbone", "optim", "num_classes", "objective", "num_clients", "context"})
+ENGINE_ARGS = frozenset({"self", "backbone", "optim", "num_classes", "objective", "num_clients", "context", "seed"})
 # the local objective a wrapper (fedprox, scaffold, lg, ...) wraps when ``method.objective`` is not set
 DEFAULT_OBJECTIVE = "supervised"
 
@@ -79,11 +79,11 @@ def _options(section: str, spec: dict[str, Any], table: dict[str, type]) -> list
 
 
 def validate(method: dict[str, Any], server: dict[str, Any], num_clients: int,
-             public_client: int | None = None) -> Aggregator:
+             public_client: int | None = None, seed: int = 0) -> Aggregator:
     """Raise a UserError if the ``method`` or ``server`` section does not fit its class or the rest;
     return the aggregator the ``server`` section built."""
     _options("method", method, METHODS)
-    aggregator = build_server(server, num_clients)
+    aggregator = build_server(server, num_clients, seed)
     needed = REQUIRED_SERVER.get(method.get("name"))
     if needed and server.get("name") != needed:
         raise UserError(f"method.name={method['name']} needs server.name={needed} (got {server.get('name')!r}); "
@@ -139,11 +139,11 @@ def check_method_state(method: dict[str, Any], backbone: str) -> None:
     check_declared(probe)
 
 
-def build_server(server: dict[str, Any], num_clients: int) -> Aggregator:
-    """The aggregator named by ``server.name``."""
+def build_server(server: dict[str, Any], num_clients: int, seed: int = 0) -> Aggregator:
+    """The aggregator named by ``server.name`` (given ``num_clients`` and the run ``seed`` where it asks)."""
     ((cls, kwargs),) = _options("server", server, SERVERS)
-    if "num_clients" in inspect.signature(cls.__init__).parameters:
-        kwargs["num_clients"] = num_clients
+    asked = inspect.signature(cls.__init__).parameters
+    kwargs.update({k: v for k, v in {"num_clients": num_clients, "seed": seed}.items() if k in asked})
     return cls(**kwargs)
 
 

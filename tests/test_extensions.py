@@ -336,3 +336,32 @@ def test_a_plug_in_that_exits_on_import_is_one_line_not_an_empty_list(tmp_path: 
     listed = fedlight(site, "methods")
     assert listed.returncode == 2 and "'quits'" in listed.stderr and "SystemExit" in listed.stderr, listed
     assert listed.stderr.count("\n") == 1 and "Traceback" not in listed.stderr
+
+
+AGGREGATOR = "<!-- write-your-own-aggregator"
+
+
+def test_the_readme_aggregator_gives_the_same_model_with_two_workers_and_two_processes(tmp_path: Path,
+                                                                                       tiny_recipe: Path) -> None:
+    """The README's payloads-contract aggregator, installed from another package: 1 x 1, 1 process x 2
+    workers and 2 processes x 1 worker end on the same global model, bit for bit."""
+    import torch
+
+    text = (REPO / "README.md").read_text()
+    after = text[text.index(AGGREGATOR):]
+    code = re.search(r"```python\n(.*?)```", after, re.S).group(1)
+    entry = re.search(r'\[project\.entry-points\."fedlight\.aggregators"\]\n(.*?)\n', after).group(1)
+    name, target = (s.strip().strip('"') for s in entry.split("="))
+    package, module = target.split(":")[0].split(".")
+    assert len(code.strip().splitlines()) <= 30  # about 20 lines of code under its docstring
+    site = tmp_path / "site"
+    install(site, package, {f"{module}.py": code}, f"[fedlight.aggregators]\n{name} = {target}\n")
+    common = ["clients.num=4", "model.backbone=tiny_cnn", "eval.projector_samples=0", "fabric.threads=1",
+              f"server={{name: {name}, bound: 0.5}}"]
+    for run, extra in (("one", []), ("workers", ["fabric.workers=2"]), ("ranks", ["fabric.devices=2"])):
+        done = fedlight(site, "fit", "--recipe", str(tiny_recipe), *common, *extra, f"run.dir={tmp_path / run}")
+        assert done.returncode == 0, done.stderr[-2000:]
+    one, *others = (torch.load(tmp_path / run / "checkpoints/last.pt", weights_only=True)["global"]
+                    for run in ("one", "workers", "ranks"))
+    for other in others:
+        assert all(torch.equal(one[k], other[k]) for k in one)

@@ -39,6 +39,11 @@ def decay(v: Any) -> str | None:
     return None if 0 <= v < 1 else "must be in [0, 1)"
 
 
+def below_half(v: Any) -> str | None:
+    """A share trimmed from each side of a sorted list, leaving its middle: [0, 0.5)."""
+    return None if 0 <= v < 0.5 else "must be in [0, 0.5)"
+
+
 def percent(v: Any) -> str | None:
     """A share in percent that must not be empty: (0, 100]."""
     return None if 0 < v <= 100 else "must be in (0, 100]"

@@ -185,6 +185,13 @@ class FaultsConfig:
     # a finite update can still have exploded (SGD at lr 1e30: loss 4.9, weights 2e29): a client whose
     # upload's norm is over this many times the global model's has diverged too
     max_update_ratio: float = check(positive, 1000.0)
+    # Byzantine clients (fedlight.engine.attacks): a share of the clients send, instead of their update,
+    # the update reversed and scaled (sign_flip), Gaussian noise (noise) or one shared vector (collude),
+    # or train on flipped labels y -> C - 1 - y (labels: a fixed set, supervised methods)
+    attack: Literal["none", "sign_flip", "noise", "collude", "labels"] = "none"
+    attackers: float = check(probability, 0.0)  # the share of the clients that attack
+    attack_scale: float = check(positive, 10.0)  # s: -s x update, s x N(0, I), s x the shared vector
+    attackers_per_round: bool = False  # re-draw the attackers each round (else one fixed set)
 
 
 @dataclass
@@ -195,6 +202,9 @@ class RunConfig:
     # state fits in state_cache_mb, else on disk (a file per client and round, checkpoints grow with the round)
     client_state: Literal["auto", "memory", "disk"] = "auto"
     state_cache_mb: int = check(positive, 256)  # the disk store's in-memory cache of recently used states
+    # a payloads-contract server (median, Krum, ...) holds every payload of a round on each rank's CPU:
+    # a round whose clients x payload size is over this many MiB is refused before any training
+    payload_budget_mb: int = check(positive, 2048)
 
 
 @dataclass

@@ -25,6 +25,7 @@ from fedlight.config.schema import Recipe
 from fedlight.data.rotated import add_rotated_device
 from fedlight.data.sources import ImageData
 from fedlight.data.views import ViewMaker, ViewParams
+from fedlight.engine.attacks import attackers, flip_labels
 from fedlight.engine.client_state_files import state_bytes
 from fedlight.engine.evaluator import EvalOptions, Evaluator
 from fedlight.engine.faults import FaultOptions
@@ -37,6 +38,7 @@ from fedlight.engine.plugins.exchange import ExchangeOptions, ExchangeSchedule
 from fedlight.engine.plugins.faults import SimulatedFaults
 from fedlight.engine.plugins.local_test import LocalTests
 from fedlight.engine.plugins.new_device import NewDevice, NewDeviceOptions
+from fedlight.engine.plugins.server_metrics import ServerMetrics
 from fedlight.engine.plugins.stream import StreamOptions, StreamSchedule
 from fedlight.engine.stream_loop import BufferOptions
 from fedlight.engine.sampling import owner
@@ -171,6 +173,9 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
     trainable = [c for c in range(len(parts)) if c != public]
     images = fabric.to_device(data.train_x)
     labels = data.train_y
+    if o.faults.attack == "labels":  # the attackers' own data, poisoned for the whole run
+        labels = flip_labels(labels, tensors, attackers(o.faults.attackers, trainable, recipe.seed, None),
+                             data.num_classes)
     if getattr(module, "uses_protected", False):  # fair LG-FedAvg: batches carry (class, attribute)
         labels = torch.stack([data.train_y, data.train_a], dim=1)
     labels = fabric.to_device(labels)
@@ -192,8 +197,10 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
     plugins += registry.build_plugins(recipe.plugins, PluginContext(
         fabric, module, evaluator, images, data.train_y, tensors, trainable, recipe.rounds, data.num_classes,
         recipe.seed, run_dir))
+    if aggregator.metrics(0):  # e.g. DP-FedAvg's privacy spent, every round
+        plugins.append(ServerMetrics(aggregator))
     schedule = build_schedule(fabric, recipe, o, data, module, images, labels, tensors, views, trainable)
-    faults = SimulatedFaults(o.faults, recipe.seed, run_dir, fabric.global_rank)
+    faults = SimulatedFaults(o.faults, recipe.seed, run_dir, fabric.global_rank, trainable)
     round_ = replace(o.round, client_state=client_store_kind(recipe, module, aggregator, len(trainable)),
                      record=o.round.record if record is None else record)
     return Federation(fabric, module, aggregator, evaluator, data, tensors, trainable, schedule, faults, plugins,

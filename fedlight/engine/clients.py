@@ -2,10 +2,10 @@
 
 A client: the global shared state + its own stored private state -> its schedule's local
 training -> its payload (``module.payload()``, or a plug-in's message) folded into the
-aggregator's accumulator, unless its fault drops it or its result diverged; its private state
-(and the schedule's) saved. A client that keeps state between rounds is always trained by
-rank ``c % world_size``, so its state never moves between processes; stateless clients are
-dealt to ranks and worker models by sample count.
+aggregator's accumulator (or kept whole, ``engine/aggregation.py``), unless its fault drops it
+or its result diverged; its private state (and the schedule's) saved. A client that keeps
+state between rounds is always trained by rank ``c % world_size``, so its state never moves
+between processes; stateless clients are dealt to ranks and worker models by sample count.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any, Callable
 from lightning.fabric import Fabric
 
 from fedlight.engine import preemption
+from fedlight.engine.aggregation import fold
 from fedlight.engine.collectives import gather_dicts
 from fedlight.engine.faults import ClientFault
 from fedlight.engine.ledger import CommLedger
@@ -140,7 +141,7 @@ class ClientRunner:
             report.update(status="diverged", detail=problem)
             return acc
         self.store.put(client, {**self._persistent_state(module), **work.state})
-        return self.aggregator.accumulate(acc, payload, work.weight)
+        return fold(self.aggregator, acc, client, work.weight, payload)
 
     def _persistent_state(self, module: FederatedModule) -> State:
         """What the store keeps for a client: its private state (and its whole model for local-only)."""

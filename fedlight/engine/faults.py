@@ -10,7 +10,9 @@ system heterogeneity of FedProx, Li et al. 2020):
 * diverge: its loss or update holds NaN/Inf, or its update's norm is more than
   ``faults.max_update_ratio`` times the global model's (finite, but exploded). Real
   divergence is caught by :func:`divergence`; ``faults.diverge`` injects it, to test the
-  handling. A diverged client is excluded from aggregation and its private state is not saved.
+  handling. A diverged client is excluded from aggregation and its private state is not saved;
+* attack: a share of the clients send a crafted update instead of theirs
+  (``faults.attack``, ``faults.attackers``; ``fedlight.engine.attacks``).
 
 Each client's fault is drawn from a generator keyed by (seed, round, client), so faults
 do not depend on the process that trains the client, on the other clients, or on resuming.
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fedlight.engine.attacks import Attack, Kind
 from fedlight.errors import UserError
 from fedlight.seeding import numpy_rng
 
@@ -42,6 +45,10 @@ class FaultOptions:
         diverge: probability that its update is replaced by NaN (injected divergence).
         max_bad_clients: diverged clients a round tolerates before the run stops (None: any).
         max_update_ratio: an update whose norm is over this many times the global model's has diverged.
+        attack: what an attacker does (``none``, ``sign_flip``, ``noise``, ``collude``, ``labels``).
+        attackers: the share of the clients that attack, in [0, 1].
+        attack_scale: s, the attack's scale (``fedlight.engine.attacks``).
+        attackers_per_round: re-draw the attackers each round (else one fixed set).
     """
 
     dropout: float = 0.0
@@ -50,9 +57,19 @@ class FaultOptions:
     diverge: float = 0.0
     max_bad_clients: int | None = None
     max_update_ratio: float = 1000.0
+    attack: Kind = "none"
+    attackers: float = 0.0
+    attack_scale: float = 10.0
+    attackers_per_round: bool = False
 
     def __post_init__(self) -> None:
-        for key in ("dropout", "straggler", "diverge"):
+        if (self.attack == "none") != (self.attackers == 0):
+            raise UserError(f"faults.attack={self.attack} with faults.attackers={self.attackers}: set both (e.g. "
+                            "faults.attack=sign_flip faults.attackers=0.2) or neither")
+        if self.attack == "labels" and self.attackers_per_round:
+            raise UserError("faults.attack=labels poisons a fixed set of clients' data; "
+                            "drop faults.attackers_per_round")
+        for key in ("dropout", "straggler", "diverge", "attackers"):
             if not 0 <= getattr(self, key) <= 1:
                 raise UserError(f"faults.{key}={getattr(self, key)} must be a probability in [0, 1]; e.g. 0.1")
         if not 0 < self.straggler_work <= 1:
@@ -70,11 +87,13 @@ class ClientFault:
         dropped: fails before sending (trains nothing, sends nothing).
         work: share of its local optimizer steps it completes (1.0: all of them).
         diverge: its update is replaced by NaN after training (injected divergence).
+        attack: what it sends in place of its update, if it attacks this round.
     """
 
     dropped: bool = False
     work: float = 1.0
     diverge: bool = False
+    attack: Attack | None = None
 
     @property
     def straggler(self) -> bool:

@@ -20,9 +20,11 @@ from fedlight.data.rotated import check_device_fits
 from fedlight.data.locate import data_on_disk
 from fedlight.data.sources import ImageData, empty_of_shape, load_dataset, take_subset
 from fedlight.engine import launch, preemption, rendezvous
+from fedlight.engine.aggregation import check_payload_budget
 from fedlight.engine.assemble import build_federation, part_options
 from fedlight.engine.console import say
 from fedlight.engine.rundir import RECIPE, RESOLVED, RunFolder, claim_run_dir, finished_results, write_yaml
+from fedlight.engine.sampling import clients_per_round
 from fedlight.errors import UserError, warnings_if_it_works
 from fedlight.eval.probes import labelled_count
 from fedlight.methods.base import FederatedModule, OptimizerSpec
@@ -111,12 +113,20 @@ def check_recipe(recipe: Recipe) -> Aggregator:
     if "aggregate_every" in recipe.server:  # CF-CL's Ta moved from the server to the client schedule
         raise UserError("server.aggregate_every is now local.iterations (SGD iterations a round, CF-CL's Ta); "
                         f"set local.iterations={recipe.server['aggregate_every']} and drop server.aggregate_every")
-    server = registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client)
+    server = registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client,
+                               recipe.seed)
     check_name("model.backbone", recipe.model.backbone, registry.BACKBONES)
     registry.check_method_state(recipe.method, recipe.model.backbone)
     registry.check_plugins(recipe.plugins)
     part_options(recipe, server)  # each part checks its own options; assemble, that they go together
+    server.check_clients(round_size(recipe, server))  # e.g. Krum's f against the clients a round samples
     return server
+
+
+def round_size(recipe: Recipe, server: Aggregator) -> int:
+    """The clients a round samples (one when the server pools them; the public client never trains)."""
+    trainable = recipe.clients.num - (recipe.partition.public_client is not None)
+    return 1 if server.pools_clients else clients_per_round(trainable, recipe.clients.fraction)
 
 
 def prepare(recipe: Recipe, load: Callable[..., ImageData] = load_dataset
@@ -140,7 +150,10 @@ def prepare(recipe: Recipe, load: Callable[..., ImageData] = load_dataset
     if recipe.new_device.rotation is not None:  # its sizes against the splits, before the run folder
         check_device_fits(data, recipe.new_device.train, recipe.new_device.test)
     check_sizes(recipe, data, parts)
-    return server, data, parts, build_module(recipe, data)
+    module = build_module(recipe, data)
+    check_payload_budget(server, module.payload(), round_size(recipe, server), recipe.run.payload_budget_mb,
+                         recipe.server["name"])
+    return server, data, parts, module
 
 
 def check_sizes(recipe: Recipe, data: ImageData, parts: list) -> None:

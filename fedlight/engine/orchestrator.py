@@ -3,7 +3,7 @@
     sample clients -> for each sampled client of this rank (``ClientRunner``, over worker models):
         global shared state + the client's private state -> its schedule's local work -> payload
         folded into the aggregator's accumulator; private state saved
-    -> accumulators summed across ranks -> aggregator.finalize -> new global state
+    -> accumulators summed (or payloads gathered) across ranks -> aggregator.finalize -> new global state
     -> evaluate (the parts' evaluations, then probe and kNN on rank 0) -> log -> checkpoint
 
 It names no paper: a paper's behaviour is a part behind ``fedlight.engine.plugin``'s
@@ -25,7 +25,8 @@ from lightning.fabric import Fabric
 from fedlight.data.sources import ImageData
 from fedlight.engine import preemption, store
 from fedlight.engine.clients import ClientRunner
-from fedlight.engine.collectives import gather, sum_across_ranks
+from fedlight.engine.aggregation import finish, merge_workers, on_cpu
+from fedlight.engine.collectives import gather
 from fedlight.engine.console import say
 from fedlight.engine.evaluator import METRICS, Evaluator, final_metrics
 from fedlight.engine.lr_schedule import round_lr
@@ -37,7 +38,7 @@ from fedlight.engine.run_log import RunLog
 from fedlight.engine.run_state import RunState, evaluation_failed
 from fedlight.engine.rundir import CHECKPOINT, write_json
 from fedlight.engine.sampling import sample_clients
-from fedlight.engine.workers import Workers, sum_states
+from fedlight.engine.workers import Workers
 from fedlight.methods.base import FederatedModule
 from fedlight.server.base import Aggregator
 
@@ -101,12 +102,12 @@ class Federation:
         jobs = [(hand, acc if w == 0 else None) for w, hand in enumerate(hands)]  # worker 0 goes on from a resumed sum
         results = self.workers.map(lambda m, job: self.clients.train_hand(m, *job, round_, self.s.global_state, tick),
                                    jobs)
-        acc = sum_states([hand_acc for hand_acc, _ in results])
+        acc = merge_workers(self.aggregator, [hand_acc for hand_acc, _ in results])
         trained = [rep for _, hand_reports in results for rep in hand_reports]
         reports += trained
         if len(trained) < sum(map(len, hands)):  # a preemption stopped the workers between clients
             self.checkpoint.save(self.s, self.s.wall_before + time.perf_counter() - self.started, partial={
-                "acc": None if acc is None else {k: v.cpu() for k, v in acc.items()}, "reports": reports})
+                "acc": on_cpu(acc), "reports": reports})
             raise self._preempted(clients_done=len(reports))
         self.module.load_partial(self.s.global_state)  # server-side training starts from the global model
         reports = sorted((rep for part in gather(self.fabric, reports) for rep in part), key=lambda x: x["client"])
@@ -116,9 +117,8 @@ class Federation:
         if not any(rep["status"] == "ok" for rep in reports):
             say(f"round {round_ + 1}: no sampled client answered; the global model is kept", self.rank)
             return reports
-        if acc is None:  # this rank trained nobody: a neutral element keeps the collective aligned
-            acc = self.aggregator.zeros(self.clients.payload(self.module))
-        self._set_global(self.aggregator.finalize(self.s.global_state, sum_across_ranks(self.fabric, acc)))
+        self._set_global(finish(self.fabric, self.aggregator, self.s.global_state, acc,
+                                neutral=lambda: self.clients.payload(self.module)))
         self.module.load_partial(self.s.global_state)
         return reports
 

@@ -1,0 +1,90 @@
+"""DP-FedAvg: clipping, the server's noise, adaptive clipping and the accountant by hand; a run that logs
+and resumes."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from fedlight.config import load_recipe
+from fedlight.engine.fit import check_recipe, fit
+from fedlight.errors import UserError
+from fedlight.server.base import ClientPayload
+from fedlight.server.dp_fedavg import RDP_ORDERS, DPFedAvg, epsilon, update_multiplier
+
+FAST = ["clients.num=4", "eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0", "model.backbone=tiny_cnn"]
+GLOBAL = {"w": torch.zeros(2), "n": torch.tensor(7)}
+A = ClientPayload(0, 10.0, {"w": torch.tensor([3.0, 4.0]), "n": torch.tensor(9)})  # update norm 5: clipped to 1
+B = ClientPayload(1, 1.0, {"w": torch.tensor([0.3, 0.4]), "n": torch.tensor(8)})  # norm 0.5: kept
+
+
+def _server(**kw) -> DPFedAvg:
+    server = DPFedAvg(**{"clip": 1.0, "noise_multiplier": 1e-12, **kw}, num_clients=2)
+    server.check_clients(2)
+    return server
+
+
+def test_updates_are_clipped_to_c_and_averaged_over_the_round_with_equal_weights() -> None:
+    out = _server().finalize(GLOBAL, [A, B])
+    # (0.6, 0.8) + (0.3, 0.4) over m = 2; the weights 10 and 1 do not count; the int buffer is not released
+    assert out["w"].tolist() == pytest.approx([0.45, 0.6], abs=1e-6) and out["n"].item() == 7
+
+
+def test_the_servers_noise_has_standard_deviation_z_c_over_m() -> None:
+    big = {"w": torch.zeros(200_000)}
+    out = DPFedAvg(clip=2.0, noise_multiplier=1.5, num_clients=3)
+    out.check_clients(3)
+    noisy = out.finalize(big, [ClientPayload(c, 1.0, {"w": torch.zeros(200_000)}) for c in range(3)])["w"]
+    assert noisy.std().item() == pytest.approx(1.5 * 2.0 / 3, rel=0.01)  # z C / m = 1
+    assert abs(noisy.mean().item()) < 0.01
+
+
+def test_adaptive_clipping_moves_c_geometrically_towards_the_target_quantile() -> None:
+    server = _server(adaptive=True, target_quantile=0.25, clip_lr=0.2, count_noise=1e-6)
+    server.finalize(GLOBAL, [A, B])  # one of two unclipped: C <- exp(-0.2 (1/2 - 1/4))
+    assert server.clip == pytest.approx(math.exp(-0.05), abs=1e-6)
+    assert server.state_dict() == {"clip": server.clip, "rounds": 1}
+
+
+def test_the_count_noise_takes_its_share_of_the_privacy() -> None:
+    assert update_multiplier(1.0, 1.0) == pytest.approx((1 - 1 / 4) ** -0.5)  # z_Delta = (z^-2 - (2 sb)^-2)^-1/2
+    with pytest.raises(UserError, match="server.count_noise"):
+        update_multiplier(2.0, 1.0)
+
+
+def test_epsilon_is_the_rdp_of_the_gaussian_mechanism_converted_at_delta() -> None:
+    # q = 1: T rounds of the Gaussian mechanism have RDP T a / (2 z^2) at order a; converted at delta
+    # as Balle et al. 2020 (Opacus): eps = rdp - (log delta + log a) / (a - 1) + log((a - 1) / a)
+    z, rounds, delta = 1.2, 3, 1e-5
+    by_hand = min(rounds * a / (2 * z * z) - (math.log(delta) + math.log(a)) / (a - 1) + math.log((a - 1) / a)
+                  for a in RDP_ORDERS)
+    assert epsilon(1.0, z, rounds, delta) == pytest.approx(by_hand, rel=1e-9)
+    assert epsilon(0.1, z, rounds, delta) < epsilon(1.0, z, rounds, delta)  # sampling amplifies privacy
+    assert epsilon(1.0, z, 0, delta) == 0.0
+
+
+def test_a_dp_run_logs_epsilon_every_round_and_resumes_bit_for_bit(tmp_path: Path, tiny_recipe: Path) -> None:
+    dp = [*FAST, "server={name: dp_fedavg, clip: 0.5, noise_multiplier: 1.0, adaptive: true, count_noise: 1.0}"]
+    run = tmp_path / "straight"
+    res = fit(load_recipe(tiny_recipe, [*dp, "rounds=3", f"run.dir={run}"]))
+    assert [row["dp_epsilon"] for row in res["history"]] == [epsilon(1.0, 1.0, r, 1e-5) for r in (1, 2, 3)]
+    acc = EventAccumulator(str(run / "tensorboard"))
+    acc.Reload()
+    logged = [e.value for e in acc.Scalars("server/dp_epsilon")]
+    assert logged == pytest.approx([r["dp_epsilon"] for r in res["history"]])
+    half = tmp_path / "half"
+    fit(load_recipe(tiny_recipe, [*dp, "rounds=2", f"run.dir={half}"]))
+    resumed = fit(load_recipe(tiny_recipe, [*dp, "rounds=3", f"run.dir={half}"]), resume=True)
+    a, b = (torch.load(r / "checkpoints/last.pt", weights_only=True)["global"] for r in (run, half))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert resumed["history"][-1]["dp_clip"] == res["history"][-1]["dp_clip"] != 0.5  # C was adapted and restored
+
+
+def test_adaptive_noise_without_room_for_the_updates_is_refused_before_training(tiny_recipe: Path) -> None:
+    with pytest.raises(UserError, match="server.noise_multiplier=3.0 leaves no privacy"):
+        check_recipe(load_recipe(tiny_recipe, [*FAST, "server={name: dp_fedavg, noise_multiplier: 3.0, "
+                                                      "adaptive: true}"]))
