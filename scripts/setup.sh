@@ -64,7 +64,7 @@ fi
 # absolute, for the checks below run from / (not realpath: a venv's python is a link to the base one)
 case "$PYTHON" in */*) PYTHON="$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")" ;; esac
 extra=; modules="fedlight lightning lightly torchmetrics torchvision tensorboard matplotlib tqdm omegaconf"
-if [ "$target" = test ]; then extra='[dev]'; modules="$modules sklearn pytest hypothesis"; fi
+if [ "$target" = test ]; then extra='[dev]'; modules="$modules sklearn pytest hypothesis opacus"; fi
 # (re)install when a module is missing or the installed fedlight is not this checkout (PYTHONPATH aside); find_spec
 # locates a module without importing it (importing torch and Lightning alone takes seconds)
 here=$(pwd)
