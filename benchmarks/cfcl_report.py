@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 from fedlight.config import load_recipe
-from fedlight.engine.plugins.exchange import EXCHANGE
-from fedlight.engine.fit import fit, prepare_data
+from fedlight.engine.parts.cfcl.exchange_schedule import EXCHANGE
+from fedlight.engine.run.fit import fit, prepare_data
 from fedlight.exchange.delay import period_delay
 
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import fedlight
 from fedlight.config import load_recipe
-from fedlight.engine import local_loop, orchestrator
-from fedlight.engine.fit import fit
+from fedlight.engine.loop import federation as orchestrator, local_loop
+from fedlight.engine.run.fit import fit
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))

@@ -14,7 +14,7 @@ every 50 ms). Evaluation runs only before training and after the last round
 (``eval.every`` = rounds, no projector embedding), on a labelled pool of about
 ``--labelled`` images whatever N (``eval.label_fraction`` = labelled / (N * n)), so it does
 not grow with N either; the round times exclude it anyway. Before each run the script
-rebuilds the run's partition (``fedlight.engine.fit.prepare_data``) and checks that every
+rebuilds the run's partition (``fedlight.engine.run.fit.prepare_data``) and checks that every
 client holds exactly n images and that the sampler draws exactly k clients; afterwards it
 checks that every round of the run trained k clients.
 
@@ -81,8 +81,8 @@ def population_overrides(clients: int, args: argparse.Namespace) -> list[str]:
 def check_setup(recipe: str, overrides: list[str], clients: int, n: int, k: int) -> None:
     """Rebuilds the run's partition and sampler; exits unless every client holds ``n`` images and ``k`` are drawn."""
     from fedlight.config import load_recipe
-    from fedlight.engine.fit import prepare_data
-    from fedlight.engine.sampling import clients_per_round
+    from fedlight.engine.loop.sampling import clients_per_round
+    from fedlight.engine.run.fit import prepare_data
 
     resolved = load_recipe(recipe, [*overrides, "run.dir=unused"])
     _, parts = prepare_data(resolved)

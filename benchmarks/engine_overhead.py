@@ -22,10 +22,10 @@ import torch
 
 from fedlight import registry
 from fedlight.config import load_recipe
-from fedlight.engine.fit import build_module, make_fabric, prepare_data
-from fedlight.engine.assemble import build_federation, build_views
-from fedlight.engine.progress import ClientTicks
-from fedlight.engine.sampling import sample_clients
+from fedlight.engine.loop.sampling import sample_clients
+from fedlight.engine.output.progress import ClientTicks
+from fedlight.engine.run.assemble import build_federation, build_views
+from fedlight.engine.run.fit import build_module, make_fabric, prepare_data
 
 from plain_loop import local_train, shared_state
 

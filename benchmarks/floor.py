@@ -59,7 +59,8 @@ def timed(owner: object, name: str, spent: dict[str, float], phase: str) -> None
 def child_phases(recipe: str, overrides: list[str], run_dir: str) -> dict[str, float]:
     """One ``fedlight fit`` in this process with its phases timed (seconds), its steps and clients counted."""
     from fedlight import cli  # the imports are what this times
-    from fedlight.engine import evaluator, fit, local_loop, orchestrator, run_checkpoint, run_log, workers
+    from fedlight.engine.loop import evaluator, federation as orchestrator, local_loop, run_checkpoint, run_log, workers
+    from fedlight.engine.run import fit
     spent = {"imports": time.perf_counter() - START}
     for name in ("prepare_data", "make_fabric", "build_module"):
         timed(fit, name, spent, "data" if name == "prepare_data" else "set-up")
@@ -96,8 +97,8 @@ def child_steps(recipe_path: str, overrides: list[str], steps: int, batch: int, 
     """ms per SimCLR step of ``batch`` images on one torch thread, in each of ``threads`` threads at once."""
     import torch
     from fedlight.config import load_recipe
-    from fedlight.engine.fit import build_module, prepare_data
-    from fedlight.engine.assemble import build_views
+    from fedlight.engine.run.assemble import build_views
+    from fedlight.engine.run.fit import build_module, prepare_data
     from plain_loop import local_train
     recipe = load_recipe(recipe_path, [*overrides, "fabric.accelerator=cpu", "local.epochs=1",
                                        f"local.batch_size={batch}"])

@@ -2,10 +2,10 @@
 
 Runs fedlight's real local-training path, not a hand loop: the recipe
 ``recipes/fedavg_ssl_cifar10.yaml`` (SimCLR, ResNet-18 with the CIFAR stem, SimCLR views) loaded
-with ``fedlight.config.load_recipe``, the Fabric from ``fedlight.engine.fit.make_fabric``, the
-model from ``fedlight.engine.fit.build_module`` (channels-last as in a run), the views from
-``fedlight.engine.assemble.build_views`` and the steps from
-``fedlight.engine.local_loop.train_client``, one call per client. The data are synthetic
+with ``fedlight.config.load_recipe``, the Fabric from ``fedlight.engine.run.fit.make_fabric``, the
+model from ``fedlight.engine.run.fit.build_module`` (channels-last as in a run), the views from
+``fedlight.engine.run.assemble.build_views`` and the steps from
+``fedlight.engine.loop.local_loop.train_client``, one call per client. The data are synthetic
 (no download): ``--images`` seeded random uint8 images (N, 3, 32, 32) with CIFAR-10's 10
 classes, held on the device as the engine holds them, split evenly over ``--clients``.
 
@@ -197,7 +197,7 @@ def instrumented(fabric: Any, module: Any, views: Any, timer: RegionTimer) -> It
 def train_clients(fabric: Any, module: Any, images: torch.Tensor, labels: torch.Tensor,
                   parts: list[torch.Tensor], views: Any, recipe: Any, steps: int, round_: int) -> int:
     """``steps`` optimizer steps of ``train_client`` for each client in ``parts``; returns all steps."""
-    from fedlight.engine.local_loop import steps_per_epoch, train_client
+    from fedlight.engine.loop.local_loop import steps_per_epoch, train_client
     from fedlight.seeding import torch_generator
 
     done = 0
@@ -217,8 +217,8 @@ def _sync(cuda: bool) -> None:
 
 def profile(args: argparse.Namespace, cuda: bool) -> dict[str, Any]:
     """Build the engine's pieces, warm up, time the clients; returns the results mapping."""
-    from fedlight.engine.fit import build_module, make_fabric
-    from fedlight.engine.assemble import build_views
+    from fedlight.engine.run.assemble import build_views
+    from fedlight.engine.run.fit import build_module, make_fabric
 
     recipe = load_profile_recipe(args, "cuda" if cuda else "cpu")
     data = synthetic_cifar10(args.images, args.seed)

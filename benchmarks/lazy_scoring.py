@@ -20,8 +20,8 @@ import torch
 
 from fedlight import registry
 from fedlight.config import load_recipe
-from fedlight.engine.fit import build_module, make_fabric, prepare_data
-from fedlight.engine.assemble import build_federation
+from fedlight.engine.run.assemble import build_federation
+from fedlight.engine.run.fit import build_module, make_fabric, prepare_data
 from fedlight.seeding import torch_generator
 
 REPO = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ Each compares the two sides of one change alternately in this process (medians o
   Lightning's ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` (torch.optim asks it at every step);
 * the engine's time per client outside local training (``Federation._train_round`` minus
   the clients' ``seconds``), over a few rounds of 100 clients;
-* the interpreter's teardown after ``import fedlight.engine.fit`` (what ``cli.run`` skips),
+* the interpreter's teardown after ``import fedlight.engine.run.fit`` (what ``cli.run`` skips),
   timed from a child's last statement to its exit.
 
     python benchmarks/micro.py [--repeats 5]
@@ -34,10 +34,10 @@ import torch
 
 from fedlight import registry
 from fedlight.config import load_recipe
-from fedlight.engine.evaluator import Evaluator
-from fedlight.engine.fit import build_module, make_fabric, prepare_data
-from fedlight.engine.assemble import build_federation, build_views, eval_options
-from fedlight.engine.progress import ClientTicks
+from fedlight.engine.loop.evaluator import Evaluator
+from fedlight.engine.output.progress import ClientTicks
+from fedlight.engine.run.assemble import build_federation, build_views, eval_options
+from fedlight.engine.run.fit import build_module, make_fabric, prepare_data
 
 REPO = Path(__file__).resolve().parents[1]
 WORKLOAD = str(REPO / "benchmarks/workloads/cross_device_fmnist.yaml")
@@ -128,7 +128,7 @@ def engine_per_client(data, parts, rounds: int = 4) -> None:
 
 def teardown_seconds(repeats: int) -> None:
     """From a child's last statement (after importing the engine) to its exit."""
-    code = "import time, fedlight.engine.fit; print(time.time(), flush=True)"
+    code = "import time, fedlight.engine.run.fit; print(time.time(), flush=True)"
     times = []
     for _ in range(repeats):
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -12,7 +12,7 @@ import torch
 
 from fedlight.config.schema import Recipe
 from fedlight.data.views import ViewMaker
-from fedlight.methods.base import FederatedModule
+from fedlight.methods.federated_module import FederatedModule
 from fedlight.seeding import torch_generator
 
 State = dict[str, torch.Tensor]

@@ -62,7 +62,7 @@ def child(argv: list[str]) -> None:
     import time
 
     from fedlight.cli import main
-    from fedlight.engine.run_checkpoint import RunCheckpoint
+    from fedlight.engine.loop.run_checkpoint import RunCheckpoint
 
     out, rows, real = Path(argv[0]), [], RunCheckpoint.save
 

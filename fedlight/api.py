@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from fedlight.config.checks import (Check, at_least, decay, fraction, non_empty, non_negative, percent, positive,
                                     probabilities, probability)
-from fedlight.engine.local_loop import LocalResult, train_client
-from fedlight.engine.plugin import (ClientSchedule, ClientWork, FaultModel, PluginContext, Report, RoundPlugin,
+from fedlight.engine.loop.interfaces import (ClientSchedule, ClientWork, FaultModel, PluginContext, Report, RoundPlugin,
                                     ScheduleContext)
+from fedlight.engine.loop.local_loop import LocalResult, train_client
 from fedlight.errors import UserError
-from fedlight.methods.base import Batch, FederatedModule, OptimizerSpec, ScoreHead
+from fedlight.methods.federated_module import Batch, FederatedModule, OptimizerSpec, ScoreHead
 from fedlight.methods.wrapper import ObjectiveWrapper
-from fedlight.server.base import Aggregator, ClientPayload, State
+from fedlight.server.aggregator import Aggregator, ClientPayload, State
 
 __all__ = [
     # a method (entry point ``fedlight.methods``) and what its training_step receives

@@ -3,7 +3,7 @@ and the round plug-ins other packages add.
 
 A name maps to the ``module:attr`` that defines it, imported when the entry is first used
 (``fedlight.extensions.Table``), so a recipe's names can be checked before torch is imported
-(``engine/preflight.py``): a mistyped ``method.name`` is one line within a second, not after the
+(``engine/run/preflight.py``): a mistyped ``method.name`` is one line within a second, not after the
 seconds of imports. ``fedlight.registry`` builds and validates from these same tables.
 """
 
@@ -19,10 +19,10 @@ METHODS: Table[Any] = Table("fedlight.methods", {
     "simclr": "fedlight.methods.simclr:SimCLR", "byol": "fedlight.methods.byol:BYOL",
     "supervised": "fedlight.methods.supervised:Supervised", "moon": "fedlight.methods.moon:MOON",
     "fedu": "fedlight.methods.fedu:FedU", "fedema": "fedlight.methods.fedema:FedEMA",
-    "fedprox": "fedlight.methods.fedprox:FedProx", "scaffold": "fedlight.methods.scaffold:Scaffold",
+    "fedprox": "fedlight.methods.fedprox:FedProx", "scaffold": "fedlight.methods.scaffold_client:Scaffold",
     "triplet": "fedlight.methods.triplet:Triplet", "lg": "fedlight.methods.local_global:LocalGlobal",
     "lg_fair": "fedlight.methods.fair:FairLocalGlobal", "fedbn": "fedlight.methods.fedbn:FedBN",
-}, subclass_of("fedlight.methods.base:FederatedModule"))
+}, subclass_of("fedlight.methods.federated_module:FederatedModule"))
 SERVERS: Table[Any] = Table("fedlight.aggregators", {
     "fedavg": "fedlight.server.fedavg:FedAvg", "scaffold": "fedlight.server.scaffold:Scaffold",
     "local_only": "fedlight.server.local_only:LocalOnly", "centralized": "fedlight.server.centralized:Centralized",
@@ -31,25 +31,25 @@ SERVERS: Table[Any] = Table("fedlight.aggregators", {
     "median": "fedlight.server.median:Median", "trimmed_mean": "fedlight.server.median:TrimmedMean",
     "krum": "fedlight.server.krum:Krum", "bulyan": "fedlight.server.bulyan:Bulyan",
     "dp_fedavg": "fedlight.server.dp_fedavg:DPFedAvg",
-}, subclass_of("fedlight.server.base:Aggregator"))
+}, subclass_of("fedlight.server.aggregator:Aggregator"))
 # ``(channels, image_size) -> nn.Module``
 BACKBONES: Table[Any] = Table("fedlight.backbones", {
     name: f"fedlight.models.backbones:{attr}" for name, attr in {
         "small_cnn": "small_cnn", "tiny_cnn": "tiny_cnn", "resnet18": "resnet18_cifar", "moon_cnn": "MoonCNN",
         "cfcl_cnn": "CFCLCNN", "lenet5": "LeNet5", "mlp": "mlp", "mlp_small": "mlp_small"}.items()
 }, a_callable)
-# how a client spends its round (``local.schedule``); ``engine/assemble.py`` builds the built-in ones,
+# how a client spends its round (``local.schedule``); ``engine/run/assemble.py`` builds the built-in ones,
 # a package's is called with a ``ScheduleContext``
 SCHEDULES: Table[Any] = Table("fedlight.schedules", {
-    "epochs": "fedlight.engine.plugins.epochs:EpochSchedule",
-    "stream": "fedlight.engine.plugins.stream:StreamSchedule",
-    "exchange": "fedlight.engine.plugins.exchange:ExchangeSchedule",
+    "epochs": "fedlight.engine.parts.fedavg.epoch_schedule:EpochSchedule",
+    "stream": "fedlight.engine.parts.sofed.stream_schedule:StreamSchedule",
+    "exchange": "fedlight.engine.parts.cfcl.exchange_schedule:ExchangeSchedule",
 }, a_callable)
 
 # round plug-ins from other packages (``plugins: {name: {options}}``), built with a ``PluginContext``;
 # fedlight's own (LG-FedAvg's local tests and new device, FLESD's distillation, faults) are switched
-# on by their own keys (``engine/assemble.py``), so the table holds none
-PLUGINS: Table[Any] = Table("fedlight.plugins", {}, subclass_of("fedlight.engine.plugin:RoundPlugin"))
+# on by their own keys (``engine/run/assemble.py``), so the table holds none
+PLUGINS: Table[Any] = Table("fedlight.plugins", {}, subclass_of("fedlight.engine.loop.interfaces:RoundPlugin"))
 
 
 def check_name(key: str, name: Any, table: Table[Any]) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from fedlight import __version__
-from fedlight.engine import launch
+from fedlight.engine.run import launch
 from fedlight.errors import INTERRUPTED_EXIT, PREEMPTED_EXIT, USER_ERROR_EXIT, UserError, one_line
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ def _recipes(args: argparse.Namespace) -> int:
 def _fit(args: argparse.Namespace) -> int:
     from fedlight.config import load_recipe
 
-    from fedlight.engine.preflight import preflight
+    from fedlight.engine.run.preflight import preflight
 
     recipe = load_recipe(args.recipe, args.overrides)  # recipe errors come before torch is imported
     preflight(recipe, args.resume, args.overwrite)  # and so do those of the data paths and the run folder
@@ -179,8 +179,8 @@ def _fit(args: argparse.Namespace) -> int:
 
 def _fit_ranks(recipe: Recipe, args: argparse.Namespace) -> int:
     """This process's part of the run (rank 0, or a local rank ``launch`` started)."""
-    from fedlight.engine.fit import fit
-    from fedlight.engine.preemption import Preempted
+    from fedlight.engine.loop.preemption import Preempted
+    from fedlight.engine.run.fit import fit
 
     try:
         results = fit(recipe, resume=args.resume, overwrite=args.overwrite)
@@ -194,7 +194,7 @@ def _fit_ranks(recipe: Recipe, args: argparse.Namespace) -> int:
               file=sys.stderr)
         return INTERRUPTED_EXIT
     if results["final"] and not launch.is_child():
-        from fedlight.engine.console import final_line
+        from fedlight.engine.output.console import final_line
 
         print(final_line(results))
     return 0

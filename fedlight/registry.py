@@ -10,7 +10,7 @@ declares its range there too (``Annotated[float, positive]``, ``fedlight.config.
 A round plug-in from another package (``plugins.<name>.*``) is configured the same way.
 
 ``resolved_settings`` records what a run's classes are built with, defaults included, so that a
-default changed in a later release cannot change an old run unnoticed (``engine/rundir.py``
+default changed in a later release cannot change an old run unnoticed (``engine/run/run_folder.py``
 compares the record when the run resumes).
 """
 
@@ -25,9 +25,9 @@ import torch
 from fedlight.catalog import BACKBONES, METHODS, PLUGINS, SCHEDULES, SERVERS, check_name
 from fedlight.config.coerce import coerce
 from fedlight.errors import UserError
-from fedlight.methods.base import FederatedModule, OptimizerSpec
+from fedlight.methods.federated_module import FederatedModule, OptimizerSpec
 from fedlight.methods.wrapper import ObjectiveWrapper
-from fedlight.server.base import Aggregator
+from fedlight.server.aggregator import Aggregator
 
 __all__ = ["BACKBONES", "METHODS", "PLUGINS", "SCHEDULES", "SERVERS", "build_method", "build_plugins", "build_server",
            "resolved_settings", "validate"]

@@ -57,7 +57,7 @@ def test_sklearn_is_imported_where_it_is_used() -> None:
     assert at_top == []
 
 
-PLUGINS = "fedlight.engine.plugins"
+PLUGINS = "fedlight.engine.parts"
 
 
 def test_the_round_loop_imports_no_plugin_and_names_no_paper() -> None:
@@ -74,7 +74,7 @@ def test_the_round_loop_imports_no_plugin_and_names_no_paper() -> None:
 
 
 def test_plugins_do_not_import_each_other() -> None:
-    plugins = _imports("engine/plugins")
+    plugins = _imports("engine/parts")
     assert [f"{f}: {n}" for f, names in plugins.items() for n in names if n.startswith(PLUGINS)] == []
 
 
@@ -84,14 +84,14 @@ def test_the_round_loop_fits_on_a_page() -> None:
 
 def test_the_recipe_stops_at_the_edge() -> None:
     """Each part takes its own typed options: below ``fit`` and ``assemble``
-    nothing reads a recipe section, so no part imports the recipe schema (``rundir`` writes and
+    nothing reads a recipe section, so no part imports the recipe schema (``run_folder`` writes and
     compares the recipe file itself, the run folder's edge; ``preflight`` is ``fit``'s torch-free
     first look at the recipe's data and run folder)."""
     def recipe(name: str) -> bool:  # the schema, or the package and loader that hand out a Recipe (not its checks)
         return name == "fedlight.config" or name.startswith(("fedlight.config.schema", "fedlight.config.loader"))
 
-    for folder in ("engine/plugins", "server", "methods", "eval", "exchange", "coreset", "data", "models"):
+    for folder in ("engine/parts", "server", "methods", "eval", "exchange", "coreset", "data", "models"):
         assert [f"{f}: {n}" for f, names in _imports(folder).items() for n in names if recipe(n)] == [], folder
-    edge = {"engine/fit.py", "engine/assemble.py", "engine/rundir.py", "engine/preflight.py"}
+    edge = {"engine/run/fit.py", "engine/run/assemble.py", "engine/run/run_folder.py", "engine/run/preflight.py"}
     engine = [f"{f}: {n}" for f, names in _imports("engine").items() if f not in edge for n in names if recipe(n)]
     assert engine == []

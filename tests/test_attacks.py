@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from fedlight.config import load_recipe
-from fedlight.engine.attacks import Attack, apply, attackers, flip_labels
-from fedlight.engine.fit import check_recipe, fit
-from fedlight.engine.sampling import sample_clients
+from fedlight.engine.loop.client_attacks import Attack, apply, attackers, flip_labels
+from fedlight.engine.loop.sampling import sample_clients
+from fedlight.engine.run.fit import check_recipe, fit
 from fedlight.errors import UserError
 from fedlight.seeding import torch_generator
 

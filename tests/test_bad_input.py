@@ -391,8 +391,8 @@ def validation_only(monkeypatch):
     """``fedlight fit`` up to the point where it touches devices or the run folder, in process:
     the recipe, data, partition and method are checked for real; no local rank is started (the
     launcher's own check still runs) and nothing trains."""
-    from fedlight.engine import fit as fit_module
-    from fedlight.engine import launch
+    from fedlight.engine.run import fit as fit_module
+    from fedlight.engine.run import launch
 
     def stop(*args: Any, **kwargs: Any) -> None:
         raise _Validated
@@ -519,8 +519,8 @@ def _build_model_and_views(recipe: Any) -> None:
     """The method (its lightly heads and losses) and one batch of its augmented views."""
     import torch
 
-    from fedlight.engine.fit import build_module, prepare_data
-    from fedlight.engine.assemble import build_views
+    from fedlight.engine.run.assemble import build_views
+    from fedlight.engine.run.fit import build_module, prepare_data
 
     data, _ = prepare_data(recipe)
     module = build_module(recipe, data)

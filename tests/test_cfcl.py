@@ -19,10 +19,10 @@ from fedlight.cli import main
 from fedlight.config import load_recipe
 from fedlight.data.partition import class_counts
 from fedlight.data.sources import ImageData
-from fedlight.engine import fit as fit_module
-from fedlight.engine.plugins.exchange import EXCHANGE, ExchangeOptions, ExchangeSchedule
-from fedlight.engine.fit import fit
-from fedlight.engine.iteration_loop import train_client_iterations
+from fedlight.engine.parts.cfcl.exchange_schedule import EXCHANGE, ExchangeOptions, ExchangeSchedule
+from fedlight.engine.parts.cfcl.iteration_loop import train_client_iterations
+from fedlight.engine.run import fit as fit_module
+from fedlight.engine.run.fit import fit
 from fedlight.errors import UserError
 from fedlight.exchange.delay import period_delay
 from fedlight.exchange.exchange import Exchange
@@ -30,7 +30,7 @@ from fedlight.exchange.graph import complete, is_connected, random_geometric_gra
 from fedlight.exchange.pull import (macro_probabilities, micro_probabilities, pull_probabilities, sample_pull,
                                     selection_temperature)
 from fedlight.exchange.push import reserve_points
-from fedlight.methods.base import OptimizerSpec
+from fedlight.methods.federated_module import OptimizerSpec
 from fedlight.methods.supervised import Supervised
 from fedlight.methods.triplet import Triplet, expected_triplet_loss, triplet_loss
 from fedlight.models.backbones import CFCLCNN
@@ -328,7 +328,7 @@ def test_resume_continues_the_exchange_exactly(tmp_path: Path, monkeypatch: pyte
     Pulls every 3 iterations with Ta = 10: periods do not open with a pull, so the stored pulled
     set matters (and lambda_t needs the same T, hence a crash rather than a shorter run).
     """
-    from fedlight.engine.run_log import RunLog
+    from fedlight.engine.loop.run_log import RunLog
 
     extra = ["exchange.pull_every=3", "eval.every=5"]
     _, straight = _recipe(tmp_path / "straight", *extra)

@@ -13,11 +13,11 @@ import yaml
 
 from fedlight.cli import main
 from fedlight.config import load_recipe
-from fedlight.engine import checkpoint as ckpt_mod
-from fedlight.engine.checkpoint import load_checkpoint, save_checkpoint
-from fedlight.engine.fit import fit
+from fedlight.engine.loop.federation import TIMING
+from fedlight.engine.run.fit import fit
+from fedlight.engine.state import checkpoint as ckpt_mod
+from fedlight.engine.state.checkpoint import load_checkpoint, save_checkpoint
 from fedlight.errors import UserError
-from fedlight.engine.orchestrator import TIMING
 
 FAST = ["eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0"]
 

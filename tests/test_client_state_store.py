@@ -13,11 +13,11 @@ import torch
 
 from fedlight.cli import main
 from fedlight.config import load_recipe
-from fedlight.engine import client_state_files as files
-from fedlight.engine.disk_store import DiskClientStateStore
-from fedlight.engine.fit import fit
-from fedlight.engine.orchestrator import TIMING
-from fedlight.engine.store import choose_store
+from fedlight.engine.loop.client_store import choose_store
+from fedlight.engine.loop.federation import TIMING
+from fedlight.engine.run.fit import fit
+from fedlight.engine.state import client_state_files as files
+from fedlight.engine.state.disk_store import DiskClientStateStore
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0", "clients.num=3", "clients.fraction=0.67"]
@@ -87,7 +87,7 @@ def test_a_run_resumes_across_stores_both_ways(tmp_path: Path, tiny_recipe: Path
 
 KILL_AT_THIRD_SAVE = """
 import os, signal, sys
-from fedlight.engine import run_checkpoint
+from fedlight.engine.loop import run_checkpoint
 from fedlight.cli import main
 real, calls = run_checkpoint.save_checkpoint, []
 def save(path, obj):  # round 3's client files are written and synced; its manifest is not
@@ -311,7 +311,7 @@ def test_a_missing_client_state_folder_is_named_not_the_digest_listing(scaffold_
 def test_an_earlier_fedlights_checkpoint_of_the_rounds_changes_only_resumes(scaffold_run, tmp_path: Path) -> None:
     """Checkpoints that list only their round's changed clients (``client_files``): the other
     clients' files are found by name once, and the run ends as a straight one."""
-    from fedlight.engine.checkpoint import save_checkpoint
+    from fedlight.engine.state.checkpoint import save_checkpoint
 
     recipe, run, _ = _copy(scaffold_run, tmp_path)
     saved = [torch.load(run / "checkpoints" / name, weights_only=True) for name in ("last.pt.prev", "last.pt")]

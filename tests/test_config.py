@@ -133,7 +133,7 @@ def test_a_resolved_recipe_reads_back_as_written(tiny_recipe: Path, tmp_path: Pa
     from dataclasses import asdict
 
     from fedlight.config.files import read_yaml_mapping
-    from fedlight.engine.rundir import write_yaml
+    from fedlight.engine.state.run_files import write_yaml
 
     recipe = asdict(load_recipe(tiny_recipe, ["name='1e3'", "data.root='1e-3'", "run.dir='2024-01-01'"]))
     assert (recipe["name"], recipe["data"]["root"]) == ("1e3", "1e-3")

@@ -8,8 +8,8 @@ import pytest
 
 from tqdm import tqdm
 
-from fedlight.engine.console import final_line, metrics_text
-from fedlight.engine.progress import ClientTicks, RoundBars, RunClock, duration, step_done
+from fedlight.engine.output.console import final_line, metrics_text
+from fedlight.engine.output.progress import ClientTicks, RoundBars, RunClock, duration, step_done
 from fedlight.eval import metric_names
 
 
@@ -171,7 +171,7 @@ def test_duration_reads_as_a_person_would() -> None:
 def test_a_real_run_counts_the_steps_its_schedule_planned(tiny_recipe, monkeypatch) -> None:
     """The local loops' steps reach the round's progress, as many as the epoch schedule planned."""
     from fedlight.config import load_recipe
-    from fedlight.engine.fit import fit
+    from fedlight.engine.run.fit import fit
 
     seen = []
     real_show = RoundBars.show

@@ -11,9 +11,9 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from fedlight.config import load_recipe
-from fedlight.engine.fit import check_recipe, fit
+from fedlight.engine.run.fit import check_recipe, fit
 from fedlight.errors import UserError
-from fedlight.server.base import ClientPayload
+from fedlight.server.aggregator import ClientPayload
 from fedlight.server.dp_fedavg import RDP_ORDERS, DPFedAvg, epsilon, update_multiplier
 
 FAST = ["clients.num=4", "eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0", "model.backbone=tiny_cnn"]

@@ -14,9 +14,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from fedlight.cli import main
 from fedlight.config import load_recipe
-from fedlight.engine.fit import fit
-from fedlight.engine.orchestrator import TIMING
-from fedlight.engine.sampling import sample_clients
+from fedlight.engine.loop.federation import TIMING
+from fedlight.engine.loop.sampling import sample_clients
+from fedlight.engine.run.fit import fit
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -182,7 +182,7 @@ def test_sigkill_mid_run_then_resume_ends_where_a_straight_run_ends(tmp_path: Pa
 
 
 def test_stateless_clients_are_dealt_to_ranks_by_samples() -> None:
-    from fedlight.engine.sampling import deal_clients
+    from fedlight.engine.loop.sampling import deal_clients
 
     hands = deal_clients([1, 2, 4, 6], [100, 500, 400, 300], 2)
     assert sorted(c for h in hands for c in h) == [1, 2, 4, 6]  # every client once

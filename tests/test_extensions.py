@@ -158,9 +158,9 @@ def test_every_catalog_name_loads_the_object_it_names() -> None:
     from torch import nn
 
     from fedlight import catalog
-    from fedlight.engine.plugin import ClientSchedule
-    from fedlight.methods.base import FederatedModule
-    from fedlight.server.base import Aggregator
+    from fedlight.engine.loop.interfaces import ClientSchedule
+    from fedlight.methods.federated_module import FederatedModule
+    from fedlight.server.aggregator import Aggregator
 
     for table, kind in ((catalog.METHODS, FederatedModule), (catalog.SERVERS, Aggregator),
                         (catalog.SCHEDULES, ClientSchedule)):
@@ -204,7 +204,7 @@ def test_an_undeclared_module_is_one_line_from_check_recipe_before_any_data(tiny
 
     from fedlight import catalog
     from fedlight.config import load_recipe
-    from fedlight.engine.fit import check_recipe
+    from fedlight.engine.run.fit import check_recipe
     from fedlight.methods.simclr import SimCLR
 
     class Leaky(SimCLR):
@@ -248,7 +248,7 @@ def test_the_readme_aggregator_and_plugin_train_through_fedlight_fit(tmp_path: P
 def test_a_plugin_section_is_checked_like_a_method_section(tmp_path: Path, tiny_recipe: Path, monkeypatch) -> None:
     from fedlight import catalog
     from fedlight.config import load_recipe
-    from fedlight.engine.fit import check_recipe
+    from fedlight.engine.run.fit import check_recipe
 
     site = tmp_path / "site"
     plugin, _ = install_example(site, [(PLUGIN, "fedlight.plugins")])["fedlight.plugins"]

@@ -14,12 +14,12 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from fedlight import registry
 from fedlight.cli import main
 from fedlight.config import load_recipe
-from fedlight.engine.checkpoint import load_checkpoint
-from fedlight.engine.faults import FaultOptions, divergence, draw_fault, poison, steps_done
-from fedlight.engine.fit import fit
-from fedlight.engine.local_loop import steps_per_epoch
-from fedlight.engine.sampling import sample_clients
-from fedlight.methods.base import OptimizerSpec
+from fedlight.engine.loop.client_faults import FaultOptions, divergence, draw_fault, poison, steps_done
+from fedlight.engine.loop.local_loop import steps_per_epoch
+from fedlight.engine.loop.sampling import sample_clients
+from fedlight.engine.run.fit import fit
+from fedlight.engine.state.checkpoint import load_checkpoint
+from fedlight.methods.federated_module import OptimizerSpec
 from fedlight.seeding import derive_seed
 
 FAST = ["eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0"]
@@ -71,7 +71,7 @@ def test_faulty_run_logs_every_fault_and_aggregates_only_answers(tmp_path: Path,
     res = fit(load_recipe(tiny_recipe, ["clients.num=6", "rounds=3", *faults, *FAST, f"run.dir={run}"]))
     recipe = load_recipe(run / "recipe.yaml")
     parts = {}
-    from fedlight.engine.fit import prepare_data
+    from fedlight.engine.run.fit import prepare_data
 
     data, parts = prepare_data(recipe)
     expected_rows = []
@@ -185,7 +185,7 @@ def test_a_streaming_straggler_sees_only_its_first_arrivals(tmp_path: Path, tiny
 def test_an_update_beyond_the_norm_bound_is_diverged() -> None:
     """Finite is not enough: an update whose norm is over faults.max_update_ratio times the
     global model's is diverged, and so is one whose values are finite but whose squares overflow."""
-    from fedlight.engine.faults import NormBound
+    from fedlight.engine.loop.client_faults import NormBound
 
     global_state = {"w": torch.ones(10, 10), "steps": torch.tensor(3)}
     bound = NormBound.of(global_state, 1000.0)
@@ -215,7 +215,7 @@ def test_an_evaluation_failure_leaves_the_round_checkpointed(tmp_path: Path, tin
                                                              monkeypatch) -> None:
     """Evaluation after round 2 fails: one line, exit 2, and round 2 is in the checkpoint and
     results.json, so --resume goes on from it."""
-    from fedlight.engine.evaluator import Evaluator
+    from fedlight.engine.loop.evaluator import Evaluator
 
     real, calls = Evaluator.model_metrics, []
 

@@ -10,9 +10,9 @@ import torch
 
 from fedlight import registry
 from fedlight.config import load_recipe
-from fedlight.engine.fit import fit
+from fedlight.engine.run.fit import fit
 from fedlight.errors import UserError
-from fedlight.methods.base import OptimizerSpec
+from fedlight.methods.federated_module import OptimizerSpec
 
 FAST = ["eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0"]
 BN_SUFFIXES = ("running_mean", "running_var", "num_batches_tracked")

@@ -11,8 +11,8 @@ import torch
 
 from fedlight.cli import main
 from fedlight.config import load_recipe
-from fedlight.engine.fit import fit
-from fedlight.engine.orchestrator import TIMING
+from fedlight.engine.loop.federation import TIMING
+from fedlight.engine.run.fit import fit
 from fedlight.errors import UserError
 from fedlight.registry import build_server
 from fedlight.server.fedopt import FedOpt

@@ -14,12 +14,12 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from fedlight import registry
 from fedlight.cli import main
 from fedlight.config import load_recipe
-from fedlight.engine.distill import EnsembleDistiller
-from fedlight.engine.fit import build_module, fit, prepare_data
-from fedlight.engine.assemble import build_views
-from fedlight.engine.ledger import payload_bytes
+from fedlight.engine.loop.comm_ledger import payload_bytes
+from fedlight.engine.parts.flesd.ensemble_distiller import EnsembleDistiller
+from fedlight.engine.run.assemble import build_views
+from fedlight.engine.run.fit import build_module, fit, prepare_data
 from fedlight.errors import UserError
-from fedlight.methods.base import OptimizerSpec
+from fedlight.methods.federated_module import OptimizerSpec
 from fedlight.seeding import derive_seed
 from fedlight.server.esd import KeyQueue, distillation_loss, esd_steps_per_epoch, target_distribution
 from fedlight.server.flesd import FLESD

@@ -1,4 +1,4 @@
-"""The local-rank launcher of one-node multi-process runs (fedlight/engine/launch.py)."""
+"""The local-rank launcher of one-node multi-process runs (fedlight/engine/run/launch.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fedlight.engine import launch
+from fedlight.engine.run import launch
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -42,7 +42,7 @@ def test_a_user_error_after_launch_is_said_once_and_every_rank_exits(tmp_path: P
 def test_a_failed_rank_ends_rank_zero_instead_of_leaving_it_waiting(tmp_path: Path) -> None:
     """Rank 1 fails at once (no such recipe); rank 0, standing in for one blocked in a collective,
     is killed after the grace period rather than waiting forever."""
-    code = ("import time; from fedlight.engine import launch; launch.GRACE_SECONDS = 0.5; "
+    code = ("import time; from fedlight.engine.run import launch; launch.GRACE_SECONDS = 0.5; "
             f"launch.start_local_ranks(2, 1, ['fit', '--recipe', {str(tmp_path / 'missing.yaml')!r}]); time.sleep(60)")
     env = {k: v for k, v in os.environ.items() if k not in launch.EXTERNAL_LAUNCH}
     proc = subprocess.run([sys.executable, "-c", code], env={**env, "PYTHONPATH": str(REPO)},

@@ -15,14 +15,14 @@ from fedlight.config import load_recipe
 from fedlight.data.idx import read_idx
 from fedlight.data.partition import matching_test_split, shards
 from fedlight.data.sources import load_dataset
-from fedlight.engine.fit import check_recipe, fit
-from fedlight.engine.ledger import CommLedger
-from fedlight.engine.sampling import sample_clients
+from fedlight.engine.loop.comm_ledger import CommLedger
+from fedlight.engine.loop.federation import TIMING
+from fedlight.engine.loop.sampling import sample_clients
+from fedlight.engine.run.fit import check_recipe, fit
 from fedlight.errors import UserError
 from fedlight.eval.ensemble import ensemble_accuracies, ensemble_log_probs, majority_vote
-from fedlight.methods.base import OptimizerSpec
+from fedlight.methods.federated_module import OptimizerSpec
 from fedlight.server.fedavg import FedAvg
-from fedlight.engine.orchestrator import TIMING
 
 REPO = Path(__file__).resolve().parents[1]
 CLASSIFIER = {"objective.classifier.weight", "objective.classifier.bias"}

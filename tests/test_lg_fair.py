@@ -12,10 +12,10 @@ import torch.nn.functional as F
 
 from fedlight.config import load_recipe
 from fedlight.data.sources import load_dataset, take_subset
-from fedlight.engine.fit import fit
+from fedlight.engine.run.fit import fit
 from fedlight.errors import UserError
-from fedlight.methods.base import OptimizerSpec
 from fedlight.methods.fair import FairLocalGlobal
+from fedlight.methods.federated_module import OptimizerSpec
 from fedlight.methods.supervised import Supervised
 from fedlight.models.backbones import MLP
 from fedlight.server.fedavg import FedAvg

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from fedlight.methods.base import OptimizerSpec
 from fedlight.methods.byol import BYOL
+from fedlight.methods.federated_module import OptimizerSpec
 from fedlight.methods.simclr import SimCLR, info_nce
 from fedlight.methods.supervised import Supervised
 from fedlight.models.backbones import ResNet18Cifar, SmallCNN

@@ -11,8 +11,8 @@ import torch
 from fedlight.config import load_recipe
 from fedlight.data.rotated import add_rotated_device, rotated_images
 from fedlight.data.sources import synthetic
-from fedlight.engine.fit import fit
-from fedlight.engine.progress import ClientTicks
+from fedlight.engine.output.progress import ClientTicks
+from fedlight.engine.run.fit import fit
 from fedlight.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -120,7 +120,7 @@ def test_before_arrival_the_run_is_the_run_without_the_device(tmp_path: Path) ->
 def test_new_device_user_errors(tmp_path: Path, override: str, fix: str, monkeypatch: pytest.MonkeyPatch) -> None:
     def claimed(*args: object, **kwargs: object) -> None:
         raise AssertionError("the run folder was claimed before the error")
-    monkeypatch.setattr("fedlight.engine.fit.claim_run_dir", claimed)
+    monkeypatch.setattr("fedlight.engine.run.fit.claim_run_dir", claimed)
     with pytest.raises(UserError, match=fix):
         fit(_recipe(tmp_path, override))
     assert not (tmp_path / "run").exists()

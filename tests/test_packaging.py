@@ -73,7 +73,7 @@ def test_first_comment_skips_what_precedes_it(tmp_path: Path) -> None:
 
 def test_without_sklearn_cfcl_and_the_diabetes_table_name_the_extra(monkeypatch) -> None:
     from fedlight.data.tabular import diabetes
-    from fedlight.engine.plugins.exchange import ExchangeOptions
+    from fedlight.engine.parts.cfcl.exchange_schedule import ExchangeOptions
 
     monkeypatch.setitem(sys.modules, "sklearn", None)  # `import sklearn` now raises ImportError
     with pytest.raises(UserError, match=r"exchange.policy=smart .* needs scikit-learn") as caught:

@@ -11,14 +11,14 @@ import pytest
 from fedlight import registry
 from fedlight.config import load_recipe
 from fedlight.config.schema import Recipe
-from fedlight.engine.assemble import part_options
-from fedlight.engine.evaluator import EvalOptions
-from fedlight.engine.faults import FaultOptions
-from fedlight.engine.options import RoundOptions
-from fedlight.engine.plugins.exchange import ExchangeOptions
-from fedlight.engine.plugins.new_device import NewDeviceOptions
-from fedlight.engine.plugins.stream import StreamOptions
-from fedlight.engine.stream_loop import BufferOptions
+from fedlight.engine.loop.client_faults import FaultOptions
+from fedlight.engine.loop.evaluator import EvalOptions
+from fedlight.engine.loop.round_options import RoundOptions
+from fedlight.engine.parts.cfcl.exchange_schedule import ExchangeOptions
+from fedlight.engine.parts.lg_fedavg.new_device import NewDeviceOptions
+from fedlight.engine.parts.sofed.stream_loop import BufferOptions
+from fedlight.engine.parts.sofed.stream_schedule import StreamOptions
+from fedlight.engine.run.assemble import part_options
 from fedlight.errors import UserError
 
 

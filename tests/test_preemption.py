@@ -15,12 +15,12 @@ import pytest
 import torch
 
 from fedlight.config import load_recipe
-from fedlight.engine.plugins import epochs
-from fedlight.engine.fit import fit
-from fedlight.engine.local_loop import train_client
-from fedlight.engine.preemption import Preempted
+from fedlight.engine.loop.federation import TIMING
+from fedlight.engine.loop.local_loop import train_client
+from fedlight.engine.loop.preemption import Preempted
+from fedlight.engine.parts.fedavg import epoch_schedule as epochs
+from fedlight.engine.run.fit import fit
 from fedlight.errors import PREEMPTED_EXIT
-from fedlight.engine.orchestrator import TIMING
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["rounds=5", "data.subset=400", "data.test_subset=100", "eval.probe_epochs=5", "eval.projector_samples=0",

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import REPO
 from fedlight.cli import main
-from fedlight.engine.checkpoint import load_checkpoint
+from fedlight.engine.state.checkpoint import load_checkpoint
 from fedlight.errors import UserError
 
 # a recipe the duplicate check lets through fails fast on these (with another message) instead of training

@@ -1,4 +1,4 @@
-"""The rendezvous of a multi-process run (fedlight/engine/rendezvous.py), on 127.0.0.1 only.
+"""The rendezvous of a multi-process run (fedlight/engine/run/rendezvous.py), on 127.0.0.1 only.
 
 Each rank is started here as srun or torchrun would start it (``LOCAL_RANK``, ``WORLD_SIZE``,
 ``MASTER_ADDR`` / ``MASTER_PORT`` in its environment), so the peers that never join, die first
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from fedlight.engine import launch
+from fedlight.engine.run import launch
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_MIN = 0.05  # 3 s: fabric.rendezvous_timeout_min of the tests whose peers never come
@@ -109,7 +109,8 @@ COLLECTIVE = """
 import time
 from pathlib import Path
 from lightning.fabric import Fabric
-from fedlight.engine import preemption, rendezvous
+from fedlight.engine.loop import preemption
+from fedlight.engine.run import rendezvous
 fabric = Fabric(accelerator="cpu", devices=2, strategy=rendezvous.strategy({minutes}))
 Path("{ready}", str(fabric.global_rank)).touch()  # the deadline is the rendezvous's, not the imports'
 while len(list(Path("{ready}").iterdir())) < 2:
@@ -142,7 +143,8 @@ def test_a_run_resumes_with_another_rendezvous_deadline_but_not_another_world(tm
     from dataclasses import asdict
 
     from fedlight.config import load_recipe
-    from fedlight.engine.rundir import RECIPE, check_run_dir, write_yaml
+    from fedlight.engine.run.run_folder import check_run_dir
+    from fedlight.engine.state.run_files import RECIPE, write_yaml
     from fedlight.errors import UserError
 
     run = tmp_path / "run"

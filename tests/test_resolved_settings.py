@@ -12,7 +12,7 @@ import yaml
 
 from conftest import REPO, TINY
 from fedlight.cli import main
-from fedlight.engine.tensorboard import used_hparams
+from fedlight.engine.output.tensorboard import used_hparams
 from fedlight.methods.simclr import SimCLR
 
 FAST = ["eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0"]

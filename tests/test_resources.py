@@ -15,10 +15,10 @@ import torch
 
 from fedlight.cli import main
 from fedlight.config import load_recipe
-from fedlight.engine import checkpoint as ckpt_mod
-from fedlight.engine import rundir
-from fedlight.engine.checkpoint import load_checkpoint
-from fedlight.engine.fit import fit
+from fedlight.engine.run import run_folder as rundir
+from fedlight.engine.run.fit import fit
+from fedlight.engine.state import checkpoint as ckpt_mod
+from fedlight.engine.state.checkpoint import load_checkpoint
 from fedlight.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -105,7 +105,7 @@ def test_disk_full_mid_run_keeps_the_last_good_checkpoint(tmp_path: Path, tiny_r
 MEASURE = """
 import json, resource, sys
 from fedlight.config import load_recipe
-from fedlight.engine.fit import fit
+from fedlight.engine.run.fit import fit
 import torch
 out = {}
 for clients in (20, 1000):

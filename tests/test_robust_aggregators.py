@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from fedlight.config import load_recipe
-from fedlight.engine.aggregation import check_payload_budget, finish, fold, merge_workers
-from fedlight.engine.fit import check_recipe, fit
+from fedlight.engine.loop.aggregation import check_payload_budget, finish, fold, merge_workers
+from fedlight.engine.run.fit import check_recipe, fit
 from fedlight.errors import UserError
 from fedlight.server import robust_ops
-from fedlight.server.base import ClientPayload
+from fedlight.server.aggregator import ClientPayload
 from fedlight.server.bulyan import Bulyan
 from fedlight.server.fedavg import FedAvg
 from fedlight.server.krum import Krum
@@ -144,9 +144,9 @@ def _global_fedavg(tmp_path: Path, tiny_recipe: Path) -> dict[str, torch.Tensor]
 
 def test_a_round_stopped_between_clients_resumes_with_its_kept_payloads(tmp_path: Path, tiny_recipe: Path,
                                                                         monkeypatch) -> None:
-    from fedlight.engine.local_loop import train_client
-    from fedlight.engine.plugins import epochs
-    from fedlight.engine.preemption import Preempted
+    from fedlight.engine.loop.local_loop import train_client
+    from fedlight.engine.loop.preemption import Preempted
+    from fedlight.engine.parts.fedavg import epoch_schedule as epochs
 
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     args = [*FOUR, "clients.num=6", "rounds=2", "fabric.workers=2", "server.name=median"]

@@ -20,9 +20,10 @@ import yaml
 from conftest import REPO, TINY
 from fedlight.cli import main
 from fedlight.config import load_recipe
-from fedlight.engine import launch, rundir
-from fedlight.engine.fit import fit
-from fedlight.engine.rundir import claim_run_dir, write_yaml
+from fedlight.engine.run import launch, run_folder as rundir
+from fedlight.engine.run.fit import fit
+from fedlight.engine.run.run_folder import claim_run_dir
+from fedlight.engine.state.run_files import write_yaml
 
 FAST = ["eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0"]
 ALL_DIVERGE = ["faults.diverge=1", "faults.max_bad_clients=0"]  # every client of round 1 diverges: the run stops
@@ -127,7 +128,7 @@ def test_a_live_run_keeps_its_folder_from_overwrite_and_a_second_resume(tmp_path
     finally:
         live.send_signal(signal.SIGKILL)
         live.wait()
-    rundir._Lock.acquire(run / rundir.LOCK, run).release()  # the kernel let go of the dead run's lock
+    rundir.FolderLock.acquire(run / rundir.LOCK, run).release()  # the kernel let go of the dead run's lock
 
 
 def test_a_held_folder_stops_every_rank_of_a_two_process_run(used) -> None:
@@ -155,7 +156,7 @@ def test_overwrite_puts_the_old_run_back_when_the_new_one_stops_before_saving(us
 
 
 def test_overwrite_deletes_the_old_run_once_the_new_one_has_finished(used, monkeypatch) -> None:
-    from fedlight.engine import run_checkpoint
+    from fedlight.engine.loop import run_checkpoint
 
     args, run = used
     aside = []
@@ -175,7 +176,7 @@ def test_overwrite_deletes_the_old_run_once_the_new_one_has_finished(used, monke
 
 KILL_AT_SECOND_SAVE = """
 import os, signal, sys
-from fedlight.engine import run_checkpoint
+from fedlight.engine.loop import run_checkpoint
 from fedlight.cli import main
 real, calls = run_checkpoint.save_checkpoint, []
 def save(path, obj):

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from fedlight.cli import main
-from fedlight.engine.orchestrator import TIMING
+from fedlight.engine.loop.federation import TIMING
 from slurm_cluster import SlurmCluster, unavailable
 
 REPO = Path(__file__).resolve().parents[1]
@@ -93,7 +93,7 @@ def _global(run: Path) -> dict[str, torch.Tensor]:
 def test_sweep_on_slurm_with_a_preempted_task_then_report(cluster: SlurmCluster, tmp_path: Path, monkeypatch,
                                                           capsys) -> None:
     from fedlight.config import load_recipe
-    from fedlight.engine.fit import fit
+    from fedlight.engine.run.fit import fit
 
     for key, value in _env(cluster).items():  # sbatch hands the submitting environment to the tasks
         monkeypatch.setenv(key, value)
@@ -175,7 +175,7 @@ def test_two_nodes_equal_one_node_and_a_requeue_across_both_resumes_to_the_same_
     rank) after their first round: the two-node runs equal the one-node run bit for bit, the
     preempted one after its requeue too, and the one-node run equals a 1-process run within float tolerance."""
     from fedlight.config import load_recipe
-    from fedlight.engine.fit import fit
+    from fedlight.engine.run.fit import fit
 
     recipe, rounds = REPO / "recipes/quickstart_fmnist.yaml", 4
     tiny = [f"rounds={rounds}", "data.subset=240", "data.test_subset=60", "model.backbone=tiny_cnn", "clients.num=4",

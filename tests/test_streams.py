@@ -43,7 +43,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from fedlight.config import load_recipe  # noqa: E402
-from fedlight.engine.fit import fit  # noqa: E402
+from fedlight.engine.run.fit import fit  # noqa: E402
 
 STREAM = ["stream.velocity=192", "stream.stc=20", "buffer.size=32", "local.lr=0.05", "local.optimizer=sgd",
           "method={name: byol, hidden_dim: 32, output_dim: 16}"]
@@ -90,7 +90,7 @@ def test_sofed_headline_recipe_names_root_and_download_when_cifar10_is_missing(t
 
 
 def test_stream_classes_per_client_limits_each_device_to_its_classes(tiny_recipe) -> None:
-    from fedlight.engine.fit import prepare_data
+    from fedlight.engine.run.fit import prepare_data
     from fedlight.errors import UserError
 
     recipe = load_recipe(tiny_recipe, ["partition.kind=iid", "clients.num=5", "stream.velocity=64",

@@ -126,7 +126,8 @@ def test_two_sweeps_at_once_keep_each_others_manifest_entries(tmp_path: Path, ti
 
 
 def test_a_task_whose_run_folder_is_in_use_names_the_other_run(tmp_path: Path, tiny_recipe: Path, capsys) -> None:
-    from fedlight.engine.rundir import LOCK, _Lock
+    from fedlight.engine.run.folder_lock import FolderLock as _Lock
+    from fedlight.engine.run.run_folder import LOCK
 
     out = tmp_path / "sweep"
     sweep = ["sweep", "--recipe", str(tiny_recipe), "--out", str(out)]
@@ -153,7 +154,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
 def test_a_killed_local_sweep_leaves_no_task_running(tmp_path: Path, tiny_recipe: Path, signum: int) -> None:
-    from fedlight.engine.rundir import LOCK
+    from fedlight.engine.run.run_folder import LOCK
 
     out = tmp_path / "sweep"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
@@ -236,7 +237,7 @@ def test_tiny_alphas_draw_among_the_open_clients() -> None:
 def test_a_size_above_the_data_is_clamped_with_one_warning(tiny_recipe: Path, capsys, override: str,
                                                            warning: str) -> None:
     from fedlight.config import load_recipe
-    from fedlight.engine.fit import prepare
+    from fedlight.engine.run.fit import prepare
 
     prepare(load_recipe(tiny_recipe, [override]))
     err = capsys.readouterr().err

@@ -12,8 +12,8 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 
 from fedlight.config import load_recipe
 from fedlight.config.schema import Recipe
-from fedlight.engine.fit import fit
-from fedlight.engine.tensorboard import flatten, used_hparams
+from fedlight.engine.output.tensorboard import flatten, used_hparams
+from fedlight.engine.run.fit import fit
 from fedlight.server.ops import update_norm
 
 

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 from fedlight.config import load_recipe
-from fedlight.engine.fit import fit
-from fedlight.engine.orchestrator import TIMING
+from fedlight.engine.loop.federation import TIMING
+from fedlight.engine.run.fit import fit
 from fedlight.methods.fedema import FedEMA, ema_weight
 from fedlight.methods.fedprox import FedProx, proximal_term
 from fedlight.methods.fedu import FedU, divergence
 from fedlight.methods.moon import MOON, model_contrastive_loss, representation_l2
-from fedlight.methods.scaffold import Scaffold as ScaffoldClient, control_update
+from fedlight.methods.scaffold_client import Scaffold as ScaffoldClient, control_update
 from fedlight.methods.supervised import Supervised
 from fedlight.models.backbones import MoonCNN, SmallCNN
 from fedlight.server.scaffold import Scaffold

@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from fedlight.config import load_recipe
-from fedlight.engine.plugins import epochs
-from fedlight.engine.fit import check_recipe, fit
-from fedlight.engine.local_loop import train_client
-from fedlight.engine.preemption import Preempted
-from fedlight.engine.workers import Workers, sum_states
+from fedlight.engine.loop.local_loop import train_client
+from fedlight.engine.loop.preemption import Preempted
+from fedlight.engine.loop.workers import Workers, sum_states
+from fedlight.engine.parts.fedavg import epoch_schedule as epochs
+from fedlight.engine.run.fit import check_recipe, fit
 from fedlight.errors import UserError
-from fedlight.methods.base import OptimizerSpec
+from fedlight.methods.federated_module import OptimizerSpec
 
 FOUR = ["clients.num=4", "model.backbone=tiny_cnn", "eval.projector_samples=0"]
 

@@ -53,7 +53,7 @@ class LocalConfig:
     batch_size: int = check(at_least(2), 128)  # a batch of one is skipped (BatchNorm, contrastive losses)
     lr: float = check(positive, 1e-3)
     optimizer: Literal["adam", "sgd", "adamw"] = "adam"
-    # over the rounds of the method's current phase (engine/lr_schedule.py, round_lr):
+    # over the rounds of the method's current phase (engine/loop/lr_schedule.py, round_lr):
     # cosine (FedU / FedEMA) or exponential, lr x (1 - lr_decay)^t (LG-FedAvg, Table 6)
     lr_schedule: Literal["constant", "cosine", "exponential"] = "constant"
     lr_decay: float = check(decay, 0.0)
@@ -86,7 +86,7 @@ class BufferConfig:
     size: int = check(positive, 128)
     policy: Literal["fifo", "reservoir", "random", "kcenter", "importance"] = "importance"
     lazy_interval: int = check(positive, 1)
-    # the importance policy's online output (fedlight.methods.base.ScoreHead): SOFed eq. 3's prediction
+    # the importance policy's online output (fedlight.methods.federated_module.ScoreHead): SOFed eq. 3's prediction
     score: Literal["prediction", "projection"] = "prediction"
 
 
@@ -150,7 +150,7 @@ class EvalConfig:
     knn_temperature: float = check(positive, 0.1)
     probe_epochs: int = check(positive, 100)
     projector_samples: int = check(non_negative, 1000)
-    local_test: bool = False  # LG-FedAvg's local / new test over every client's model (engine/local_test.py)
+    local_test: bool = False  # LG-FedAvg's local / new test over every client's model (engine/parts/lg_fedavg/local_tester.py)
 
 
 @dataclass
@@ -162,12 +162,12 @@ class FabricConfig:
     threads: int | None = check(positive, None)  # intra-op threads of a process (None: torch's default)
     # worker models per process, training the round's clients side by side in threads that
     # share ``threads``: on a CPU, small local batches keep one model from using every core
-    # (fedlight.engine.workers; the cross-device rounds in BENCHMARKS.md)
+    # (fedlight.engine.loop.workers; the cross-device rounds in BENCHMARKS.md)
     workers: int = check(positive, 1)
     # NHWC images and conv weights: oneDNN's fast path on CPU (1.25-1.5x per step of the
     # 3-layer CNN, benchmarks/micro.py) and tensor cores' layout on GPU
     channels_last: bool = True
-    # minutes every rank of a multi-process run may wait for the others to join (engine/rendezvous.py);
+    # minutes every rank of a multi-process run may wait for the others to join (engine/run/rendezvous.py);
     # past it, each exits in one line naming MASTER_ADDR:MASTER_PORT; later collectives keep 30 min
     # (0.6 s to a week: torch's timeout is a timedelta, which 1e300 minutes overflows)
     rendezvous_timeout_min: float = check(lambda v: None if 0.01 <= v <= 10080 else "must be in [0.01, 10080]", 10.0)
@@ -175,7 +175,7 @@ class FabricConfig:
 
 @dataclass
 class FaultsConfig:
-    """Simulated client faults, drawn per (seed, round, client) (``fedlight.engine.faults``)."""
+    """Simulated client faults, drawn per (seed, round, client) (``fedlight.engine.loop.client_faults``)."""
 
     dropout: float = check(probability, 0.0)  # a sampled client fails before sending its update
     straggler: float = check(probability, 0.0)  # a sampled client finishes only part of its local work
@@ -185,7 +185,7 @@ class FaultsConfig:
     # a finite update can still have exploded (SGD at lr 1e30: loss 4.9, weights 2e29): a client whose
     # upload's norm is over this many times the global model's has diverged too
     max_update_ratio: float = check(positive, 1000.0)
-    # Byzantine clients (fedlight.engine.attacks): a share of the clients send, instead of their update,
+    # Byzantine clients (fedlight.engine.loop.client_attacks): a share of the clients send, instead of their update,
     # the update reversed and scaled (sign_flip), Gaussian noise (noise) or one shared vector (collude),
     # or train on flipped labels y -> C - 1 - y (labels: a fixed set, supervised methods)
     attack: Literal["none", "sign_flip", "noise", "collude", "labels"] = "none"
@@ -198,7 +198,7 @@ class FaultsConfig:
 class RunConfig:
     dir: str | None = None
     min_free_mb: int = check(non_negative, 256)  # refuse to start with less free disk (checkpoints x 2 + events)
-    # where clients' private state lives (engine/store.py): auto = in memory while every client's
+    # where clients' private state lives (engine/loop/client_store.py): auto = in memory while every client's
     # state fits in state_cache_mb, else on disk (a file per client and round, checkpoints grow with the round)
     client_state: Literal["auto", "memory", "disk"] = "auto"
     state_cache_mb: int = check(positive, 256)  # the disk store's in-memory cache of recently used states

@@ -14,7 +14,7 @@ from lightly.models.utils import deactivate_requires_grad, update_momentum
 from torch import nn
 
 from fedlight.config.checks import positive, probability
-from fedlight.methods.base import Batch, FederatedModule, OptimizerSpec, ScoreHead
+from fedlight.methods.federated_module import Batch, FederatedModule, OptimizerSpec, ScoreHead
 
 
 class BYOL(FederatedModule):

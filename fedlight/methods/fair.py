@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedlight.config.checks import non_empty, non_negative, positive, probability
-from fedlight.methods.base import Batch, FederatedModule
+from fedlight.methods.federated_module import Batch, FederatedModule
 from fedlight.methods.local_global import LocalGlobal
 
 

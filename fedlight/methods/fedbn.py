@@ -19,7 +19,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from fedlight.errors import UserError
-from fedlight.methods.base import FederatedModule
+from fedlight.methods.federated_module import FederatedModule
 from fedlight.methods.local_global import complement
 from fedlight.methods.wrapper import ObjectiveWrapper
 

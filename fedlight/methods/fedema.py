@@ -7,7 +7,7 @@ from typing import Annotated
 from torch import nn
 
 from fedlight.config.checks import fraction, positive, probability
-from fedlight.methods.base import OptimizerSpec
+from fedlight.methods.federated_module import OptimizerSpec
 from fedlight.methods.fedu import DivergenceAwareBYOL
 
 

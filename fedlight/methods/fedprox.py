@@ -7,7 +7,7 @@ from typing import Annotated
 import torch
 
 from fedlight.config.checks import non_negative
-from fedlight.methods.base import Batch, FederatedModule
+from fedlight.methods.federated_module import Batch, FederatedModule
 from fedlight.methods.wrapper import ObjectiveWrapper
 
 

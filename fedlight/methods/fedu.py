@@ -11,8 +11,8 @@ from lightly.models.utils import deactivate_requires_grad
 from torch import nn
 
 from fedlight.config.checks import non_negative, positive, probability
-from fedlight.methods.base import OptimizerSpec
 from fedlight.methods.byol import BYOL
+from fedlight.methods.federated_module import OptimizerSpec
 
 
 def divergence(global_net: nn.Module, local_net: nn.Module) -> float:

@@ -24,7 +24,7 @@ from torch import nn
 
 from fedlight.config.checks import non_negative, probability
 from fedlight.errors import UserError
-from fedlight.methods.base import Batch, FederatedModule
+from fedlight.methods.federated_module import Batch, FederatedModule
 from fedlight.methods.wrapper import ObjectiveWrapper
 
 
@@ -74,7 +74,7 @@ class LocalGlobal(ObjectiveWrapper):
             reaches this value (the paper's "FedAvg until a goal accuracy").
         warmup_goal_metric: the history column ``warmup_goal_acc`` is compared with
             (``normal_acc``: the original devices' mean accuracy when a new device arrives,
-            sec. 3.2, ``fedlight.engine.plugins.new_device``).
+            sec. 3.2, ``fedlight.engine.parts.lg_fedavg.new_device``).
     """
 
     def __init__(self, objective: FederatedModule, num_classes: int,

@@ -16,7 +16,7 @@ from lightly.models.utils import deactivate_requires_grad
 from torch import nn
 
 from fedlight.config.checks import non_negative, positive
-from fedlight.methods.base import Batch, OptimizerSpec
+from fedlight.methods.federated_module import Batch, OptimizerSpec
 from fedlight.methods.supervised import Supervised
 
 

@@ -11,7 +11,7 @@ from lightly.models.modules import SimCLRProjectionHead
 from torch import nn
 
 from fedlight.config.checks import positive
-from fedlight.methods.base import Batch, FederatedModule, OptimizerSpec
+from fedlight.methods.federated_module import Batch, FederatedModule, OptimizerSpec
 
 
 def info_nce(q: torch.Tensor, k: torch.Tensor, temperature: float) -> torch.Tensor:

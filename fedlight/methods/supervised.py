@@ -10,7 +10,7 @@ from lightly.models.modules import SimCLRProjectionHead
 from torch import nn
 
 from fedlight.config.checks import non_negative
-from fedlight.methods.base import Batch, FederatedModule, OptimizerSpec
+from fedlight.methods.federated_module import Batch, FederatedModule, OptimizerSpec
 
 
 class Supervised(FederatedModule):

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedlight.config.checks import non_negative
-from fedlight.methods.base import Batch, FederatedModule, OptimizerSpec
+from fedlight.methods.federated_module import Batch, FederatedModule, OptimizerSpec
 
 
 def triplet_loss(anchor: torch.Tensor, positive: torch.Tensor, negative: torch.Tensor,

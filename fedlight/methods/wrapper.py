@@ -6,7 +6,7 @@ import lightning as L
 import torch
 from torch import nn
 
-from fedlight.methods.base import Batch, FederatedModule, ScoreHead
+from fedlight.methods.federated_module import Batch, FederatedModule, ScoreHead
 
 
 class ObjectiveWrapper(FederatedModule):

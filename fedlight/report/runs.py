@@ -155,7 +155,7 @@ def find_runs(paths: list[str | Path]) -> list[Run]:
     """Every run in ``paths`` (run folders, or folders searched for results.json), sorted by folder.
 
     Hidden folders are not searched: a run that replaces another keeps the old one in
-    ``.fedlight-replaced/`` until it finishes (``fedlight.engine.rundir``)."""
+    ``.fedlight-replaced/`` until it finishes (``fedlight.engine.run.run_folder``)."""
     found: dict[Path, Run] = {}
     for p in map(Path, paths):
         too_long = length_problem(p)

@@ -8,7 +8,7 @@ from typing import Annotated
 from fedlight.config.checks import non_negative
 from fedlight.errors import UserError
 from fedlight.server import robust_ops
-from fedlight.server.base import Aggregator, ClientPayload, State
+from fedlight.server.aggregator import Aggregator, ClientPayload, State
 from fedlight.server.krum import float_keys
 
 

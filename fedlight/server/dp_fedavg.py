@@ -40,7 +40,7 @@ import torch
 from fedlight.config.checks import positive, probability
 from fedlight.errors import UserError
 from fedlight.seeding import torch_generator
-from fedlight.server.base import Aggregator, ClientPayload, State
+from fedlight.server.aggregator import Aggregator, ClientPayload, State
 
 DP_INSTALL = "pip install 'fedlight[dp]'"
 RDP_ORDERS = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64))  # Opacus's default alphas

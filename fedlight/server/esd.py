@@ -9,7 +9,7 @@ import torch.nn.functional as F
 def usable_batch(rows: int, world: int = 1) -> bool:
     """Whether an ESD batch of ``rows`` public images is stepped on: every one of ``world`` ranks
     gets at least two of its rows, as BatchNorm needs in training mode (one rank: a trailing
-    batch of one image is skipped, as local training skips it, ``engine/local_loop.py``)."""
+    batch of one image is skipped, as local training skips it, ``engine/loop/local_loop.py``)."""
     return rows >= 2 * world
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fedlight.server import ops
-from fedlight.server.base import Aggregator, State
+from fedlight.server.aggregator import Aggregator, State
 
 
 class FedAvg(Aggregator):

@@ -37,7 +37,7 @@ import torch
 
 from fedlight.config.checks import decay, positive
 from fedlight.server import ops
-from fedlight.server.base import State
+from fedlight.server.aggregator import State
 from fedlight.server.fedavg import FedAvg
 
 RUNNING_STATISTICS = ("running_mean", "running_var")

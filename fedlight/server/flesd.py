@@ -14,7 +14,7 @@ import torch
 
 from fedlight.config.checks import at_least, non_negative, percent, positive, probability
 from fedlight.errors import UserError
-from fedlight.server.base import Aggregator, State
+from fedlight.server.aggregator import Aggregator, State
 from fedlight.server.esd import esd_steps_per_epoch
 from fedlight.server.similarity import decode, encode, ensemble_term, payload_kind
 

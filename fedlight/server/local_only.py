@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from fedlight.server import ops
-from fedlight.server.base import Aggregator, State
+from fedlight.server.aggregator import Aggregator, State
 
 
 class LocalOnly(Aggregator):

@@ -11,7 +11,7 @@ import torch
 from fedlight.config.checks import below_half
 from fedlight.errors import UserError
 from fedlight.server import robust_ops
-from fedlight.server.base import Aggregator, ClientPayload, State
+from fedlight.server.aggregator import Aggregator, ClientPayload, State
 
 
 class CoordinateRule(Aggregator):

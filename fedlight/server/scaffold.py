@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from fedlight.server import ops
-from fedlight.server.base import Aggregator, State
+from fedlight.server.aggregator import Aggregator, State
 
 CONTROL_DELTA = "control_delta."
 CONTROL_GLOBAL = "control_global."

@@ -19,7 +19,7 @@ from typing import Any, Callable
 from fedlight.config import load_recipe
 from fedlight.config.files import output_folder_problem
 from fedlight.config.loader import parse_override
-from fedlight.engine.rundir import write_json
+from fedlight.engine.state.run_files import write_json
 from fedlight.errors import UserError, UserErrors
 from fedlight.sweep import manifest as mf
 from fedlight.sweep.grid import OWNED, Axis, Task, expand, parse_grid
@@ -42,7 +42,7 @@ def cached_loader() -> Callable[..., Any]:
 
 def check_elsewhere(resolved: Any, load: Callable[..., Any]) -> None:
     """``fit.check_elsewhere``, imported (with torch) only when a task is checked."""
-    from fedlight.engine.fit import check_elsewhere as check
+    from fedlight.engine.run.fit import check_elsewhere as check
 
     check(resolved, load)
 

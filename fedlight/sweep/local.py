@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, IO
 
 import fedlight
-from fedlight.engine.rundir import has_checkpoint
+from fedlight.engine.run.run_folder import has_checkpoint
 
 POLL_SECONDS = 0.2
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>

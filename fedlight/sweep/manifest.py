@@ -24,7 +24,7 @@ from typing import Any, Iterator
 
 from fedlight.config.files import dump_yaml, escape_interpolations, read_json, read_yaml_mapping
 from fedlight.config.schema import Recipe
-from fedlight.engine.rundir import with_later_defaults
+from fedlight.engine.run.same_experiment import with_later_defaults
 from fedlight.errors import UserError
 
 MANIFEST = "manifest.json"

@@ -1,0 +1,165 @@
+"""Each sampled client's local work in a round, on one process's worker models.
+
+A client: the global shared state + its own stored private state -> its schedule's local
+training -> its payload (``module.payload()``, or a plug-in's message) folded into the
+aggregator's accumulator (or kept whole, ``engine/loop/aggregation.py``), unless its fault drops it
+or its result diverged; its private state (and the schedule's) saved. A client that keeps
+state between rounds is always trained by rank ``c % world_size``, so its state never moves
+between processes; stateless clients are dealt to ranks and worker models by sample count.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from lightning.fabric import Fabric
+
+from fedlight.engine.loop import preemption
+from fedlight.engine.loop.aggregation import fold
+from fedlight.engine.loop.client_faults import ClientFault
+from fedlight.engine.loop.client_store import ClientStateStore, ClientStore
+from fedlight.engine.loop.comm_ledger import CommLedger
+from fedlight.engine.loop.interfaces import ClientSchedule, FaultModel, Report, RoundPlugin, State
+from fedlight.engine.loop.sampling import deal_clients, owner
+from fedlight.engine.loop.workers import Workers
+from fedlight.engine.state.collectives import gather_dicts
+from fedlight.methods.federated_module import FederatedModule
+from fedlight.seeding import torch_generator
+from fedlight.server.aggregator import Aggregator
+from fedlight.server.ops import update_norm
+
+
+class ClientRunner:
+    """Trains this process's share of a round's clients.
+
+    Args:
+        fabric: devices, rank and world size.
+        aggregator: the server (``accumulate``; whether clients communicate or keep their models).
+        schedule: how a client spends its round.
+        faults: what can go wrong with a client.
+        plugins: the round's other parts (one may replace a client's payload).
+        sizes: every client's sample count (dealing clients to ranks).
+        workers: this process's worker models.
+        seed: run seed (each client's generator is keyed by seed, round and client).
+        store: where this rank's clients' private state lives (default: in memory).
+    """
+
+    def __init__(self, fabric: Fabric, aggregator: Aggregator, schedule: ClientSchedule, faults: FaultModel,
+                 plugins: list[RoundPlugin], sizes: list[int], workers: Workers, seed: int = 0,
+                 store: ClientStore | None = None) -> None:
+        self.fabric, self.aggregator, self.schedule, self.faults = fabric, aggregator, schedule, faults
+        self.plugins, self.sizes, self.workers, self.seed = plugins, sizes, workers, seed
+        self.rank, self.world = fabric.global_rank, fabric.world_size
+        self.store = store if store is not None else ClientStateStore(owns=self.owns)
+
+    def payload(self, module: FederatedModule) -> State:
+        """What a client that just trained on ``module`` uploads."""
+        for plugin in self.plugins:
+            message = plugin.client_payload(module)
+            if message is not None:
+                return message
+        return module.payload()
+
+    def owns(self, client: int) -> bool:
+        """Whether this rank keeps ``client``'s state."""
+        return owner(client, self.world) == self.rank
+
+    def hands(self, sampled: list[int], module: FederatedModule) -> list[list[int]]:
+        """The sampled clients this rank trains, one list per worker (where clients keep state, on
+        their own rank; else dealt to every worker of every rank by sample count, so none waits
+        long for another: cross-silo, 2 processes, 13.6% -> 1.8% of a round)."""
+        for plugin in self.plugins:
+            sampled = plugin.participants(sampled)
+        stateful = module.private_state() or self.aggregator.keeps_models_local or self.schedule.keeps_clients
+        w = len(self.workers)
+        if stateful:
+            mine = [c for c in sampled if self.owns(c) and self._due(c)]
+            return deal_clients(mine, [self.sizes[c] for c in mine], w)
+        hands = deal_clients(sampled, [self.sizes[c] for c in sampled], self.world * w)
+        return hands[self.rank * w:(self.rank + 1) * w]
+
+    def planned_steps(self, hands: list[list[int]]) -> int | None:
+        """The optimizer steps the clients of ``hands`` take in all (None: their schedule cannot tell)."""
+        planned = [self.schedule.planned_steps(c) for hand in hands for c in hand]
+        return None if None in planned else sum(planned)
+
+    def _due(self, client: int) -> bool:
+        """Whether a sampled ``client`` trains: always, except under a one-off local budget
+        (``trains_once``, SOLO's ``server.budget=once``) once it holds a model of its own."""
+        return not (self.aggregator.trains_once and client in self.store)
+
+    def train_hand(self, module: FederatedModule, hand: list[int], acc: State | None, round_: int,
+                   global_state: State, progress: Callable[[], Any] | None) -> tuple[State | None, list[Report]]:
+        """Train the clients of one worker's ``hand`` in order on ``module``, folding their payloads
+        into ``acc``; returns it and their reports. In a one-process run a preemption stops it
+        between two clients."""
+        reports = []
+        for i, client in enumerate(hand):
+            fault = self.faults.draw(round_, client)
+            ledger = CommLedger()
+            if self.aggregator.communicates:
+                ledger.record(round_, client, "down", global_state)
+            report: Report = {"client": client, "status": "ok", "work": fault.work, "ledger": ledger.rows}
+            reports.append(report)
+            if progress is not None:
+                progress()
+            if fault.dropped:  # fails before sending: nothing trained, nothing sent, private state kept
+                report.update(status="dropped", loss=None, steps=0, samples=0)
+            else:
+                acc = self._train_one(module, client, round_, global_state, fault, acc, ledger, report)
+            if self.world == 1 and i + 1 < len(hand) and preemption.received():  # stop between clients
+                break
+        return acc, reports
+
+    def _train_one(self, module: FederatedModule, client: int, round_: int, global_state: State, fault: ClientFault,
+                   acc: State | None, ledger: CommLedger, report: Report) -> State | None:
+        """Train one answering client on ``module``, fill its ``report`` and fold its payload into
+        ``acc`` unless its result is unusable (then its private state is not saved either)."""
+        module.load_partial(global_state)
+        private = self.store.get(client) or {}
+        prefix = self.schedule.state_prefix
+        module_state = {k: v for k, v in private.items() if not (prefix and k.startswith(prefix))}
+        if module_state:
+            module.load_partial(module_state)
+        else:
+            module.reset_private_state()
+        started = time.perf_counter()
+        work = self.schedule.train(module, client, round_, torch_generator(self.seed, "local", round_, client),
+                                   private, fault.work)
+        report["seconds"] = time.perf_counter() - started
+        payload = self.faults.damage(self.payload(module), fault)
+        if self.aggregator.communicates:
+            ledger.record(round_, client, "up", payload)
+            report["update_norm"] = update_norm(payload, global_state)  # TensorBoard's histogram (RunLog)
+        if work.d2d_bytes:  # images received from other clients, 8 bits per pixel
+            ledger.rows.append([round_, client, "d2d", "uint8", work.d2d_bytes])
+        ledger.rows.extend([round_, client, direction, dtype, n] for direction, dtype, n in work.sent)
+        report.update(loss=work.result.mean_loss, steps=work.result.steps, samples=int(work.weight), **work.report)
+        problem = self.faults.problem(work.result.mean_loss, payload)
+        if problem:  # excluded; its private state is not saved
+            report.update(status="diverged", detail=problem)
+            return acc
+        self.store.put(client, {**self._persistent_state(module), **work.state})
+        return fold(self.aggregator, acc, client, work.weight, payload)
+
+    def _persistent_state(self, module: FederatedModule) -> State:
+        """What the store keeps for a client: its private state (and its whole model for local-only)."""
+        state = module.private_state()
+        return {**module.shared_state(), **state} if self.aggregator.keeps_models_local else state
+
+    def gathered(self) -> dict[int, State]:
+        """Every rank's stored client states (a collective: every rank calls it)."""
+        return gather_dicts(self.fabric, self.store.state_dict())
+
+    def model_states(self, clients: dict[int, State]) -> dict[int, State]:
+        """Stored client states without the schedule's entries (its model's tensors only)."""
+        prefix = self.schedule.state_prefix
+        return {c: {k: v for k, v in s.items() if not (prefix and k.startswith(prefix))} for c, s in clients.items()}
+
+    def split_changed(self, module: FederatedModule, clients: list[int]) -> None:
+        """The method changed what it shares: every client of this rank starts its new private state
+        from the current model (stored state wins)."""
+        for client in clients:
+            if self.owns(client):
+                self.store.put(client, {**module.private_state(), **(self.store.get(client) or {})})

@@ -1,0 +1,109 @@
+"""What a run shows as it goes (rank 0): TensorBoard scalars and pictures, ``comm.csv``.
+
+The round loop's own scalars (time, loss, learning rate, bytes, probe and kNN) and the
+histogram of the clients' update norms are logged here; every plug-in adds its own through
+``RoundPlugin.log_open``, ``log_round`` and ``log_clients``.
+
+The accuracies are ``accuracy/*`` (``ACCURACY``): TensorBoard lists tag groups alphabetically,
+so they come first; the random-init encoder's are their step 0, each evaluation's the round's
+step, and the run's final metrics (``final/*``, beside its hparams) the last round's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from lightning.fabric.loggers import TensorBoardLogger
+
+from fedlight.data.partition import class_counts
+from fedlight.data.sources import ImageData
+from fedlight.engine.loop.comm_ledger import CommLedger
+from fedlight.engine.loop.evaluator import METRICS
+from fedlight.engine.loop.interfaces import ACCURACY
+from fedlight.engine.loop.interfaces import Report, RoundPlugin
+from fedlight.engine.output.tensorboard import partition_figure, used_hparams
+
+
+class RunLog:
+    """The TensorBoard logger and ``comm.csv`` of a run folder (a no-op off rank 0).
+
+    Args:
+        run_dir: the run folder.
+        plugins: the round's parts, each logging its own scalars and pictures.
+        data: the federation's images (the partition's picture, the final embedding's test images).
+        parts: every client's sample indices into ``data.train_x``.
+        enabled: whether this process writes (rank 0).
+    """
+
+    def __init__(self, run_dir: Path, plugins: list[RoundPlugin], data: ImageData, parts: list[torch.Tensor],
+                 enabled: bool = True) -> None:
+        self.run_dir, self.plugins, self.data, self.parts, self.enabled = run_dir, plugins, data, parts, enabled
+        self.logger: TensorBoardLogger | None = None
+
+    def open(self, rounds_done: int, ledger: list[list], baseline: dict[str, Any] | None) -> None:
+        """Open the logs of a run that has completed ``rounds_done`` rounds; a fresh run also shows
+        the partition's (K, C) class counts and the ``baseline`` (random-init) accuracies at step 0."""
+        if not self.enabled:
+            return
+        # purge_step drops events a killed run logged after its last checkpoint
+        self.logger = TensorBoardLogger(str(self.run_dir), name="tensorboard", version="",
+                                        default_hp_metric=False, purge_step=rounds_done + 1)
+        (self.run_dir / "comm.csv").write_text(CommLedger.CSV_HEADER + CommLedger.csv_lines(ledger))
+        fresh = rounds_done == 0
+        if fresh:
+            d = self.data
+            counts = class_counts(d.train_y.numpy(), [p.numpy() for p in self.parts], d.num_classes)
+            self.logger.experiment.add_figure("data/partition", partition_figure(counts), 0)
+        for plugin in self.plugins:
+            plugin.log_open(self.logger, self.run_dir, fresh)
+        if fresh:
+            self.logger.log_metrics({f"{ACCURACY}/{k}": v for k, v in baseline.items() if v is not None}, step=0)
+
+    def round(self, row: dict[str, Any], ledger_rows: list[list], reports: list[Report]) -> None:
+        """The scalars and pictures of a finished round's history ``row`` and its clients' ``reports``
+        (every rank's): the histogram of the answering clients' update norms, the parts' own; its
+        ledger rows to comm.csv."""
+        if self.logger is None:
+            return
+        norms = [rep["update_norm"] for rep in reports if rep["status"] == "ok" and rep.get("update_norm") is not None]
+        if norms:  # ||payload - global model|| per client (fedlight.server.ops.update_norm)
+            self.logger.experiment.add_histogram("clients/update_norm", np.asarray(norms), row["round"])
+        for plugin in self.plugins:
+            plugin.log_clients(self.logger, row["round"], reports)
+        scalars = {"time/round_seconds": row["seconds"], "time/train_seconds": row["train_seconds"],
+                   "time/eval_seconds": row["eval_seconds"], "train/lr": row["lr"],
+                   **({"train/loss": row["train_loss"]} if row["train_loss"] is not None else {}),
+                   **{f"comm/{k}": row[k] for k in ("bytes_up", "bytes_down", "bytes_d2d")},
+                   **{f"{ACCURACY}/{k}": v for k, v in row.items() if k.startswith(METRICS) and v is not None}}
+        for plugin in self.plugins:
+            scalars.update(plugin.log_round(self.logger, row))
+        self.logger.log_metrics(scalars, step=row["round"])
+        with open(self.run_dir / "comm.csv", "a") as f:
+            f.write(CommLedger.csv_lines(ledger_rows))
+
+    def final(self, record: dict[str, Any], final: dict[str, float | None],
+              features: Callable[[torch.Tensor], torch.Tensor], samples: int, step: int) -> None:
+        """The run's hyper-parameters (the keys of ``record``, the resolved recipe, that it uses:
+        ``used_hparams``) with its ``final`` metrics at the last round (``step``), and the embedding of
+        the first ``samples`` test images by the final global encoder (``features``: uint8 images ->
+        (n, d) features)."""
+        if self.logger is None:
+            return
+        part_keys = [key for plugin in self.plugins for key in plugin.option_keys()]
+        self.logger.log_hyperparams(used_hparams(record, part_keys),
+                                    metrics={f"final/{k}": v for k, v in final.items() if v is not None}, step=step)
+        n = min(samples, len(self.data.test_x))
+        if n:
+            images = self.data.test_x[:n]
+            self.logger.experiment.add_embedding(
+                features(images).cpu(), metadata=self.data.test_y[:n].tolist(),
+                label_img=images.float().div(255), global_step=step, tag="final_global_encoder")
+        self.finish("success")
+
+    def finish(self, status: str) -> None:
+        """Flush and close TensorBoard (``success``, ``preempted``, ``failed``)."""
+        if self.logger is not None:
+            self.logger.finalize(status)

@@ -1,0 +1,3 @@
+"""CF-CL (Wagle et al. 2022): D2D iteration periods with reserve pushes and pulls
+(``local.schedule: exchange``). Part of the parts room: it imports no other part.
+"""

@@ -1,0 +1,3 @@
+"""Simulated client faults (``faults.*``, every run): dropouts, stragglers, divergence, and the
+run's answer to them. Part of the parts room: it imports no other part.
+"""

@@ -1,0 +1,257 @@
+"""``fedlight fit``: from a resolved recipe to a finished run folder."""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from lightning.fabric import Fabric
+
+from fedlight import registry
+from fedlight.catalog import check_name
+from fedlight.config.schema import Recipe
+from fedlight.data.locate import data_on_disk
+from fedlight.data.partition import partition
+from fedlight.data.rotated import check_device_fits
+from fedlight.data.sources import ImageData, empty_of_shape, load_dataset, take_subset
+from fedlight.engine.loop import preemption
+from fedlight.engine.loop.aggregation import check_payload_budget
+from fedlight.engine.loop.sampling import clients_per_round
+from fedlight.engine.output.console import say
+from fedlight.engine.run import launch, rendezvous
+from fedlight.engine.run.assemble import build_federation, part_options
+from fedlight.engine.run.run_folder import RunFolder, claim_run_dir, finished_results
+from fedlight.engine.run.same_experiment import RESOLVED
+from fedlight.engine.state.run_files import RECIPE, write_yaml
+from fedlight.errors import UserError, warnings_if_it_works
+from fedlight.eval.probes import labelled_count
+from fedlight.methods.federated_module import FederatedModule, OptimizerSpec
+from fedlight.seeding import derive_seed, numpy_rng
+from fedlight.server.aggregator import Aggregator
+
+
+def prepare_data(recipe: Recipe, load: Callable[..., ImageData] = load_dataset) -> tuple[ImageData, list]:
+    """Load (with ``load``: ``load_dataset``, or a cache of it), subset and partition the data
+    (raises UserError on missing data or bad partitions)."""
+    d, p, s = recipe.data, recipe.partition, recipe.stream
+    data = take_subset(load(d.name, d.root, d.download, recipe.seed), d.subset, d.test_subset, recipe.seed)
+    kind, per_client = p.kind, p.classes_per_client
+    if s.classes_per_client is not None:  # a stream's classes are its device's partition's classes
+        if s.velocity is None or p.kind not in ("iid", "classes"):
+            raise UserError("stream.classes_per_client needs stream.velocity set and partition.kind iid or classes; "
+                            "set stream.velocity or drop stream.classes_per_client")
+        kind, per_client = "classes", s.classes_per_client
+    parts = partition(kind, data.train_y.numpy(), recipe.clients.num, numpy_rng(recipe.seed, "partition"),
+                      alpha=p.alpha, min_size=p.min_size, shards_per_client=p.shards_per_client,
+                      classes_per_client=per_client)
+    return data, parts
+
+
+def build_module(recipe: Recipe, data: ImageData) -> FederatedModule:
+    """The method's worker model, initialised from the run seed, in ``fabric.channels_last`` format."""
+    torch.manual_seed(derive_seed(recipe.seed, "init"))
+    l = recipe.local
+    try:
+        module = registry.build_method(recipe.method, recipe.model.backbone, data.channels, data.image_size,
+                                       data.num_classes, OptimizerSpec(l.optimizer, l.lr, l.momentum, l.weight_decay))
+    except MemoryError:  # torch raises it (a RuntimeError on some builds) when a size in method.* is absurd
+        raise _too_large(recipe) from None
+    except RuntimeError as exc:
+        if "allocate" not in str(exc) and "memory" not in str(exc):
+            raise
+        raise _too_large(recipe) from None
+    return module.to(memory_format=torch.channels_last) if recipe.fabric.channels_last else module
+
+
+def _too_large(recipe: Recipe) -> UserError:
+    sizes = ", ".join(f"method.{k}={v}" for k, v in recipe.method.items() if isinstance(v, int) and v > 10_000)
+    return UserError(f"the model of method.name={recipe.method['name']} does not fit in memory"
+                     + (f" ({sizes})" if sizes else "") + "; make its sizes smaller")
+
+
+def make_fabric(recipe: Recipe) -> Fabric:
+    """Fabric for ``fabric.*``; an impossible device request is a user error."""
+    f = recipe.fabric
+    launch.require_launcher(f.devices, f.num_nodes)  # fit() called without the CLI
+    processes = f.devices * f.num_nodes
+    try:
+        with warnings_if_it_works(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*`srun` command is available")  # noise in any case
+            return Fabric(accelerator=f.accelerator, devices=f.devices, num_nodes=f.num_nodes,
+                          precision=f.precision,
+                          strategy=rendezvous.strategy(f.rendezvous_timeout_min) if processes > 1 else "auto")
+    except (RuntimeError, ValueError) as exc:  # Lightning's MisconfigurationException is a ValueError
+        raise UserError(f"fabric.accelerator={f.accelerator} fabric.devices={f.devices} "
+                        f"fabric.precision={f.precision} cannot be set up here ({exc}); "
+                        "use fabric.accelerator=auto or cpu") from None
+
+
+def fit(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
+    """Run (or resume) the simulation described by ``recipe``; returns the results mapping.
+
+    Every user error (recipe, data, partition, method options, run folder) is raised before
+    the run folder is touched or any process is launched; those only a checkpoint can tell
+    (damaged, ``rounds`` below its rounds) before anything is written. A run folder in use by
+    another run is refused; a run it replaces is deleted only once this one has finished
+    (``run_folder``). ``resume`` of a finished run (every round done, final metrics logged) changes
+    nothing and returns its results. SIGUSR1 or SIGTERM stop the run after the current round's checkpoint and
+    requeue its SLURM job: ``preemption.Preempted`` is raised.
+    """
+    with preemption.signals_handled():
+        try:
+            return _fit(recipe, resume, overwrite)
+        except preemption.Preempted as stop:
+            preemption.requeue_after(stop)
+            raise
+
+
+def check_recipe(recipe: Recipe) -> Aggregator:
+    """What a recipe can get wrong before any data is read (``fit`` and ``fedlight sweep`` both ask);
+    returns the run's aggregator."""
+    if "aggregate_every" in recipe.server:  # CF-CL's Ta moved from the server to the client schedule
+        raise UserError("server.aggregate_every is now local.iterations (SGD iterations a round, CF-CL's Ta); "
+                        f"set local.iterations={recipe.server['aggregate_every']} and drop server.aggregate_every")
+    server = registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client,
+                               recipe.seed)
+    check_name("model.backbone", recipe.model.backbone, registry.BACKBONES)
+    registry.check_method_state(recipe.method, recipe.model.backbone)
+    registry.check_plugins(recipe.plugins)
+    part_options(recipe, server)  # each part checks its own options; assemble, that they go together
+    server.check_clients(round_size(recipe, server))  # e.g. Krum's f against the clients a round samples
+    return server
+
+
+def round_size(recipe: Recipe, server: Aggregator) -> int:
+    """The clients a round samples (one when the server pools them; the public client never trains)."""
+    trainable = recipe.clients.num - (recipe.partition.public_client is not None)
+    return 1 if server.pools_clients else clients_per_round(trainable, recipe.clients.fraction)
+
+
+def prepare(recipe: Recipe, load: Callable[..., ImageData] = load_dataset
+            ) -> tuple[Aggregator, ImageData, list, FederatedModule]:
+    """Everything ``fit`` refuses before it touches the run folder, and what it builds on the way:
+    the aggregator, the data and its partition, and the method's model.
+
+    Raises:
+        UserError: the recipe (``check_recipe``), the data or its partition, the data against the
+            method, server or new device, or the method's constructor (LG's ``global_layers``,
+            FedBN on a backbone without BatchNorm) refuses.
+    """
+    server = check_recipe(recipe)
+    data, parts = prepare_data(recipe, load)
+    if getattr(registry.METHODS[recipe.method["name"]], "uses_protected", False) and data.train_a is None:
+        raise UserError(f"method.name={recipe.method['name']} needs a dataset with a protected attribute; "
+                        f"data.name={recipe.data.name} has none (use data.name=diabetes)")
+    if server.uses_public_set:  # e.g. FLESD's queue against its public set: needs the partition, not the run
+        f = recipe.fabric
+        server.check_public_set(len(parts[recipe.partition.public_client]), f.devices * f.num_nodes)
+    if recipe.new_device.rotation is not None:  # its sizes against the splits, before the run folder
+        check_device_fits(data, recipe.new_device.train, recipe.new_device.test)
+    check_sizes(recipe, data, parts)
+    module = build_module(recipe, data)
+    check_payload_budget(server, module.payload(), round_size(recipe, server), recipe.run.payload_budget_mb,
+                         recipe.server["name"])
+    return server, data, parts, module
+
+
+def check_sizes(recipe: Recipe, data: ImageData, parts: list) -> None:
+    """Sizes against the data: a test split smaller than the classes is refused (its accuracy measures
+    nothing); a size above what it counts is clamped by the engine, which one warning line says.
+
+    Raises:
+        UserError: ``data.test_subset`` below the number of classes.
+    """
+    d, l, e = recipe.data, recipe.local, recipe.eval
+    if d.test_subset is not None and d.test_subset < data.num_classes:
+        raise UserError(f"recipe key 'data.test_subset' is {d.test_subset}, fewer test images than the "
+                        f"{data.num_classes} classes: an accuracy over them measures nothing; "
+                        f"raise it to at least {data.num_classes} or drop it")
+    largest = max(len(part) for part in parts)
+    if l.batch_size > largest:
+        _warn(f"local.batch_size={l.batch_size} is above every client's samples (the most: {largest}); "
+              f"a local step takes a client's whole data, as local.batch_size={largest} would")
+    labelled = labelled_count(data.train_y.numpy(), e.label_fraction)
+    if e.knn_k > labelled:
+        _warn(f"eval.knn_k={e.knn_k} is above the {labelled} labelled training samples "
+              f"(eval.label_fraction={e.label_fraction:g}); the kNN vote takes all {labelled}")
+
+
+def _warn(text: str) -> None:
+    if not launch.is_child():  # rank 0 says it once
+        print(f"fedlight: warning: {text}", file=sys.stderr)
+
+
+def check_elsewhere(recipe: Recipe, load: Callable[..., ImageData] = load_dataset) -> None:
+    """``fit``'s checks for a recipe that will run elsewhere or later (a sweep's task): all of
+    ``prepare``'s where the data is on this machine; else those the data's shape decides (the
+    recipe, and the method's constructor against the dataset's channels, size and classes).
+
+    Raises:
+        UserError: what ``fit`` would raise for ``recipe`` before its run folder.
+    """
+    d = recipe.data
+    if data_on_disk(d.name, d.root, d.download):
+        prepare(recipe, load)
+    else:
+        check_recipe(recipe)
+        build_module(recipe, empty_of_shape(d.name))
+
+
+def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
+    server, data, parts, module = prepare(recipe)  # the method's own checks (LG's global_layers) come before the run folder
+    record = run_record(recipe, data)
+    done = finished_results(Path(recipe.run_dir), record) if resume else None  # compared through the record
+    if done is not None:  # resuming would only evaluate, project and log its final metrics again
+        say(f"run folder '{recipe.run_dir}' has finished all {recipe.rounds} rounds: nothing to resume, nothing "
+            "changed (raise rounds to train more)", int(launch.is_child()))
+        return done
+    fabric = make_fabric(recipe)
+    folder = None
+    if fabric.global_rank == 0:  # rank 0 owns the run folder; the other ranks never lock it
+        folder = claim_run_dir(Path(recipe.run_dir), record, resume, overwrite, recipe.run.min_free_mb)
+    try:
+        return _run(fabric, recipe, data, parts, module, server, folder, record)
+    finally:
+        if folder is not None:
+            folder.release()
+
+
+def run_record(recipe: Recipe, data: ImageData) -> dict[str, Any]:
+    """What the run folder's ``recipe.yaml``, ``results.json`` and the hparams record of the run's
+    settings: the resolved recipe, and under ``resolved`` what its method, aggregator, backbone and
+    round plug-ins are built with, the constructors' defaults included (``registry.resolved_settings``)."""
+    resolved = registry.resolved_settings(recipe.method, recipe.server, recipe.model.backbone, recipe.plugins,
+                                          data.channels, data.image_size)
+    return {**asdict(recipe), RESOLVED: resolved}
+
+
+def _run(fabric: Fabric, recipe: Recipe, data: ImageData, parts: list, module: FederatedModule, server: Aggregator,
+         folder: RunFolder | None, record: dict[str, Any]) -> dict[str, Any]:
+    """Launch (every rank joins within ``fabric.rendezvous_timeout_min``), restore (when rank 0
+    found a checkpoint to resume), write the recipe, train."""
+    rendezvous.join(fabric, recipe.fabric.rendezvous_timeout_min)
+    restore = bool(fabric.broadcast(folder is not None and folder.resume, src=0))  # rank 0 looked at the folder
+    # Lightning sets PYTORCH_NVML_BASED_CUDA_CHECK=1 on import, so that asking whether CUDA exists
+    # cannot poison a later fork. fedlight forks nothing (its ranks start before torch is
+    # imported) and the device is chosen by now, while with the variable set each
+    # torch.cuda.is_available() tries to load NVML (82 us against 1 us on the CPU machine,
+    # benchmarks/micro.py), paid by torch.optim at every step (its graph-capture check) with
+    # the GIL held.
+    os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
+    if recipe.fabric.threads:
+        torch.set_num_threads(recipe.fabric.threads)
+    run_dir = Path(recipe.run_dir)
+    federation = build_federation(fabric, recipe, data, parts, module, server, run_dir, record=record)
+    try:
+        if restore:
+            federation.restore()  # a damaged checkpoint or too few rounds: refused before anything is written
+        if folder is not None:
+            write_yaml(run_dir / RECIPE, record)
+        return federation.run()
+    finally:
+        federation.workers.close()

@@ -1,0 +1,304 @@
+"""The run folder: one run at a time, nothing replaced before the new run has saved, and its files.
+
+Rank 0 of a run holds an exclusive ``flock`` on ``.fedlight.lock`` in the folder for the life of
+the run; the kernel releases it when the process ends, however it ends. A second ``fedlight fit``
+into a held folder is refused in one line naming the PID that holds it.
+
+Replacing a run (``--overwrite``, or ``--resume`` of a run that saved no round) moves the old
+one into ``.fedlight-replaced/`` inside the folder, and deletes it once the new run has finished
+(its ``results.json`` holds final metrics). A new run that ends before its first checkpoint puts
+the old one back: at once if it raised, or, after a kill, at the next ``fedlight fit`` into the
+folder. A new run stopped later (a kill, a preemption, an error) leaves both: the old run stays
+aside while ``--resume`` finishes the new one, a second ``--overwrite`` starts the new one again
+(the old run still aside), and the old run comes back by hand (delete the folder's other entries,
+then move those of ``.fedlight-replaced/`` up one level). Moves go through
+``.fedlight-replaced.partial/`` (entry by entry, then one rename), so a kill halfway through
+either move is finished by the next claim.
+
+Every check that can refuse the folder runs before any of this: a refusal leaves it as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from fedlight.config.files import length_problem, output_folder_problem
+from fedlight.engine.run.folder_lock import FolderLock, not_writable
+from fedlight.engine.run.same_experiment import check_same_experiment
+from fedlight.engine.state.run_files import CHECKPOINT, RECIPE
+from fedlight.errors import UserError
+
+RESULTS = "results.json"
+LOCK = ".fedlight.lock"
+REPLACED = ".fedlight-replaced"
+MOVING = REPLACED + ".partial"
+BOOKKEEPING = frozenset({LOCK, REPLACED, MOVING})  # entries that belong to the folder, not to a run
+
+
+def has_checkpoint(path: Path) -> bool:
+    """Whether the run folder ``path`` holds a checkpoint to resume (``load_checkpoint`` falls back to ``.prev``)."""
+    return (path / CHECKPOINT).is_file() or (path / (CHECKPOINT + ".prev")).is_file()
+
+
+def _results(path: Path) -> dict[str, Any] | None:
+    """The run's ``results.json`` as a mapping; None when there is none, {} when it is not one."""
+    try:
+        found = json.loads((path / RESULTS).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, RecursionError):  # damaged, binary, nested past the recursion limit
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def is_finished(path: Path) -> bool:
+    """Whether the run in ``path`` has finished: its ``results.json`` holds final metrics, written
+    after its last round's checkpoint and its final logging."""
+    return bool((_results(path) or {}).get("final"))
+
+
+def _progress(results: dict[str, Any]) -> str:
+    done = results.get("rounds_completed")
+    rounds = f"{done} rounds" if isinstance(done, int) and not isinstance(done, bool) else "rounds"
+    return f"finished after {rounds}" if results.get("final") else f"{rounds} done"
+
+
+def finished_results(path: Path, recipe: dict[str, Any]) -> dict[str, Any] | None:
+    """The results of the finished run in ``path`` that ``--resume`` with ``recipe`` would only repeat
+    (every round done, final metrics logged), or None when there is something left to do.
+
+    Raises:
+        UserError: ``recipe`` is another experiment than the run's.
+    """
+    results = _results(path)
+    if not results or not results.get("final") or not has_checkpoint(path) or (path / REPLACED).exists():
+        return None
+    if results.get("rounds_completed") != recipe["rounds"]:
+        return None
+    check_same_experiment(path, recipe)
+    return results
+
+
+def _run_entries(path: Path) -> list[Path]:
+    return [p for p in path.iterdir() if p.name not in BOOKKEEPING] if path.is_dir() else []
+
+
+def _move_entries(source: Path, target: Path) -> None:
+    for entry in _run_entries(source):
+        os.rename(entry, target / entry.name)
+
+
+def _delete(entry: Path) -> None:
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry)
+    else:
+        entry.unlink()
+
+
+def _move_aside(path: Path) -> None:
+    """The run in ``path`` goes to ``path/.fedlight-replaced``."""
+    moving = path / MOVING
+    moving.mkdir()
+    _move_entries(path, moving)
+    os.rename(moving, path / REPLACED)
+
+
+def _put_back(path: Path) -> None:
+    """What ``path`` holds now goes; the run in ``path/.fedlight-replaced`` comes back."""
+    for entry in _run_entries(path):
+        _delete(entry)
+    os.rename(path / REPLACED, path / MOVING)
+    _finish_move(path)
+
+
+def _finish_move(path: Path) -> None:
+    """A move either way stopped halfway: ``path`` holds only the old run's entries, so the rest join them."""
+    _move_entries(path / MOVING, path)
+    (path / MOVING).rmdir()
+
+
+def _recover(path: Path) -> None:
+    """Finish what a killed run left half done: a move, or a replacement it never saved."""
+    if (path / MOVING).is_dir():
+        _finish_move(path)
+    if (path / REPLACED).is_dir():
+        if is_finished(path):  # the new run finished: it has replaced the old one
+            shutil.rmtree(path / REPLACED)
+        elif not has_checkpoint(path):  # the new run saved nothing: the old one comes back
+            _put_back(path)
+
+
+def _plan(path: Path, recipe: dict[str, Any], resume: bool, overwrite: bool) -> tuple[bool, bool]:
+    """(resume from its checkpoint, move the run there aside) for ``path`` as it is now.
+
+    Raises:
+        UserError: the folder does not fit the flags.
+    """
+    used = bool(_run_entries(path))
+    if resume:
+        if not has_checkpoint(path) and not (path / RECIPE).is_file():
+            raise UserError(f"run folder '{path}' has no checkpoint to resume ({CHECKPOINT}); drop --resume")
+        check_same_experiment(path, recipe)
+        results = _results(path)
+        if not has_checkpoint(path) and results is not None:  # results.json comes after the first checkpoint
+            what = "is a directory" if (path / CHECKPOINT).is_dir() else "is missing"
+            raise UserError(f"run folder '{path}' has {RESULTS} ({_progress(results)}) but '{path / CHECKPOINT}' "
+                            f"{what}: put the run's checkpoints back to resume it, or pass --overwrite instead "
+                            "of --resume to train it again from round 0")
+        # a run killed before its first checkpoint saved only its recipe: it starts again from round 0
+        return has_checkpoint(path), not has_checkpoint(path)
+    if used and not overwrite:
+        raise UserError(f"run folder '{path}' is not empty; pass --resume to continue it, "
+                        f"--overwrite to replace it, or set run.dir elsewhere{_kept_aside(path)}")
+    return False, used
+
+
+def _kept_aside(path: Path) -> str:
+    """The words that say a run is kept in ``.fedlight-replaced`` while its replacement is unfinished."""
+    if not (path / REPLACED).is_dir():
+        return ""
+    return (f" (the run it replaces is kept in '{path / REPLACED}' until it finishes; to get that one back, "
+            f"delete the folder's other entries and move those in '{REPLACED}' up one level)")
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost folder of ``path`` that does not exist yet (None if ``path`` exists)."""
+    missing = None
+    for folder in [path, *path.parents]:
+        if folder.exists():
+            return missing
+        missing = folder
+    return missing
+
+
+def _remove_empty(path: Path, top: Path | None) -> None:
+    """Remove the empty folders from ``path`` up to ``top`` (what this run created); stop at one that is not empty."""
+    if top is None:
+        return
+    for folder in [path, *path.parents]:
+        try:
+            if folder.exists():
+                folder.rmdir()
+        except OSError:
+            return
+        if folder == top:
+            return
+
+
+class RunFolder:
+    """Rank 0's hold on a run folder, from ``claim_run_dir`` to ``release``.
+
+    Attributes:
+        path: the run folder.
+        resume: whether the run continues from the folder's checkpoint.
+    """
+
+    def __init__(self, path: Path, lock: FolderLock, created: Path | None, resume: bool) -> None:
+        self.path, self.resume = path, resume
+        self._lock, self._created = lock, created
+
+    def release(self) -> None:
+        """The run ended: a run it replaced is gone if it finished, back if it saved nothing, else kept
+        aside; a folder it made and left empty goes."""
+        try:
+            _recover(self.path)
+        finally:
+            empty = self._created is not None and not _run_entries(self.path)
+            self._lock.release()
+            if empty:
+                _remove_empty(self.path, self._created)
+
+
+def claim_run_dir(path: Path, recipe: dict[str, Any], resume: bool, overwrite: bool,
+                  min_free_mb: int = 0) -> RunFolder:
+    """Lock ``path`` for this run and make it ready, or refuse it in one line with the folder as it was.
+
+    A used folder needs ``resume`` (the same experiment: ``recipe`` is compared with the saved
+    one) or ``overwrite``; the disk must have ``min_free_mb`` MiB free and the folder must take
+    writes. A run it replaces is moved aside, not deleted (see the module docstring).
+
+    Raises:
+        UserError: the flags contradict each other or do not fit the folder, it is held by another
+            run, it is not writable, or its disk is too full.
+    """
+    _check_flags_and_disk(path, resume, overwrite, min_free_mb)
+    created = _first_missing(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _remove_empty(path, created)
+        raise not_writable(path, exc) from None
+    try:
+        lock = FolderLock.acquire(path / LOCK, path)
+    except UserError:
+        _remove_empty(path, created)  # a folder another run has just locked is not empty: it stays
+        raise
+    folder = RunFolder(path, lock, created, resume=False)
+    try:
+        _recover(path)
+        folder.resume, replace = _plan(path, recipe, resume, overwrite)
+        _probe_writes(path)
+        if replace and (path / REPLACED).is_dir():  # an unfinished replacement: the run it replaces stays aside
+            for entry in _run_entries(path):
+                _delete(entry)
+        elif replace:
+            _move_aside(path)
+    except BaseException:
+        folder.release()
+        raise
+    return folder
+
+
+def check_run_dir(path: Path, recipe: dict[str, Any], resume: bool, overwrite: bool, min_free_mb: int = 0) -> None:
+    """Refuse ``path`` as ``claim_run_dir`` would, only reading: no lock taken, no folder made, nothing moved.
+
+    ``fedlight fit`` asks before it imports torch, so a wrong flag or a folder in the way is one
+    line within a second, not after the 7-9 s of imports. Two refusals stay the claim's: a folder
+    another run holds (only the lock tells) and one a killed run left half replaced (the claim
+    finishes that move first, under the lock, which can change what the folder holds).
+
+    Raises:
+        UserError: as ``claim_run_dir``.
+    """
+    _check_flags_and_disk(path, resume, overwrite, min_free_mb)
+    problem = output_folder_problem(path)
+    if problem:
+        raise UserError(f"run folder: {problem}; set run.dir to a writable folder")
+    if not (path / MOVING).exists() and not (path / REPLACED).exists():
+        _plan(path, recipe, resume, overwrite)
+
+
+def _check_flags_and_disk(path: Path, resume: bool, overwrite: bool, min_free_mb: int) -> None:
+    if resume and overwrite:
+        raise UserError("--resume and --overwrite contradict each other; pass only one")
+    too_long = length_problem(path)
+    if too_long:
+        raise UserError(f"run.dir {too_long}; set run.dir to a shorter path")
+    check_free_space(path, min_free_mb)
+
+
+def _probe_writes(path: Path) -> None:
+    try:
+        probe = path / ".write-test"
+        probe.write_bytes(b"x" * 4096)
+        probe.unlink()
+    except OSError as exc:
+        raise not_writable(path, exc) from None
+
+
+def check_free_space(path: Path, min_free_mb: int) -> None:
+    """Raise a one-line UserError if the disk that will hold ``path`` has less than ``min_free_mb`` MiB free."""
+    anchor = path.absolute()
+    while not anchor.exists() and anchor != anchor.parent:
+        anchor = anchor.parent
+    try:
+        free = shutil.disk_usage(anchor).free
+    except OSError:
+        return  # cannot tell: the write probe decides
+    if free < min_free_mb * 2**20:
+        raise UserError(f"run folder '{path}': its disk has {free / 2**20:.0f} MiB free, less than "
+                        f"run.min_free_mb={min_free_mb}; free space or set run.dir to another disk")

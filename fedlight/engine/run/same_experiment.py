@@ -1,0 +1,105 @@
+"""Whether ``--resume`` continues the same experiment: the recipe saved in the run folder,
+filled in with what a later fedlight added (its defaults keep the old behaviour), against the
+recipe given now, and the settings its method, server, backbone and plug-ins were built with
+(the ``resolved`` record) against what the installed code would build; only the keys that are
+not the experiment may differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any
+
+from fedlight.config.files import read_yaml_mapping
+from fedlight.config.schema import Recipe
+from fedlight.engine.state.run_files import RECIPE
+from fedlight.errors import UserError
+
+# recipe keys (or sections) a resumed run may change: rounds may grow, faults and the rendezvous's
+# deadline model the cluster and run says where the run lives (a moved folder resumes), none of
+# them is the experiment
+NOT_THE_EXPERIMENT = ("rounds", "faults", "run", "fabric.rendezvous_timeout_min")
+# recipe.yaml's record of what the run's classes were built with (``registry.resolved_settings``);
+# where both runs hold one, the sections of constructor options are compared through it
+RESOLVED = "resolved"
+CONSTRUCTOR_SECTIONS = ("method", "server", "plugins")
+# a run's recipe.yaml is a copy of its resolved recipe, written again when the run resumes
+RECIPE_COPY_FIX = "it only records the run's recipe: delete it and rerun with --resume, which writes it again"
+
+
+def with_later_defaults(saved: dict[str, Any]) -> dict[str, Any]:
+    """``saved`` with what a later fedlight added filled in from its defaults, which keep the old
+    behaviour: a key in a schema section, or a whole section (``new_device``); a run folder or a
+    sweep written before an option existed resumes."""
+    recipe = Recipe()
+    defaults = asdict(recipe)
+    sections = {k for k in defaults if is_dataclass(getattr(recipe, k))}
+    filled = {k: {**defaults[k], **v} if k in sections and isinstance(v, dict) else v for k, v in saved.items()}
+    return {**{k: defaults[k] for k in set(defaults) - set(saved)}, **filled}
+
+
+def _differences(saved: dict[str, Any], recipe: dict[str, Any], ignore: tuple[str, ...]) -> list[str]:
+    """The keys (``local.lr``, or a whole section) in which ``recipe`` differs from ``saved``."""
+    out = []
+    for k, v in saved.items():
+        if k in ignore or v == recipe.get(k):
+            continue
+        new = recipe.get(k)
+        if isinstance(v, dict) and isinstance(new, dict):
+            out += [f"{k}.{key}" for key in sorted(set(v) | set(new))
+                    if v.get(key) != new.get(key) and f"{k}.{key}" not in ignore]
+        else:
+            out.append(k)
+    return out
+
+
+def check_same_experiment(path: Path, recipe: dict[str, Any]) -> None:
+    """Refuse to resume the run in ``path`` with ``recipe`` (a ``run_record``) where it differs from the
+    saved one; where both hold a ``resolved`` record, the method, server and plug-in sections are
+    compared through it (with ``recipe`` holding none yet, ``preflight`` before torch loads, they are
+    left to ``fit``'s claim). A run folder written before the record existed compares its recipe only."""
+    saved_path = path / RECIPE
+    if not saved_path.is_file():
+        return
+    saved = with_later_defaults(read_yaml_mapping(saved_path, "the run's recipe", RECIPE_COPY_FIX))
+    recorded, resolved = saved.pop(RESOLVED, None), recipe.get(RESOLVED)
+    through_record = CONSTRUCTOR_SECTIONS if isinstance(recorded, dict) else ()
+    changed = sorted(_differences(saved, recipe, (*NOT_THE_EXPERIMENT, RESOLVED, *through_record)))
+    if changed:
+        raise UserError(f"--resume with a recipe that differs from '{saved_path}' in {', '.join(changed)}; "
+                        "resume with the same recipe and overrides (rounds may grow), or use --overwrite")
+    if through_record and isinstance(resolved, dict):
+        _check_same_settings(saved_path, recorded, resolved)
+
+
+def _settings(record: dict[str, Any]) -> dict[str, Any]:
+    """A ``resolved`` record as ``{key: value}`` named as the recipe names them: ``method.temperature``,
+    ``server.name``, ``model.backbone``, ``model.backbone.parameters``, ``plugins.marker.scale``."""
+    out = {f"{section}.{k}": v for section in ("method", "server") for k, v in (record.get(section) or {}).items()}
+    out.update({"model.backbone" if k == "name" else f"model.backbone.{k}": v
+                for k, v in (record.get("backbone") or {}).items()})
+    for name, options in (record.get("plugins") or {}).items():
+        out[f"plugins.{name}"] = "on"
+        out.update({f"plugins.{name}.{k}": v for k, v in (options or {}).items()})
+    return out
+
+
+def _check_same_settings(saved_path: Path, recorded: dict[str, Any], resolved: dict[str, Any]) -> None:
+    """Refuse, naming the first key, where the installed code would build the run's method, server,
+    backbone or plug-ins otherwise than the run recorded. An option only one side has is no
+    difference (an option a later release adds keeps the old behaviour by default, as a recipe key
+    does); a plug-in only one side has is."""
+    old, new = _settings(recorded), _settings(resolved)
+    plugins = {f"plugins.{name}" for name in {*(recorded.get("plugins") or {}), *(resolved.get("plugins") or {})}}
+    changed = [k for k in old if k in new and old[k] != new[k]] + sorted(k for k in plugins if (k in old) != (k in new))
+    if not changed:
+        return
+    key = changed[0]
+    before, after = old.get(key, "off"), new.get(key, "off")
+    fix = ("resume with the fedlight release that wrote the run" if key.startswith("model.backbone.")
+           else f"set {key}={before} to resume as recorded" if key in new and key not in plugins
+           else "resume with the same recipe and overrides")
+    more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+    raise UserError(f"--resume: the run recorded {key}={before} (resolved, in '{saved_path}'), the installed "
+                    f"fedlight would run {key}={after}{more}; {fix}, or use --overwrite")

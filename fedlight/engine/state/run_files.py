@@ -1,0 +1,27 @@
+"""The run folder's files: their names (the checkpoint, the recipe copy) and how one is written
+(atomically: a reader sees the old file or the new one, never half of either).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from fedlight.config.files import dump_yaml
+from fedlight.engine.state.atomic_files import atomic_write_bytes
+
+CHECKPOINT = "checkpoints/last.pt"
+RECIPE = "recipe.yaml"
+
+
+def write_json(path: Path, obj: Any) -> None:
+    _write_atomically(path, (json.dumps(obj, indent=2) + "\n").encode())
+
+
+def write_yaml(path: Path, obj: Any) -> None:
+    _write_atomically(path, dump_yaml(obj).encode())
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    atomic_write_bytes(path, data)
