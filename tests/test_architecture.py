@@ -1,8 +1,9 @@
-"""Dependencies point one way (ARCHITECTURE.md): a test keeps it so."""
+"""Dependencies point one way and the engine keeps to its rooms (docs/architecture.md): a test keeps it so."""
 
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "fedlight"
@@ -57,41 +58,76 @@ def test_sklearn_is_imported_where_it_is_used() -> None:
     assert at_top == []
 
 
-PLUGINS = "fedlight.engine.parts"
+ENGINE = PKG / "engine"
+# the engine's rooms, and the rooms each may import (itself included): run -> parts -> loop -> state, output
+MAY_IMPORT = {
+    "run": {"run", "parts", "loop", "state", "output"},  # from a recipe to a run folder: the edge
+    "parts": {"parts", "loop", "state", "output"},  # one folder per paper's part of a round
+    "loop": {"loop", "state", "output"},  # the round loop, which names no paper
+    "state": {"state"},  # crash consistency
+    "output": {"output"},  # what a run prints and draws
+}
 
 
-def test_the_round_loop_imports_no_plugin_and_names_no_paper() -> None:
-    """A new paper is new files: the loop (and what it is made of) knows only the plug-in interfaces."""
-    loop = ("orchestrator.py", "clients.py", "run_log.py", "run_state.py", "run_checkpoint.py", "progress.py",
-            "plugin.py", "options.py", "evaluator.py")
-    engine = _imports("engine")
-    for name in loop:
-        assert [n for n in engine[f"engine/{name}"] if n.startswith(PLUGINS)] == [], name
-    text = (PKG / "engine" / "orchestrator.py").read_text().lower()
+def _folders(path: Path) -> list[str]:
+    return sorted(p.name for p in path.iterdir() if p.is_dir() and (p / "__init__.py").is_file())
+
+
+def _room(name: str) -> str | None:
+    """The engine room a dotted import names (``fedlight.engine.loop.federation`` -> ``loop``); '' for
+    ``fedlight.engine`` itself; None outside the engine."""
+    if name == "fedlight.engine":
+        return ""
+    return name.split(".")[2] if name.startswith("fedlight.engine.") else None
+
+
+def test_every_engine_module_lives_in_a_room_that_says_who_may_touch_it() -> None:
+    assert [p.name for p in ENGINE.glob("*.py") if p.name != "__init__.py"] == []
+    assert _folders(ENGINE) == sorted(MAY_IMPORT)
+    parts = ENGINE / "parts"
+    assert [p.name for p in parts.glob("*.py") if p.name != "__init__.py"] == []  # a part is a folder
+    packages = [ENGINE / room for room in MAY_IMPORT] + [parts / name for name in _folders(parts)]
+    assert [str(p) for p in packages if not ast.get_docstring(ast.parse((p / "__init__.py").read_text()))] == []
+
+
+def test_rooms_import_only_the_rooms_below_them() -> None:
+    """The loop imports no part and nothing of ``run``; state and output import nothing else of the engine."""
+    for room, allowed in MAY_IMPORT.items():
+        found = [f"{f}: {n}" for f, names in _imports(f"engine/{room}").items() for n in names
+                 if _room(n) is not None and _room(n) not in allowed]
+        assert found == [], room
+
+
+def test_parts_do_not_import_each_other() -> None:
+    for part in _folders(ENGINE / "parts"):
+        own = f"fedlight.engine.parts.{part}"
+        found = [f"{f}: {n}" for f, names in _imports(f"engine/parts/{part}").items() for n in names
+                 if n.startswith("fedlight.engine.parts") and n != own and not n.startswith(own + ".")]
+        assert found == [], part
+
+
+def test_the_round_loop_names_no_paper_and_fits_on_a_page() -> None:
+    """A new paper is new files: the loop knows only the parts' interfaces (``loop/interfaces.py``)."""
+    text = (ENGINE / "loop" / "federation.py").read_text()
     named = [p for p in ("sofed", "cf-cl", "cfcl", "flesd", "lg-fedavg", "moon", "scaffold", "fedprox", "stream",
-                         "buffer", "exchange", "distil", "local_test", "public") if p in text]
+                         "buffer", "exchange", "distil", "local_test", "public") if p in text.lower()]
     assert named == []
+    assert len(text.splitlines()) <= 200
 
 
-def test_plugins_do_not_import_each_other() -> None:
-    plugins = _imports("engine/parts")
-    assert [f"{f}: {n}" for f, names in plugins.items() for n in names if n.startswith(PLUGINS)] == []
+def test_no_two_modules_share_a_file_name() -> None:
+    """A file name finds one module: ``faults.py`` cannot mean two things."""
+    names = Counter(p.name for p in PKG.rglob("*.py") if p.name != "__init__.py")
+    assert sorted(name for name, count in names.items() if count > 1) == []
 
 
-def test_the_round_loop_fits_on_a_page() -> None:
-    assert len((PKG / "engine" / "orchestrator.py").read_text().splitlines()) <= 200
-
-
-def test_the_recipe_stops_at_the_edge() -> None:
-    """Each part takes its own typed options: below ``fit`` and ``assemble``
-    nothing reads a recipe section, so no part imports the recipe schema (``run_folder`` writes and
-    compares the recipe file itself, the run folder's edge; ``preflight`` is ``fit``'s torch-free
-    first look at the recipe's data and run folder)."""
+def test_the_recipe_stops_at_the_run_room() -> None:
+    """Each part takes its own typed options: below ``engine/run/`` (``fit``, ``assemble``, the run
+    folder and ``preflight``, ``fit``'s torch-free first look) nothing reads a recipe section, so no
+    other room, part, method or server imports the recipe schema."""
     def recipe(name: str) -> bool:  # the schema, or the package and loader that hand out a Recipe (not its checks)
         return name == "fedlight.config" or name.startswith(("fedlight.config.schema", "fedlight.config.loader"))
 
-    for folder in ("engine/parts", "server", "methods", "eval", "exchange", "coreset", "data", "models"):
+    below = [f"engine/{room}" for room in MAY_IMPORT if room != "run"]
+    for folder in (*below, "server", "methods", "eval", "exchange", "coreset", "data", "models"):
         assert [f"{f}: {n}" for f, names in _imports(folder).items() for n in names if recipe(n)] == [], folder
-    edge = {"engine/run/fit.py", "engine/run/assemble.py", "engine/run/run_folder.py", "engine/run/preflight.py"}
-    engine = [f"{f}: {n}" for f, names in _imports("engine").items() if f not in edge for n in names if recipe(n)]
-    assert engine == []
