@@ -150,7 +150,8 @@ def rounds_claim_row(claim: list[str], table: dict[str, list[dict]], metric: str
     values = {side: rounds_to_reach(table[side[7:-1]], metric, target) for side in (a, b)}
     c = compare(values[a], values[b], floor=None)
     per_seed = "; ".join(f"{side} " + ", ".join(str(int(v)) for v in vals) for side, vals in values.items())
-    ours = f"target {target * 100:.2f}; {per_seed}; A - B {c.mean:+.2f} [{c.low:+.2f}, {c.high:+.2f}] rounds"
+    ours = (f"n {len(values[a])}; target {target * 100:.2f}; {per_seed}; "
+            f"A - B {c.mean:+.2f} [{c.low:+.2f}, {c.high:+.2f}] rounds")
     return f"| {a} {op} {b} ({metric}) | {paper[0] if paper else '-'} | {ours} | {verdict(op, c)} | `--out {out}` |"
 
 
@@ -187,7 +188,7 @@ def claim_row(claim: list[str], table: dict[str, list[dict]], metric: str, margi
     except ValueError as exc:
         raise SystemExit(f"--claim {' '.join(claim)}: {exc}") from None
     said = f"{named[claim[0]]} {op} {named[claim[2]]}" + (f" (within {margin:g})" if op == "~" else "")
-    ours = "; ".join(f"{k} {v.mean():.2f} +- {sample_std(v):.2f}" for k, v in values.items())
+    ours = f"n {len(side_values[0])}; " + "; ".join(f"{k} {v.mean():.2f} +- {sample_std(v):.2f}" for k, v in values.items())
     floor_text = ", ".join(f"{floors[k]:.2f}" for k in rows)
     ours += (f"; A - B {c.mean:+.2f} [{c.low:+.2f}, {c.high:+.2f}]"
              + f"; seed spread {c.spread:.2f}; floors {floor_text}, signal {c.signal:.1f}"

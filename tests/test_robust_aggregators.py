@@ -4,7 +4,6 @@ and worker models and processes that give the one-process result bit for bit."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -140,34 +139,6 @@ def _global_fedavg(tmp_path: Path, tiny_recipe: Path) -> dict[str, torch.Tensor]
     """The same run under FedAvg: the trimmed mean must not be a mean in disguise."""
     fit(load_recipe(tiny_recipe, [*FOUR, "fabric.threads=1", f"run.dir={tmp_path / 'fedavg'}"]))
     return _global(tmp_path / "fedavg")
-
-
-def test_a_round_stopped_between_clients_resumes_with_its_kept_payloads(tmp_path: Path, tiny_recipe: Path,
-                                                                        monkeypatch) -> None:
-    from fedlight.engine.loop.local_loop import train_client
-    from fedlight.engine.loop.preemption import Preempted
-    from fedlight.engine.parts.fedavg import epoch_schedule as epochs
-
-    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    args = [*FOUR, "clients.num=6", "rounds=2", "fabric.workers=2", "server.name=median"]
-    fit(load_recipe(tiny_recipe, [*args, f"run.dir={tmp_path / 'straight'}"]))
-    calls = []
-
-    def train_then_signal(*a, **kw):  # SIGTERM while the second round's first clients train
-        calls.append(1)
-        if len(calls) == 8:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return train_client(*a, **kw)
-
-    monkeypatch.setattr(epochs, "train_client", train_then_signal)
-    run = tmp_path / "stopped"
-    with pytest.raises(Preempted) as stop:
-        fit(load_recipe(tiny_recipe, [*args, f"run.dir={run}"]))
-    assert stop.value.rounds_done == 1 and 2 <= stop.value.clients_done < 6
-    monkeypatch.undo()
-    fit(load_recipe(tiny_recipe, [*args, f"run.dir={run}"]), resume=True)
-    straight, resumed = _global(tmp_path / "straight"), _global(run)
-    assert all(torch.equal(straight[k], resumed[k]) for k in straight)
 
 
 def test_fit_refuses_a_round_over_the_budget_before_anything_is_written(tmp_path: Path, tiny_recipe: Path,
