@@ -338,7 +338,7 @@ def test_a_plug_in_that_exits_on_import_is_one_line_not_an_empty_list(tmp_path: 
     assert listed.stderr.count("\n") == 1 and "Traceback" not in listed.stderr
 
 
-AGGREGATOR = "<!-- write-your-own-aggregator"
+PAYLOADS_AGGREGATOR = "<!-- write-your-own-payloads-aggregator"
 
 
 def test_the_readme_aggregator_gives_the_same_model_with_two_workers_and_two_processes(tmp_path: Path,
@@ -348,7 +348,7 @@ def test_the_readme_aggregator_gives_the_same_model_with_two_workers_and_two_pro
     import torch
 
     text = (REPO / "README.md").read_text()
-    after = text[text.index(AGGREGATOR):]
+    after = text[text.index(PAYLOADS_AGGREGATOR):]
     code = re.search(r"```python\n(.*?)```", after, re.S).group(1)
     entry = re.search(r'\[project\.entry-points\."fedlight\.aggregators"\]\n(.*?)\n', after).group(1)
     name, target = (s.strip().strip('"') for s in entry.split("="))

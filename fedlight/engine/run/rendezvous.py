@@ -38,6 +38,7 @@ from fedlight.engine.run import launch
 from fedlight.errors import PREEMPTED_EXIT, UserError
 
 INTERRUPTED_EXIT = 128 + signal.SIGINT
+PREEMPTING = (signal.SIGUSR1, signal.SIGTERM)  # a cluster's signals: requeue from rank 0, exit 3
 # torch.distributed.set_timeout in recent torch; older ones (2.4) call it _set_pg_timeout
 _set_timeout = getattr(dist, "set_timeout", None) or dist.distributed_c10d._set_pg_timeout
 
@@ -92,7 +93,7 @@ def _signals_end_the_wait(where: str, requeues: bool) -> Iterator[None]:
     """Within the block, SIGTERM / SIGUSR1 / SIGINT end the process at once, whatever the main thread
     is doing: CPython's C-level handler writes a caught signal's number to the wakeup fd, where a
     thread reads it. The signals need Python handlers for that (``preemption.signals_handled``
-    installs them for SIGTERM / SIGUSR1; SIGINT has Python's own)."""
+    installs them)."""
     if threading.current_thread() is not threading.main_thread():  # the wakeup fd is the main thread's
         yield
         return
@@ -115,14 +116,14 @@ def _watch(read: int, where: str, requeues: bool) -> None:
     """Read signal numbers from the wakeup fd until it closes; SIGTERM, SIGUSR1 or SIGINT end the process."""
     while data := os.read(read, 64):
         for signum in data:
-            if signum in preemption.SIGNALS or signum == signal.SIGINT:
+            if signum in (*PREEMPTING, signal.SIGINT):
                 _stop(signal.Signals(signum), where, requeues)
 
 
 def _stop(sig: signal.Signals, where: str, requeues: bool) -> None:
     """End the process for ``sig`` with one line; a preemption signal requeues the SLURM job from rank 0."""
     then = "continue with --resume"
-    if sig in preemption.SIGNALS and requeues:
+    if sig in PREEMPTING and requeues:
         try:
             job = preemption.requeue()
             then = f"SLURM job {job} requeued; it resumes from there" if job else then
@@ -130,4 +131,4 @@ def _stop(sig: signal.Signals, where: str, requeues: bool) -> None:
             then = f"{exc}; resubmit with --resume"
     _say(f"stopped by {sig.name} while {where} waited for the other ranks at {_address()}: nothing was trained "
          f"since the last checkpoint; {then}")
-    os._exit(PREEMPTED_EXIT if sig in preemption.SIGNALS else INTERRUPTED_EXIT)
+    os._exit(PREEMPTED_EXIT if sig in PREEMPTING else INTERRUPTED_EXIT)
