@@ -23,13 +23,14 @@ fi
 # 0.01) supervised representations lose far more than SimCLR's. Metric fixed by the pilot
 # (kNN, k = 200: random init 55, trained 62-67, seed std ~0.6); the linear probe sits 1-2
 # points above its 79% floor and cannot show it.
+SSL=recipes/minlocal_ssl_fmnist.yaml; SUP=recipes/minlocal_sup_fmnist.yaml  # the sec. 3 rows and claims
+SEC3=(--set 'eval.extra_label_fractions=[0.01]'
+  --row ssl100 $SSL partition.alpha=100 --row ssl001 $SSL partition.alpha=0.01
+  --row sup100 $SUP partition.alpha=100 --row sup001 $SUP partition.alpha=0.01
+  --claim 'sup100 - sup001' '>' 'ssl100 - ssl001' 'drop 100->0.01: SimCLR ~6, supervised 35-55'
+  --claim ssl001 '>' sup001 'at alpha 0.01 SimCLR above supervised')
 if [ -z "$ARGS" ] || want flesd_sec3; then
-  M=recipes/minlocal_ssl_fmnist.yaml; S=recipes/minlocal_sup_fmnist.yaml
-  $R --out runs/repro/flesd_sec3 --metric knn_acc --extra linear_probe_acc --set 'eval.extra_label_fractions=[0.01]' \
-    --row ssl100 $M partition.alpha=100 --row ssl001 $M partition.alpha=0.01 \
-    --row sup100 $S partition.alpha=100 --row sup001 $S partition.alpha=0.01 \
-    --claim 'sup100 - sup001' '>' 'ssl100 - ssl001' 'drop 100->0.01: SimCLR ~6, supervised 35-55' \
-    --claim ssl001 '>' sup001 'at alpha 0.01 SimCLR above supervised'
+  $R --out runs/repro/flesd_sec3 --metric knn_acc --extra linear_probe_acc "${SEC3[@]}"
 fi
 
 # MOON (slides Table 1, CIFAR-10: MOON 69.1 > FedProx 66.9 > SCAFFOLD 66.6 > FedAvg 66.3 >> SOLO
@@ -95,15 +96,16 @@ fi
 # FedAvg averages the device's model with the others' and LG keeps its local layers.
 # normal_acc: the original devices' models on their test splits; rotated_acc: the new
 # device's model on its rotated test images; new_device_round: when it arrived.
+LGR=recipes/lg_rotated_fmnist.yaml; FAR=recipes/fedavg_rotated_fmnist.yaml  # Table 3's rows, both metrics' claims
+TABLE3=(--row fedavg-p0 $FAR --row fedavg-p $FAR new_device.fraction=0.25 --row lg-p0 $LGR --row lg-p $LGR new_device.fraction=0.25)
+TABLE3_NORMAL=(--metric normal_acc --extra rotated_acc --extra new_device_round --per-seed
+  --claim lg-p0 '>' fedavg-p0 'Table 3: at p = 0 FedAvg forgets normal MNIST, LG-FedAvg keeps it'
+  --claim fedavg-p '>' fedavg-p0 'Table 3: fine-tuning (p > 0) restores FedAvg on normal MNIST')
+TABLE3_ROTATED=(--metric rotated_acc --extra normal_acc --per-seed
+  --claim lg-p '>' fedavg-p 'Table 3: local models improve online accuracy on rotated MNIST')
 if [ -z "$ARGS" ] || want lg_rotated; then
-  L=recipes/lg_rotated_fmnist.yaml; F=recipes/fedavg_rotated_fmnist.yaml
-  T="--out runs/repro/lg_rotated --row fedavg-p0 $F --row fedavg-p $F new_device.fraction=0.25
-     --row lg-p0 $L --row lg-p $L new_device.fraction=0.25"
-  $R $T --metric normal_acc --extra rotated_acc --extra new_device_round --per-seed \
-    --claim lg-p0 '>' fedavg-p0 'Table 3: at p = 0 FedAvg forgets normal MNIST, LG-FedAvg keeps it' \
-    --claim fedavg-p '>' fedavg-p0 'Table 3: fine-tuning (p > 0) restores FedAvg on normal MNIST'
-  $R $T --metric rotated_acc --extra normal_acc --per-seed \
-    --claim lg-p '>' fedavg-p 'Table 3: local models improve online accuracy on rotated MNIST'
+  $R --out runs/repro/lg_rotated "${TABLE3[@]}" "${TABLE3_NORMAL[@]}"
+  $R --out runs/repro/lg_rotated "${TABLE3[@]}" "${TABLE3_ROTATED[@]}"
 fi
 
 # FLESD Table 1 at alpha 100 and 0.01: FLESD (R = 2 x E = 5, ESD on client 0's public set) within
@@ -246,13 +248,8 @@ if [ -z "$ARGS" ] || want confirm_moon_mu; then  # n = 7; mu chosen in the explo
 fi
 
 if [ -z "$ARGS" ] || want confirm_flesd_sec3; then  # n = 6; kNN and the probe both declared
-  SSL=recipes/minlocal_ssl_fmnist.yaml; SUP=recipes/minlocal_sup_fmnist.yaml
   for metric in knn_acc linear_probe_acc; do
-    $C --seeds $(seeds 6) --out runs/confirm/flesd_sec3 --metric $metric --per-seed --set 'eval.extra_label_fractions=[0.01]' \
-      --row ssl100 $SSL partition.alpha=100 --row ssl001 $SSL partition.alpha=0.01 \
-      --row sup100 $SUP partition.alpha=100 --row sup001 $SUP partition.alpha=0.01 \
-      --claim 'sup100 - sup001' '>' 'ssl100 - ssl001' 'drop 100->0.01: SimCLR ~6, supervised 35-55' \
-      --claim ssl001 '>' sup001 'at alpha 0.01 SimCLR above supervised'
+    $C --seeds $(seeds 6) --out runs/confirm/flesd_sec3 --metric $metric --per-seed "${SEC3[@]}"
   done
 fi
 
@@ -291,14 +288,8 @@ if [ -z "$ARGS" ] || want confirm_lg; then  # n = 12; "far fewer parameters": at
 fi
 
 if [ -z "$ARGS" ] || want confirm_lg_rotated; then  # n = 4
-  L=recipes/lg_rotated_fmnist.yaml; F=recipes/fedavg_rotated_fmnist.yaml
-  T="--seeds $(seeds 4) --out runs/confirm/lg_rotated --row fedavg-p0 $F --row fedavg-p $F new_device.fraction=0.25
-     --row lg-p0 $L --row lg-p $L new_device.fraction=0.25"
-  $C $T --metric normal_acc --extra rotated_acc --extra new_device_round --per-seed \
-    --claim lg-p0 '>' fedavg-p0 'Table 3: at p = 0 FedAvg forgets normal MNIST, LG-FedAvg keeps it' \
-    --claim fedavg-p '>' fedavg-p0 'Table 3: fine-tuning (p > 0) restores FedAvg on normal MNIST'
-  $C $T --metric rotated_acc --extra normal_acc --per-seed \
-    --claim lg-p '>' fedavg-p 'Table 3: local models improve online accuracy on rotated MNIST'
+  $C --seeds $(seeds 4) --out runs/confirm/lg_rotated "${TABLE3[@]}" "${TABLE3_NORMAL[@]}"
+  $C --seeds $(seeds 4) --out runs/confirm/lg_rotated "${TABLE3[@]}" "${TABLE3_ROTATED[@]}"
 fi
 
 if [ -z "$ARGS" ] || want confirm_lg_fair; then  # n = 12

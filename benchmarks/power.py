@@ -99,8 +99,9 @@ CLAIMS = [
     Claim("confirm_lg_fair", "Table 4: accuracy kept (2)", -6.81, 6.81, 0.0, 0.00),
 ]
 
-# Wall seconds of one seed of each block's rows at one thread (REPRODUCTION.md's "wall s"
-# columns, on a busy machine: a planning figure, not a measurement of this study).
+# Wall seconds of one seed of each block's rows at one thread, for planning only: REPRODUCTION.md's
+# "wall s" columns (a busy machine), except moon_mu and lg_rotated, whose rows print none there
+# and are guessed (300 and 100 s a row); SOLO's R x E row is guessed as 10 x SOLO's.
 SECONDS_PER_SEED = {
     "confirm_moon": 466 + 266 + 353 + 249 + 80 + 10 * 80, "confirm_moon_mu": 2 * 300,
     "confirm_flesd_sec3": 261 + 250 + 203 + 188, "confirm_flesd100": 251 + 198 + 261,

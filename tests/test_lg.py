@@ -106,7 +106,6 @@ def test_only_global_layers_reach_the_server_and_params_are_counted(tmp_path: Pa
     base = res["baseline"]
     assert {"local_test_acc", "new_test_acc"} <= set(base)
     assert base["new_test_acc"] == base["test_acc"] == base["avg_model_acc"]
-    assert res["comm"]["params_new_test"] == 4 * lenet  # the random-init evaluation charged no upload
 
 
 def test_local_layers_survive_rounds_and_resume(tmp_path: Path, lg_recipe: Path) -> None:
