@@ -40,11 +40,11 @@ def cached_loader() -> Callable[..., Any]:
     return load
 
 
-def check_elsewhere(resolved: Any, load: Callable[..., Any]) -> None:
-    """``fit.check_elsewhere``, imported (with torch) only when a task is checked."""
-    from fedlight.engine.run.fit import check_elsewhere as check
+def check_task(resolved: Any, load: Callable[..., Any]) -> None:
+    """``fit.check_elsewhere`` for one task's recipe, imported (with torch) only when a task is checked."""
+    from fedlight.engine.run.fit import check_elsewhere
 
-    check(resolved, load)
+    check_elsewhere(resolved, load)
 
 
 SCRIPT = "array.sbatch"
@@ -138,7 +138,7 @@ def run_sweep(recipe: str, grid: list[str], seeds: int, out: str, options: Sweep
         try:  # what fit would refuse, each task refuses here, before anything is written
             resolved = load_recipe(base, [*overrides, *task.overrides, f"run.dir={run_dir}"])
             if not is_finished(run_dir, resolved.rounds):  # a finished task says so without importing torch
-                check_elsewhere(resolved, loader)
+                check_task(resolved, loader)
         except UserError as exc:
             problems.setdefault(str(exc), []).append(task)
             continue
