@@ -37,6 +37,7 @@ import fnmatch
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -167,10 +168,13 @@ def ratio_row(spec: list[str], table: dict[str, list[dict]], out: Path) -> str:
     return f"| {a} / {b} <= {limit:g} ({keys}) | {paper[0] if paper else '-'} | {ours} | {said} | `--out {out}` |"
 
 
-def claim_row(claim: list[str], table: dict[str, list[dict]], metric: str, margin: float, out: Path) -> str:
+def claim_row(claim: list[str], table: dict[str, list[dict]], metric: str, margin: float, out: Path,
+              by: float = 0.0) -> str:
     """One row of the verdict table for ``claim`` = [A, OP, B] or [A, OP, B, PAPER]; a side may
     be a difference of two rows, ``"X - Y"`` (per seed), or ``best(GLOB)``, the best of the rows
-    it matches (``best_row``; the chosen row is named). Rows at or below their floor are named."""
+    it matches (``best_row``; the chosen row is named). Rows at or below their floor are named.
+    ``by`` > 0 makes ``A > B`` (``A < B``) mean "by at least ``by`` points": the interval is
+    judged against ``by`` (``-by``) instead of 0; the printed interval is A - B's own."""
     a, op, b, *paper = claim
     picked = {side: best_row(side, table, metric) for side in (a, b)}
     named = {side: side if row == side else f"{side} = {row}" for side, row in picked.items()}
@@ -187,13 +191,16 @@ def claim_row(claim: list[str], table: dict[str, list[dict]], metric: str, margi
         c = compare(*side_values, [floors[k] for k in rows], rows=[values[k] for k in rows])
     except ValueError as exc:
         raise SystemExit(f"--claim {' '.join(claim)}: {exc}") from None
-    said = f"{named[claim[0]]} {op} {named[claim[2]]}" + (f" (within {margin:g})" if op == "~" else "")
+    said = f"{named[claim[0]]} {op} {named[claim[2]]}" + (f" (within {margin:g})" if op == "~" else
+                                                         f" (by >= {by:g})" if by else "")
     ours = f"n {len(side_values[0])}; " + "; ".join(f"{k} {v.mean():.2f} +- {sample_std(v):.2f}" for k, v in values.items())
     floor_text = ", ".join(f"{floors[k]:.2f}" for k in rows)
     ours += (f"; A - B {c.mean:+.2f} [{c.low:+.2f}, {c.high:+.2f}]"
              + f"; seed spread {c.spread:.2f}; floors {floor_text}, signal {c.signal:.1f}"
              + "".join(f"; {rows[i]} at or below its floor" for i in c.collapsed))
-    return f"| {said} ({metric}) | {paper[0] if paper else '-'} | {ours} | {verdict(op, c, margin)} | `--out {out}` |"
+    shift = 0.0 if op == "~" else by if op == ">" else -by
+    judged = replace(c, mean=c.mean - shift, low=c.low - shift, high=c.high - shift)
+    return f"| {said} ({metric}) | {paper[0] if paper else '-'} | {ours} | {verdict(op, judged, margin)} | `--out {out}` |"
 
 
 def main() -> None:
@@ -213,6 +220,7 @@ def main() -> None:
     parser.add_argument("--ratio", nargs="+", action="append", default=[], metavar="A B KEYS THRESHOLD [PAPER]",
                         help="judge A's comm KEYS (joined by +) over B's against THRESHOLD in every seed (repeatable)")
     parser.add_argument("--margin", type=float, default=2.0, help="points within which 'A ~ B' holds")
+    parser.add_argument("--by", type=float, default=0.0, help="'A > B' and 'A < B' mean by at least this many points")
     parser.add_argument("--per-round", action="store_true", help="also the metric's mean over seeds at every round")
     parser.add_argument("--per-seed", action="store_true", help="also the final metric and its floor of every seed")
     args = parser.parse_args()
@@ -261,7 +269,7 @@ def main() -> None:
         (args.out / f"per-seed-{args.metric}.md").write_text(text + "\n")
     if args.claim or args.ratio:
         claims = "\n".join([*(rounds_claim_row(c, table, args.metric, target, args.out) if c[0].startswith("rounds(")
-                               else claim_row(c, table, args.metric, args.margin, args.out) for c in args.claim),
+                               else claim_row(c, table, args.metric, args.margin, args.out, args.by) for c in args.claim),
                              *(ratio_row(r, table, args.out) for r in args.ratio)])
         print(claims)
         (args.out / f"verdicts-{args.metric}.md").write_text(claims + "\n")

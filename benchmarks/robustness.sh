@@ -35,7 +35,7 @@ rows() {
 # judge OUT METRIC: claims C1-C3 of ROBUSTNESS.md on one twin; each command's verdicts kept apart
 judge() {
   local out=$1 metric=$2 rule kind share c2=()
-  $R --out "$out" --metric "$metric" "${ROWS[@]}" --claim fedavg-flip10 '<' fedavg-0 'C1: broken by one attacker (and drop >= 20)'
+  $R --out "$out" --metric "$metric" "${ROWS[@]}" --by 20 --claim fedavg-flip10 '<' fedavg-0 'C1: broken by one attacker, by >= 20'
   cp "$out/verdicts-$metric.md" "$out/verdicts-C1.md"
   for rule in median trimmed krum bulyan; do
     for kind in flip collude; do

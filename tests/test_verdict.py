@@ -118,6 +118,27 @@ def test_a_best_of_glob_side_picks_the_highest_mean_row_and_names_it() -> None:
         best_row("best(fedavg-*)", table, "test_acc")
 
 
+def test_a_claim_by_at_least_d_points_is_judged_against_d_not_zero() -> None:
+    """ROBUSTNESS.md's C1 ("broken, and by at least 20 points"): the interval is judged against -20."""
+    from reproduce import claim_row
+
+    def runs(*finals: float) -> list[dict]:
+        return [{"final": {"test_acc": f}, "baseline": {"test_acc": 0.1}} for f in finals]
+
+    clean = runs(0.70, 0.72, 0.74)
+    # A - B per seed: -30, -31, -32 (mean -31, sd 1: interval -31 +- 2.48, wholly below -20)
+    assert "| holds |" in claim_row(["hit", "<", "clean"], {"hit": runs(0.40, 0.41, 0.42), "clean": clean},
+                                    "test_acc", 2.0, Path("x"), by=20)
+    # -10, -11, -12: below 0 (holds without --by) but wholly above -20
+    mild = {"hit": runs(0.60, 0.61, 0.62), "clean": clean}
+    assert "| holds |" in claim_row(["hit", "<", "clean"], mild, "test_acc", 2.0, Path("x"))
+    row = claim_row(["hit", "<", "clean"], mild, "test_acc", 2.0, Path("x"), by=20)
+    assert "hit < clean (by >= 20)" in row and "A - B -11.00" in row and "| does not hold |" in row
+    # -15, -20, -25: the interval (-20 +- 12.4) straddles -20
+    assert "| inconclusive |" in claim_row(["hit", "<", "clean"], {"hit": runs(0.55, 0.52, 0.49), "clean": clean},
+                                           "test_acc", 2.0, Path("x"), by=20)
+
+
 def test_rounds_to_reach_counts_a_run_that_never_reaches_one_past_its_last_round() -> None:
     from reproduce import rounds_claim_row, rounds_to_reach
 
