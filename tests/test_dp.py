@@ -6,11 +6,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from fedlight.config import load_recipe
+from fedlight.engine.loop.sampling import sample_clients
 from fedlight.engine.run.fit import check_recipe, fit
 from fedlight.errors import UserError
 from fedlight.server.aggregator import ClientPayload
@@ -88,3 +90,32 @@ def test_adaptive_noise_without_room_for_the_updates_is_refused_before_training(
     with pytest.raises(UserError, match="server.noise_multiplier=3.0 leaves no privacy"):
         check_recipe(load_recipe(tiny_recipe, [*FAST, "server={name: dp_fedavg, noise_multiplier: 3.0, "
                                                       "adaptive: true}"]))
+
+
+def test_poisson_sampling_draws_each_client_with_probability_m_over_k() -> None:
+    rounds = [sample_clients(0, r, 20, 0.25, poisson=True) for r in range(2000)]  # q = 5 / 20
+    assert rounds[7] == sample_clients(0, 7, 20, 0.25, poisson=True) and all(r == sorted(set(r)) for r in rounds)
+    counts = np.bincount([c for r in rounds for c in r], minlength=20) / 2000
+    assert np.abs(counts - 0.25).max() < 0.04  # binomial sd sqrt(.25 .75 / 2000) = 0.01
+    assert len({len(r) for r in rounds}) > 5 and [] in rounds  # the round size varies, down to nobody
+
+
+def test_a_fixed_size_sample_is_refused_for_dp_below_fraction_one(tiny_recipe: Path) -> None:
+    dp = [*FAST, "server={name: dp_fedavg}", "clients.fraction=0.5"]
+    with pytest.raises(UserError, match="models Poisson client sampling.*set clients.sampling=poisson"):
+        check_recipe(load_recipe(tiny_recipe, dp))
+    check_recipe(load_recipe(tiny_recipe, [*dp, "clients.sampling=poisson"]))
+    check_recipe(load_recipe(tiny_recipe, [*FAST, "server={name: dp_fedavg}"]))  # fraction 1: every client, q = 1
+
+
+def test_a_poisson_round_that_samples_nobody_still_releases_noise(tmp_path: Path, tiny_recipe: Path) -> None:
+    seed = next(s for s in range(100) if not sample_clients(s, 0, 4, 0.25, poisson=True))  # P(empty) = 0.75^4
+    poisson = [*FAST, "clients.fraction=0.25", "clients.sampling=poisson", f"seed={seed}", "rounds=1"]
+    dp = "server={name: dp_fedavg, clip: 1.0, noise_multiplier: 1.0}"
+    res = fit(load_recipe(tiny_recipe, [*poisson, dp, f"run.dir={tmp_path / 'dp'}"]))
+    assert res["history"][0]["dp_epsilon"] == epsilon(0.25, 1.0, 1, 1e-5)
+    fit(load_recipe(tiny_recipe, [*poisson, f"run.dir={tmp_path / 'kept'}"]))  # FedAvg keeps x_0 in an empty round
+    x0, x1 = (torch.load(tmp_path / run / "checkpoints/last.pt", weights_only=True)["global"] for run in ("kept", "dp"))
+    noise = torch.cat([(x1[k] - v).flatten() for k, v in x0.items() if v.is_floating_point()])
+    # nobody trained, and the round released x_0 + N(0, (z C / m)^2 I), with m = 1
+    assert noise.std().item() == pytest.approx(1.0, rel=0.1) and abs(noise.mean().item()) < 0.1

@@ -45,6 +45,9 @@ class PartitionConfig:
 class ClientsConfig:
     num: int = check(positive, 10)
     fraction: float = check(fraction, 1.0)
+    # fixed: round(fraction x K) clients a round; poisson: each client with probability
+    # round(fraction x K) / K (what DP-FedAvg's accountant models; engine/loop/sampling.py)
+    sampling: Literal["fixed", "poisson"] = "fixed"
 
 
 @dataclass

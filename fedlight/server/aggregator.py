@@ -47,7 +47,7 @@ class Aggregator:
     Payloads contract: ``finalize(global_state, payloads)`` gets ``list[ClientPayload]``, one
     entry per answering client, sorted by client id, each payload on the CPU with the tensors
     (names and shapes) of the global state (at least one entry: a round nobody answered keeps
-    the global model without calling it). The list and its order are the same for any
+    the global model without calling it, unless ``accounts_privacy``). The list and its order are the same for any
     ``fabric.devices`` and ``fabric.workers``, so the result is too, bit for bit.
     ``global_state`` maps the same names to the round's model, on the model's device;
     the returned state must have its names, shapes and dtypes.
@@ -58,6 +58,10 @@ class Aggregator:
         keeps_models_local: every client keeps its whole model (no global model to load).
         pools_clients: the clients' data is pooled into a single client (centralized).
         uses_public_set: clients send ``client_message(public embeddings)`` instead of weights.
+        accounts_privacy: ``finalize`` is a privacy mechanism whose accountant models Poisson
+            client sampling: below ``clients.fraction=1`` the recipe must set
+            ``clients.sampling=poisson``, and a round in which nobody answered calls ``finalize``
+            too (with no payloads, or None), since that round's release must be noised as well.
         trains_once: with ``keeps_models_local``, a client trains only until it has a model of
             its own (its first answered round); later rounds only evaluate it.
     """
@@ -69,6 +73,7 @@ class Aggregator:
     keeps_models_local = False
     pools_clients = False
     needs_payloads = False
+    accounts_privacy = False
 
     def check_clients(self, per_round: int) -> None:
         """Before any training: raise a UserError if the rule cannot work on the ``per_round``

@@ -23,11 +23,13 @@ round costs what one Gaussian mechanism of multiplier z costs.
 
 Accounting: Opacus's RDP accountant (the sampled Gaussian mechanism, Mironov et al. 2019) with
 sampling rate q = m / K over the K clients, one step a round; epsilon at ``delta`` after each
-round is the history's ``dp_epsilon``. That analysis models Poisson sampling. With
-``clients.fraction=1`` every client takes part in every round (q = 1) and the analysis is
-exact for fedlight's rounds. With a smaller fraction fedlight samples a fixed-size set of m
-clients without replacement, and the Poisson rate q = m / K is an approximation: it is not a
-proven bound for fixed-size sampling (whose neighbouring relation is replacing one client).
+round is the history's ``dp_epsilon``. That analysis models Poisson sampling, and fedlight's
+sampling matches it: with ``clients.fraction=1`` every client takes part in every round (q = 1);
+below 1 the recipe must set ``clients.sampling=poisson`` (each client joins a round with
+probability q = m / K, m = round(fraction K); ``check_recipe`` refuses a fixed-size sample, which
+the analysis does not bound). m is then the expected round size, McMahan et al.'s fixed
+denominator, and a round that samples nobody still releases x_t + noise
+(``Aggregator.accounts_privacy``), as the sampled Gaussian mechanism does.
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ class DPFedAvg(Aggregator):
     """
 
     needs_payloads = True
+    accounts_privacy = True
 
     def __init__(self, clip: Annotated[float, positive] = 1.0, noise_multiplier: Annotated[float, positive] = 1.0,
                  delta: Annotated[float, probability] = 1e-5, adaptive: bool = False,
@@ -104,7 +107,7 @@ class DPFedAvg(Aggregator):
     def check_clients(self, per_round: int) -> None:
         """Record m, the clients a round samples (the noise's denominator and the accountant's rate);
         raise a UserError where adaptive clipping's count noise leaves the updates no privacy."""
-        self.per_round = per_round
+        self.per_round = per_round  # the expected round size under Poisson sampling
         try:  # one line now rather than after a round's training
             import opacus  # noqa: F401
         except ImportError:

@@ -89,7 +89,8 @@ class Federation:
             hook.on_round_start(round_, self.s.global_state)
         lr = self._lr(round_)
         self.workers.each(lambda m: setattr(m.optim, "lr", lr))
-        sampled = [self.trainable[i] for i in sample_clients(self.o.seed, round_, len(self.trainable), self.o.fraction)]
+        sampled = [self.trainable[i] for i in sample_clients(self.o.seed, round_, len(self.trainable), self.o.fraction,
+                                                                 self.o.poisson)]
         hands = self.clients.hands(sampled, self.module)
         self.schedule.begin_round(round_, self.s.global_state, hands[0])
         acc, reports = None, []
@@ -111,11 +112,11 @@ class Federation:
             raise self._preempted(clients_done=len(reports))
         self.module.load_partial(self.s.global_state)  # server-side training starts from the global model
         reports = sorted((rep for part in gather(self.fabric, reports) for rep in part), key=lambda x: x["client"])
-        if not reports:  # no sampled client was due to train (a one-off local budget already spent)
-            return reports
-        self.faults.check(round_, reports, self.s.rounds_done)
-        if not any(rep["status"] == "ok" for rep in reports):
-            say(f"round {round_ + 1}: no sampled client answered; the global model is kept", self.rank)
+        if reports:  # none: no client sampled, or none due to train (a one-off local budget already spent)
+            self.faults.check(round_, reports, self.s.rounds_done)
+        if not any(rep["status"] == "ok" for rep in reports) and not self.aggregator.accounts_privacy:
+            if reports:
+                say(f"round {round_ + 1}: no sampled client answered; the global model is kept", self.rank)
             return reports
         self._set_global(finish(self.fabric, self.aggregator, self.s.global_state, acc,
                                 neutral=lambda: self.clients.payload(self.module)))

@@ -16,6 +16,7 @@ class RoundOptions:
         rounds: R, the run's rounds.
         seed: run seed (client sampling, local generators).
         fraction: share of the trainable clients sampled each round.
+        poisson: sample each client independently (``sampling.sample_clients``), not a fixed-size set.
         eval_every: evaluate every N rounds (and after the last).
         lr, lr_schedule, lr_decay: the local learning rate and its per-round schedule.
         workers: worker models per process (clients trained side by side).
@@ -29,6 +30,7 @@ class RoundOptions:
     rounds: int
     seed: int = 0
     fraction: float = 1.0
+    poisson: bool = False
     eval_every: int = 1
     lr: float = 1e-3
     lr_schedule: Literal["constant", "cosine", "exponential"] = "constant"

@@ -10,9 +10,18 @@ def clients_per_round(num_clients: int, fraction: float) -> int:
     return max(1, int(round(fraction * num_clients)))
 
 
-def sample_clients(seed: int, round_: int, num_clients: int, fraction: float) -> list[int]:
-    """The sorted ids of the ``clients_per_round`` clients sampled in ``round_``."""
+def sample_clients(seed: int, round_: int, num_clients: int, fraction: float, poisson: bool = False) -> list[int]:
+    """The sorted ids of the clients sampled in ``round_``.
+
+    Fixed-size (default): ``m = clients_per_round`` of the K clients, without replacement.
+    Poisson (``poisson``): each client independently with probability ``q = m / K``, so a round
+    has m clients on average and may have none; the sampling that privacy accountants for the
+    sampled Gaussian mechanism model (``server/dp_fedavg.py``).
+    """
     m = clients_per_round(num_clients, fraction)
+    if poisson:
+        drawn = numpy_rng(seed, "sample_poisson", round_).random(num_clients) < m / num_clients
+        return [int(c) for c in drawn.nonzero()[0]]
     return sorted(numpy_rng(seed, "sample", round_).choice(num_clients, m, replace=False).tolist())
 
 

@@ -122,7 +122,13 @@ def check_recipe(recipe: Recipe) -> Aggregator:
     registry.check_method_state(recipe.method, recipe.model.backbone)
     registry.check_plugins(recipe.plugins)
     part_options(recipe, server)  # each part checks its own options; assemble, that they go together
-    server.check_clients(round_size(recipe, server))  # e.g. Krum's f against the clients a round samples
+    per_round = round_size(recipe, server)
+    server.check_clients(per_round)  # e.g. Krum's f against the clients a round samples
+    trainable = recipe.clients.num - (recipe.partition.public_client is not None)
+    if server.accounts_privacy and per_round < trainable and recipe.clients.sampling != "poisson":
+        raise UserError(f"server.name={recipe.server['name']}'s privacy accountant models Poisson client sampling, "
+                        f"but clients.fraction={recipe.clients.fraction:g} samples a fixed-size set of {per_round} of "
+                        f"{trainable}; set clients.sampling=poisson (or clients.fraction=1)")
     return server
 
 
