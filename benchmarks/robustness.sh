@@ -72,4 +72,14 @@ if want dp; then
   done
   $R --out runs/robustness/dp --metric test_acc "${DP[@]}" \
     --claim dp-z0.5 '>' dp-z2 'C4: less noise, more accuracy' --claim nonprivate '>' dp-z0.5 'C4: privacy costs accuracy'
+  # C4's accounting check: every DP run's last dp_epsilon against the accountant's, computed before the runs
+  python - <<'EOF' | tee runs/robustness/dp/epsilon.md
+import json, pathlib
+from fedlight.server.dp_fedavg import epsilon
+for z in ("0.5", "1", "2"):
+    runs = sorted(pathlib.Path(f"runs/robustness/dp/dp-z{z}").glob("seed*/runs/seed=*/results.json"))
+    last = [json.loads(r.read_text())["history"][-1]["dp_epsilon"] for r in runs]
+    print(f"| dp-z{z} | accountant {epsilon(1.0, float(z), 10, 1e-5):.2f} | last dp_epsilon per seed "
+          + ", ".join(f"{e:.2f}" for e in last) + " |")
+EOF
 fi
