@@ -122,9 +122,8 @@ def check_recipe(recipe: Recipe) -> Aggregator:
     registry.check_method_state(recipe.method, recipe.model.backbone)
     registry.check_plugins(recipe.plugins)
     part_options(recipe, server)  # each part checks its own options; assemble, that they go together
-    per_round = round_size(recipe, server)
+    per_round, trainable = round_size(recipe, server), trainable_clients(recipe)
     server.check_clients(per_round)  # e.g. Krum's f against the clients a round samples
-    trainable = recipe.clients.num - (recipe.partition.public_client is not None)
     if server.accounts_privacy and per_round < trainable and recipe.clients.sampling != "poisson":
         raise UserError(f"server.name={recipe.server['name']}'s privacy accountant models Poisson client sampling, "
                         f"but clients.fraction={recipe.clients.fraction:g} samples a fixed-size set of {per_round} of "
@@ -132,10 +131,14 @@ def check_recipe(recipe: Recipe) -> Aggregator:
     return server
 
 
+def trainable_clients(recipe: Recipe) -> int:
+    """The clients that can train: all but the public client."""
+    return recipe.clients.num - (recipe.partition.public_client is not None)
+
+
 def round_size(recipe: Recipe, server: Aggregator) -> int:
-    """The clients a round samples (one when the server pools them; the public client never trains)."""
-    trainable = recipe.clients.num - (recipe.partition.public_client is not None)
-    return 1 if server.pools_clients else clients_per_round(trainable, recipe.clients.fraction)
+    """The clients a round samples (one when the server pools them; on average under Poisson sampling)."""
+    return 1 if server.pools_clients else clients_per_round(trainable_clients(recipe), recipe.clients.fraction)
 
 
 def prepare(recipe: Recipe, load: Callable[..., ImageData] = load_dataset
