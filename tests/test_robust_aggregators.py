@@ -13,7 +13,7 @@ import torch
 
 from fedlight.config import load_recipe
 from fedlight.engine.loop.aggregation import check_payload_budget, finish, fold, merge_workers
-from fedlight.engine.run.fit import check_recipe, fit
+from fedlight.engine.run.fit import check_recipe, fit, prepare
 from fedlight.errors import UserError
 from fedlight.server import robust_ops
 from fedlight.server.aggregator import ClientPayload
@@ -151,3 +151,7 @@ def test_fit_refuses_a_round_over_the_budget_before_anything_is_written(tmp_path
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "4 clients x" in err[0] and "run.payload_budget_mb=1" in err[0], err
     assert not run.exists()
+    half = ["server.name=median", "clients.num=4", "clients.fraction=0.5", "run.payload_budget_mb=1"]
+    prepare(load_recipe(tiny_recipe, [*half, "clients.sampling=fixed"]))  # 2 clients a round fit in 1 MiB
+    with pytest.raises(UserError, match="4 clients x"):  # a Poisson round may draw all 4
+        prepare(load_recipe(tiny_recipe, [*half, "clients.sampling=poisson"]))

@@ -72,8 +72,9 @@ def payload_bytes(payload: State, per_round: int) -> int:
 
 def check_payload_budget(aggregator: Aggregator, payload: State, per_round: int, budget_mb: int,
                          server: str) -> None:
-    """Raise a UserError if a payloads-contract round of ``per_round`` clients would not fit
-    ``budget_mb`` MiB (nothing to check for the sum contract)."""
+    """Raise a UserError if a payloads-contract round of ``per_round`` clients (every trainable
+    client under Poisson sampling, the most a round can draw) would not fit ``budget_mb`` MiB
+    (nothing to check for the sum contract)."""
     if not aggregator.needs_payloads:
         return
     need = payload_bytes(payload, per_round)

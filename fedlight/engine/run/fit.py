@@ -163,8 +163,8 @@ def prepare(recipe: Recipe, load: Callable[..., ImageData] = load_dataset
         check_device_fits(data, recipe.new_device.train, recipe.new_device.test)
     check_sizes(recipe, data, parts)
     module = build_module(recipe, data)
-    check_payload_budget(server, module.payload(), round_size(recipe, server), recipe.run.payload_budget_mb,
-                         recipe.server["name"])
+    most = trainable_clients(recipe) if recipe.clients.sampling == "poisson" else round_size(recipe, server)
+    check_payload_budget(server, module.payload(), most, recipe.run.payload_budget_mb, recipe.server["name"])
     return server, data, parts, module
 
 
