@@ -47,8 +47,8 @@ class Aggregator:
     Payloads contract: ``finalize(global_state, payloads)`` gets ``list[ClientPayload]``, one
     entry per answering client, sorted by client id, each payload on the CPU with the tensors
     (names and shapes) of the global state (at least one entry: a round nobody answered keeps
-    the global model without calling it, unless ``accounts_privacy``). The list and its order are the same for any
-    ``fabric.devices`` and ``fabric.workers``, so the result is too, bit for bit.
+    the global model without calling it, unless ``accounts_privacy``). The list and its order are
+    the same for any ``fabric.devices`` and ``fabric.workers``, so the result is too, bit for bit.
     ``global_state`` maps the same names to the round's model, on the model's device;
     the returned state must have its names, shapes and dtypes.
 

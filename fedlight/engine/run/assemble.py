@@ -83,7 +83,8 @@ def part_options(recipe: Recipe, aggregator: Aggregator) -> PartOptions:
     together with ``aggregator``; raises a one-line UserError before anything is read or written."""
     l, name = recipe.local, schedule_name(recipe)
     round_ = RoundOptions(rounds=recipe.rounds, seed=recipe.seed, fraction=recipe.clients.fraction,
-                          poisson=recipe.clients.sampling == "poisson", eval_every=recipe.eval.every, lr=l.lr, lr_schedule=l.lr_schedule, lr_decay=l.lr_decay,
+                          poisson=recipe.clients.sampling == "poisson", eval_every=recipe.eval.every, lr=l.lr,
+                          lr_schedule=l.lr_schedule, lr_decay=l.lr_decay,
                           workers=recipe.fabric.workers, projector_samples=recipe.eval.projector_samples,
                           state_cache_mb=recipe.run.state_cache_mb, record=asdict(recipe))
     policy, exchange, stream = recipe.exchange.policy, None, None
