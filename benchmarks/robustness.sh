@@ -4,10 +4,12 @@
 # DP-FedAvg at three noise multipliers, 3 seeds each, judged by benchmarks/verdict.py.
 # Finished runs are reused, so re-running a block only re-tabulates it.
 #   bash benchmarks/robustness.sh robust_sup   # one block;  bash benchmarks/robustness.sh   # all
+#   bash benchmarks/robustness.sh archive      # finished runs -> benchmarks/results/robustness-runs.tar.xz
+#   tar -xJf benchmarks/results/robustness-runs.tar.xz   # puts them back under runs/robustness/
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD OMP_NUM_THREADS=1
-R="python benchmarks/reproduce.py --seeds 0 1 2 --set fabric.threads=1"
+R="python benchmarks/reproduce.py --seeds 0 1 2 --set fabric.threads=1 --per-seed"  # per-seed-<metric>.md too
 want() { [ -z "$ARGS" ] || [[ " $ARGS " == *" $1 "* ]]; }
 ARGS="$*"
 
@@ -81,5 +83,16 @@ for z in ("0.5", "1", "2"):
     last = [json.loads(r.read_text())["history"][-1]["dp_epsilon"] for r in runs]
     print(f"| dp-z{z} | accountant {epsilon(1.0, float(z), 10, 1e-5):.2f} | last dp_epsilon per seed "
           + ", ".join(f"{e:.2f}" for e in last) + " |")
+EOF
+fi
+
+# every finished run's results.json, faults.csv and recipe.yaml, so a reset machine resumes the grid
+if [[ " $ARGS " == *" archive "* ]]; then
+  mkdir -p benchmarks/results
+  python - <<'EOF' | tar --owner=0 --group=0 --mtime=2026-11-26 -cJhf benchmarks/results/robustness-runs.tar.xz -T -
+import json, pathlib
+for r in sorted(pathlib.Path("runs/robustness").glob("*/*/seed*/runs/seed=*/results.json")):
+    if json.loads(r.read_text()).get("final") is not None:
+        print(*(r.parent / name for name in ("results.json", "faults.csv", "recipe.yaml")), sep="\n")
 EOF
 fi
