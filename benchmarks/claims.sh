@@ -3,6 +3,8 @@
 # The claims and their rule (benchmarks/verdict.py) were written down before these runs;
 # finished runs are reused, so re-running a block only re-tabulates it.
 #   bash benchmarks/claims.sh lg_fair      # one block;  bash benchmarks/claims.sh  # all
+#   bash benchmarks/claims.sh archive      # finished confirmatory runs -> benchmarks/results/confirm-runs.tar.xz
+#   tar -xJf benchmarks/results/confirm-runs.tar.xz   # puts them back under runs/confirm/
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD OMP_NUM_THREADS=1
@@ -297,4 +299,9 @@ if [ -z "$ARGS" ] || want confirm_lg_fair; then  # n = 12
   $C $F --metric adv_auc --per-seed --claim lg_fair '<' lg_fair_noadv 'adversary AUC near chance with the term'
   $C $F --metric postfit_adv_auc --per-seed --claim lg_fair '<' lg_fair_noadv 'post-fit AUC near chance with the term'
   $C $F --metric class_acc --per-seed --claim lg_fair '~' lg_fair_noadv 'accuracy within ~2 points'
+fi
+
+# every finished confirmatory run's results.json, so a block can span machines that are reset between sessions
+if want archive; then
+  bash benchmarks/archive_runs.sh runs/confirm benchmarks/results/confirm-runs.tar.xz
 fi

@@ -88,11 +88,5 @@ fi
 
 # every finished run's results.json, faults.csv and recipe.yaml, so a reset machine resumes the grid
 if [[ " $ARGS " == *" archive "* ]]; then
-  mkdir -p benchmarks/results
-  python - <<'EOF' | tar --owner=0 --group=0 --mtime=2026-11-26 -cJhf benchmarks/results/robustness-runs.tar.xz -T -
-import json, pathlib
-for r in sorted(pathlib.Path("runs/robustness").glob("*/*/seed*/runs/seed=*/results.json")):
-    if json.loads(r.read_text()).get("final") is not None:
-        print(*(r.parent / name for name in ("results.json", "faults.csv", "recipe.yaml")), sep="\n")
-EOF
+  bash benchmarks/archive_runs.sh runs/robustness benchmarks/results/robustness-runs.tar.xz
 fi

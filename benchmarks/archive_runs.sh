@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Every finished run under RUNS (a seed folder of reproduce.py: .../seed<k>/runs/seed=<k>/) into
+# TARBALL: its results.json, which is all reproduce.py reads, with its faults.csv and recipe.yaml.
+# A fresh machine then re-tabulates a block instead of training it again, and trains only the runs
+# the archive lacks (reproduce.py reuses finished runs):
+#   bash benchmarks/archive_runs.sh runs/robustness benchmarks/results/robustness-runs.tar.xz
+#   tar -xJf benchmarks/results/robustness-runs.tar.xz   # in the repository root: puts them back
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=${1:?usage: archive_runs.sh RUNS TARBALL} tarball=${2:?usage: archive_runs.sh RUNS TARBALL}
+mkdir -p "$(dirname "$tarball")"
+python - "$runs" <<'EOF' | tar --owner=0 --group=0 --mtime=2026-11-26 -cJhf "$tarball" -T -
+import json, pathlib, sys
+for r in sorted(pathlib.Path(sys.argv[1]).glob("**/seed*/runs/seed=*/results.json")):
+    if json.loads(r.read_text()).get("final") is not None:
+        print(*(f for f in (r.parent / n for n in ("results.json", "faults.csv", "recipe.yaml")) if f.exists()), sep="\n")
+EOF
+echo "$tarball: $(tar -tJf "$tarball" | grep -c results.json) finished runs"
