@@ -3,7 +3,7 @@
 #   1. gpu_profile.py: ResNet-18 SimCLR local training, bf16-mixed and 32-true;
 #   2. one short `fedlight fit` of every paper's recipe, and of the robust, attack, DP and
 #      two-worker paths, with fabric.accelerator=gpu: each must finish and write final results.
-# Every step runs whatever the one before did; the summary table says which passed.
+# A step that fails does not stop the next; fits.md says which fits passed.
 #   bash benchmarks/gpu_check.sh OUT_DIR            # on the GPU machine
 #   ACCEL=cpu bash benchmarks/gpu_check.sh OUT_DIR  # the same fits on the CPU (checks the overrides)
 set -uo pipefail
@@ -24,7 +24,7 @@ if [ "$ACCEL" = gpu ]; then
   done
 fi
 
-# name recipe overrides...: a few rounds on a small subset, every path the recipe names
+# name recipe overrides...: the recipe cut to a few rounds (fewer epochs or images where it is long)
 FITS=(
   "quickstart quickstart_fmnist rounds=2"
   "supervised fedavg_fmnist rounds=2"
