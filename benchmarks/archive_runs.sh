@@ -10,9 +10,11 @@ cd "$(dirname "$0")/.."
 runs=${1:?usage: archive_runs.sh RUNS TARBALL} tarball=${2:?usage: archive_runs.sh RUNS TARBALL}
 mkdir -p "$(dirname "$tarball")"
 python - "$runs" <<'EOF' | tar --owner=0 --group=0 --mtime=2026-11-26 -cJhf "$tarball" -T -
-import json, pathlib, sys
+import pathlib, sys
+sys.path.insert(0, "benchmarks")
+from reproduce import finished  # the test reproduce.py reuses a run by
 for r in sorted(pathlib.Path(sys.argv[1]).glob("**/seed*/runs/seed=*/results.json")):
-    if json.loads(r.read_text()).get("final") is not None:
+    if finished(r.parent) is not None:
         print(*(f for f in (r.parent / n for n in ("results.json", "faults.csv", "recipe.yaml")) if f.exists()), sep="\n")
 EOF
 echo "$tarball: $(tar -tJf "$tarball" | grep -c results.json) finished runs"
