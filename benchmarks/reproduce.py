@@ -27,7 +27,9 @@ takes to reach the ``--reference`` row's mean final metric, per seed (never: one
 round), so ``'rounds(moon)' '<' 'rounds(fedavg)'`` is MOON's Table 2. ``--ratio A B KEYS
 THRESHOLD [PAPER]`` judges a communication claim: A's ``comm`` totals (``KEYS`` joined by
 ``+``) over B's, holds if at most THRESHOLD in every seed, does not hold if above it in every
-seed. Claims on another metric re-run the command with that ``--metric`` (finished runs are reused).
+seed. ``--beside A B [PAPER]`` prints A - B's row with no verdict (a comparison reported beside
+the claims, such as SOLO at FedAvg's budget). Claims on another metric re-run the command with
+that ``--metric`` (finished runs are reused).
 """
 
 from __future__ import annotations
@@ -168,13 +170,17 @@ def ratio_row(spec: list[str], table: dict[str, list[dict]], out: Path) -> str:
     return f"| {a} / {b} <= {limit:g} ({keys}) | {paper[0] if paper else '-'} | {ours} | {said} | `--out {out}` |"
 
 
+BESIDE = "none: reported beside the verdict rows"
+
+
 def claim_row(claim: list[str], table: dict[str, list[dict]], metric: str, margin: float, out: Path,
-              by: float = 0.0) -> str:
+              by: float = 0.0, judged: bool = True) -> str:
     """One row of the verdict table for ``claim`` = [A, OP, B] or [A, OP, B, PAPER]; a side may
     be a difference of two rows, ``"X - Y"`` (per seed), or ``best(GLOB)``, the best of the rows
     it matches (``best_row``; the chosen row is named). Rows at or below their floor are named.
     ``by`` > 0 makes ``A > B`` (``A < B``) mean "by at least ``by`` points": the interval is
-    judged against ``by`` (``-by``) instead of 0; the printed interval is A - B's own."""
+    judged against ``by`` (``-by``) instead of 0; the printed interval is A - B's own. ``judged``
+    False prints the row with no verdict (``A vs B``, verdict cell ``BESIDE``)."""
     a, op, b, *paper = claim
     picked = {side: best_row(side, table, metric) for side in (a, b)}
     named = {side: side if row == side else f"{side} = {row}" for side, row in picked.items()}
@@ -191,16 +197,18 @@ def claim_row(claim: list[str], table: dict[str, list[dict]], metric: str, margi
         c = compare(*side_values, [floors[k] for k in rows], rows=[values[k] for k in rows])
     except ValueError as exc:
         raise SystemExit(f"--claim {' '.join(claim)}: {exc}") from None
-    said = f"{named[claim[0]]} {op} {named[claim[2]]}" + (f" (within {margin:g})" if op == "~" else
-                                                         f" (by >= {by:g})" if by else "")
+    said = (f"{named[claim[0]]} vs {named[claim[2]]}" if not judged else
+            f"{named[claim[0]]} {op} {named[claim[2]]}" + (f" (within {margin:g})" if op == "~" else
+                                                          f" (by >= {by:g})" if by else ""))
     ours = f"n {len(side_values[0])}; " + "; ".join(f"{k} {v.mean():.2f} +- {sample_std(v):.2f}" for k, v in values.items())
     floor_text = ", ".join(f"{floors[k]:.2f}" for k in rows)
     ours += (f"; A - B {c.mean:+.2f} [{c.low:+.2f}, {c.high:+.2f}]"
              + f"; seed spread {c.spread:.2f}; floors {floor_text}, signal {c.signal:.1f}"
              + "".join(f"; {rows[i]} at or below its floor" for i in c.collapsed))
     shift = 0.0 if op == "~" else by if op == ">" else -by
-    judged = replace(c, mean=c.mean - shift, low=c.low - shift, high=c.high - shift)
-    return f"| {said} ({metric}) | {paper[0] if paper else '-'} | {ours} | {verdict(op, judged, margin)} | `--out {out}` |"
+    shifted = replace(c, mean=c.mean - shift, low=c.low - shift, high=c.high - shift)
+    said_verdict = verdict(op, shifted, margin) if judged else BESIDE
+    return f"| {said} ({metric}) | {paper[0] if paper else '-'} | {ours} | {said_verdict} | `--out {out}` |"
 
 
 def main() -> None:
@@ -217,6 +225,8 @@ def main() -> None:
     parser.add_argument("--claim", nargs="+", action="append", default=[], metavar="A OP B [PAPER]",
                         help="judge 'A > B', 'A < B' or 'A ~ B' on --metric by verdict.py's rule (repeatable); "
                         "a side is a row, 'X - Y' or 'best(GLOB)'")
+    parser.add_argument("--beside", nargs="+", action="append", default=[], metavar="A B [PAPER]",
+                        help="A - B's row on --metric with no verdict, reported beside the claims (repeatable)")
     parser.add_argument("--ratio", nargs="+", action="append", default=[], metavar="A B KEYS THRESHOLD [PAPER]",
                         help="judge A's comm KEYS (joined by +) over B's against THRESHOLD in every seed (repeatable)")
     parser.add_argument("--margin", type=float, default=2.0, help="points within which 'A ~ B' holds")
@@ -227,6 +237,8 @@ def main() -> None:
     bad = [c for c in args.claim if len(c) not in (3, 4) or c[1] not in OPS]
     if bad:
         parser.error(f"--claim takes A OP B [PAPER] with OP one of > < ~, got {' '.join(bad[0])}")
+    if any(len(b) not in (2, 3) for b in args.beside):
+        parser.error("--beside takes A B [PAPER]")
     if any(c[0].startswith("rounds(") for c in args.claim) and not args.reference:
         parser.error("a rounds(ROW) claim needs --reference, the row whose mean final metric is the target")
     rows = [(r.stem, r, []) for r in args.recipes] + [(label, Path(recipe), list(more))
@@ -267,9 +279,11 @@ def main() -> None:
         text = per_seed_table(table, args.metric, args.seeds)
         print(text)
         (args.out / f"per-seed-{args.metric}.md").write_text(text + "\n")
-    if args.claim or args.ratio:
+    if args.claim or args.beside or args.ratio:
         claims = "\n".join([*(rounds_claim_row(c, table, args.metric, target, args.out) if c[0].startswith("rounds(")
                                else claim_row(c, table, args.metric, args.margin, args.out, args.by) for c in args.claim),
+                             *(claim_row([a, ">", b, *paper], table, args.metric, args.margin, args.out, judged=False)
+                               for a, b, *paper in args.beside),
                              *(ratio_row(r, table, args.out) for r in args.ratio)])
         print(claims)
         (args.out / f"verdicts-{args.metric}.md").write_text(claims + "\n")

@@ -139,6 +139,21 @@ def test_a_claim_by_at_least_d_points_is_judged_against_d_not_zero() -> None:
                                            "test_acc", 2.0, Path("x"), by=20)
 
 
+def test_a_beside_row_prints_the_claims_numbers_with_no_verdict() -> None:
+    """SOLO at FedAvg's budget (confirm_moon): A - B's numbers as a claim row has them, no verdict."""
+    from reproduce import BESIDE, claim_row
+
+    def runs(*finals: float) -> list[dict]:
+        return [{"final": {"test_acc": f}, "baseline": {"test_acc": 0.1}} for f in finals]
+
+    table = {"fedavg": runs(0.70, 0.72, 0.74), "solo": runs(0.40, 0.41, 0.42)}
+    claimed = claim_row(["fedavg", ">", "solo", "paper"], table, "test_acc", 2.0, Path("x"))
+    beside = claim_row(["fedavg", ">", "solo", "paper"], table, "test_acc", 2.0, Path("x"), judged=False)
+    assert "| holds |" in claimed and beside.startswith("| fedavg vs solo (test_acc) | paper |")
+    assert beside.split(" | ")[2] == claimed.split(" | ")[2]  # the same numbers: A - B +31.00 [...]
+    assert f"| {BESIDE} |" in beside and "holds" not in beside
+
+
 def test_rounds_to_reach_counts_a_run_that_never_reaches_one_past_its_last_round() -> None:
     from reproduce import rounds_claim_row, rounds_to_reach
 
