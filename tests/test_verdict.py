@@ -99,12 +99,14 @@ def test_signal_pools_every_row_behind_a_difference_of_differences() -> None:
     assert verdict(">", c) == "holds"
 
 
+def runs(*finals: float) -> list[dict]:
+    """reproduce.py's results of one row: a final test accuracy per seed, each over a 0.1 floor."""
+    return [{"final": {"test_acc": f}, "baseline": {"test_acc": 0.1}} for f in finals]
+
+
 def test_a_best_of_glob_side_picks_the_highest_mean_row_and_names_it() -> None:
     """MOON's Table 5 claim: each term at its best mu (reproduce.py's ``best(GLOB)`` side)."""
     from reproduce import best_row, claim_row
-
-    def runs(*finals: float) -> list[dict]:
-        return [{"final": {"test_acc": f}, "baseline": {"test_acc": 0.1}} for f in finals]
 
     table = {"moon-mu1": runs(0.70, 0.72, 0.74), "moon-mu5": runs(0.75, 0.71, 0.73),  # means 0.72, 0.73
              "l2-mu0.1": runs(0.60, 0.61, 0.62), "l2-mu1": runs(0.50, 0.52, 0.51)}
@@ -121,9 +123,6 @@ def test_a_best_of_glob_side_picks_the_highest_mean_row_and_names_it() -> None:
 def test_a_claim_by_at_least_d_points_is_judged_against_d_not_zero() -> None:
     """ROBUSTNESS.md's C1 ("broken, and by at least 20 points"): the interval is judged against -20."""
     from reproduce import claim_row
-
-    def runs(*finals: float) -> list[dict]:
-        return [{"final": {"test_acc": f}, "baseline": {"test_acc": 0.1}} for f in finals]
 
     clean = runs(0.70, 0.72, 0.74)
     # A - B per seed: -30, -31, -32 (mean -31, sd 1: interval -31 +- 2.48, wholly below -20)
@@ -142,9 +141,6 @@ def test_a_claim_by_at_least_d_points_is_judged_against_d_not_zero() -> None:
 def test_a_beside_row_prints_the_claims_numbers_with_no_verdict() -> None:
     """SOLO at FedAvg's budget (confirm_moon): A - B's numbers as a claim row has them, no verdict."""
     from reproduce import BESIDE, claim_row
-
-    def runs(*finals: float) -> list[dict]:
-        return [{"final": {"test_acc": f}, "baseline": {"test_acc": 0.1}} for f in finals]
 
     table = {"fedavg": runs(0.70, 0.72, 0.74), "solo": runs(0.40, 0.41, 0.42)}
     claimed = claim_row(["fedavg", ">", "solo", "paper"], table, "test_acc", 2.0, Path("x"))
@@ -171,10 +167,10 @@ def test_rounds_to_reach_counts_a_run_that_never_reaches_one_past_its_last_round
 def test_a_communication_ratio_is_judged_in_every_seed() -> None:
     from reproduce import ratio_row
 
-    def runs(*ups: float) -> list[dict]:
+    def uploads(*ups: float) -> list[dict]:
         return [{"comm": {"params_up": u, "params_new_test": 0.0}} for u in ups]
 
-    table = {"lg": runs(4.0, 6.0, 3.0), "fedavg": runs(10.0, 10.0, 10.0)}  # ratios 0.4, 0.6, 0.3
+    table = {"lg": uploads(4.0, 6.0, 3.0), "fedavg": uploads(10.0, 10.0, 10.0)}  # ratios 0.4, 0.6, 0.3
     assert "| inconclusive |" in ratio_row(["lg", "fedavg", "params_up+params_new_test", "0.55"], table, Path("x"))
     assert "| holds |" in ratio_row(["lg", "fedavg", "params_up+params_new_test", "0.6"], table, Path("x"))
     assert "| does not hold |" in ratio_row(["lg", "fedavg", "params_up", "0.25"], table, Path("x"))
