@@ -241,26 +241,26 @@ def run_record(recipe: Recipe, data: ImageData) -> dict[str, Any]:
 
 def _run(fabric: Fabric, recipe: Recipe, data: ImageData, parts: list, module: FederatedModule, server: Aggregator,
          folder: RunFolder | None, record: dict[str, Any]) -> dict[str, Any]:
-    """Launch (every rank joins within ``fabric.rendezvous_timeout_min``), restore (when rank 0
-    found a checkpoint to resume), write the recipe, train."""
-    rendezvous.join(fabric, recipe.fabric.rendezvous_timeout_min)
-    restore = bool(fabric.broadcast(folder is not None and folder.resume, src=0))  # rank 0 looked at the folder
-    # Lightning sets PYTORCH_NVML_BASED_CUDA_CHECK=1 on import, so that asking whether CUDA exists
-    # cannot poison a later fork. fedlight forks nothing (its ranks start before torch is
-    # imported) and the device is chosen by now, while with the variable set each
-    # torch.cuda.is_available() tries to load NVML (82 us against 1 us on the CPU machine,
-    # benchmarks/micro.py), paid by torch.optim at every step (its graph-capture check) with
-    # the GIL held.
-    os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
-    if recipe.fabric.threads:
-        torch.set_num_threads(recipe.fabric.threads)
-    run_dir = Path(recipe.run_dir)
-    federation = build_federation(fabric, recipe, data, parts, module, server, run_dir, record=record)
-    try:
-        if restore:
-            federation.restore()  # a damaged checkpoint or too few rounds: refused before anything is written
-        if folder is not None:
-            write_yaml(run_dir / RECIPE, record)
-        return federation.run()
-    finally:
-        federation.workers.close()
+    """Launch (every rank joins within ``fabric.rendezvous_timeout_min``) and train; every rank
+    leaves the process group before it returns."""
+    with rendezvous.joined(fabric, recipe.fabric.rendezvous_timeout_min):
+        restore = bool(fabric.broadcast(folder is not None and folder.resume, src=0))  # rank 0 looked at the folder
+        # Lightning sets PYTORCH_NVML_BASED_CUDA_CHECK=1 on import, so that asking whether CUDA exists
+        # cannot poison a later fork. fedlight forks nothing (its ranks start before torch is
+        # imported) and the device is chosen by now, while with the variable set each
+        # torch.cuda.is_available() tries to load NVML (82 us against 1 us on the CPU machine,
+        # benchmarks/micro.py), paid by torch.optim at every step (its graph-capture check) with
+        # the GIL held.
+        os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
+        if recipe.fabric.threads:
+            torch.set_num_threads(recipe.fabric.threads)
+        run_dir = Path(recipe.run_dir)
+        federation = build_federation(fabric, recipe, data, parts, module, server, run_dir, record=record)
+        try:
+            if restore:
+                federation.restore()  # a damaged checkpoint or too few rounds: refused before anything is written
+            if folder is not None:
+                write_yaml(run_dir / RECIPE, record)
+            return federation.run()
+        finally:
+            federation.workers.close()

@@ -14,7 +14,10 @@ a rank that died before it joined held the whole allocation for half an hour. So
   a ``UserError`` naming the address, the port and what to check (exit 2);
 - while a rank waits, a thread woken through ``signal.set_wakeup_fd`` ends it on SIGTERM or
   SIGUSR1 (exit 3, as a preempted run: nothing was trained since the last checkpoint, and rank
-  0 requeues the SLURM job) or SIGINT (exit 130).
+  0 requeues the SLURM job) or SIGINT (exit 130);
+- a rank leaves the process group before it exits: one that exits still in it can be aborted at
+  interpreter exit by gloo's worker threads ("terminate called without an active exception",
+  SIGABRT: a finished run that reports exit -6; pytorch/pytorch#190489).
 """
 
 from __future__ import annotations
@@ -46,6 +49,18 @@ _set_timeout = getattr(dist, "set_timeout", None) or dist.distributed_c10d._set_
 def strategy(timeout_min: float) -> DDPStrategy:
     """Lightning's DDP strategy whose process group must form within ``timeout_min`` minutes."""
     return DDPStrategy(timeout=timedelta(minutes=timeout_min))
+
+
+@contextmanager
+def joined(fabric: Fabric, timeout_min: float) -> Iterator[None]:
+    """Within the block, this rank is in the process group (``join``); leaving it, the rank
+    destroys its part of the group, on success or error alike."""
+    join(fabric, timeout_min)
+    try:
+        yield
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def join(fabric: Fabric, timeout_min: float) -> None:
