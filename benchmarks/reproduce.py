@@ -44,6 +44,8 @@ from pathlib import Path
 
 import numpy as np
 
+import rule_v3
+from rule_v3 import BESIDE
 from verdict import OPS, compare, verdict
 
 CHANCE_AUC = 0.5  # the floor of an AUC whose random-init value a run does not measure
@@ -170,7 +172,15 @@ def ratio_row(spec: list[str], table: dict[str, list[dict]], out: Path) -> str:
     return f"| {a} / {b} <= {limit:g} ({keys}) | {paper[0] if paper else '-'} | {ours} | {said} | `--out {out}` |"
 
 
-BESIDE = "none: reported beside the verdict rows"
+def claim_sides(claim: list[str], table: dict[str, list[dict]], metric: str) -> tuple[dict[str, str], list[list[str]]]:
+    """A claim's two sides as row labels, ``[[A]]`` or ``[[X, Y]]`` (X - Y) each, with ``best(GLOB)``
+    resolved (``best_row``); and how the table names each side (``best(moon-*) = moon-mu5``)."""
+    picked = {side: best_row(side, table, metric) for side in claim[0:3:2]}
+    named = {side: side if row == side else f"{side} = {row}" for side, row in picked.items()}
+    sides = [picked[side].split(" - ") for side in claim[0:3:2]]
+    if any(label not in table for side in sides for label in side) or any(len(side) > 2 for side in sides):
+        raise SystemExit(f"--claim {' '.join(claim)}: a side is a row or 'X - Y'; rows are {', '.join(table)}")
+    return named, sides
 
 
 def claim_row(claim: list[str], table: dict[str, list[dict]], metric: str, margin: float, out: Path,
@@ -182,13 +192,8 @@ def claim_row(claim: list[str], table: dict[str, list[dict]], metric: str, margi
     judged against ``by`` (``-by``) instead of 0; the printed interval is A - B's own. ``judged``
     False prints the row with no verdict (``A vs B``, verdict cell ``BESIDE``)."""
     a, op, b, *paper = claim
-    picked = {side: best_row(side, table, metric) for side in (a, b)}
-    named = {side: side if row == side else f"{side} = {row}" for side, row in picked.items()}
-    a, b = picked[a], picked[b]
-    sides = [side.split(" - ") for side in (a, b)]
+    named, sides = claim_sides(claim, table, metric)
     labels = [label for side in sides for label in side]
-    if any(label not in table for label in labels) or any(len(side) > 2 for side in sides):
-        raise SystemExit(f"--claim {' '.join(claim)}: a side is a row or 'X - Y'; rows are {', '.join(table)}")
     values = {k: np.array([res["final"][metric] for res in table[k]]) * 100 for k in labels}
     side_values = [values[side[0]] - (values[side[1]] if len(side) == 2 else 0) for side in sides]
     rows = list(dict.fromkeys(labels))
@@ -209,6 +214,26 @@ def claim_row(claim: list[str], table: dict[str, list[dict]], metric: str, margi
     shifted = replace(c, mean=c.mean - shift, low=c.low - shift, high=c.high - shift)
     said_verdict = verdict(op, shifted, margin) if judged else BESIDE
     return f"| {said} ({metric}) | {paper[0] if paper else '-'} | {ours} | {said_verdict} | `--out {out}` |"
+
+
+def write_v3(args: argparse.Namespace, table: dict[str, list[dict]], target: float | None) -> None:
+    """Rule v3's records of ``--claim`` and ``--count``: ``<out>/claims-v3-<metric>.jsonl`` (for
+    ``family_table.py``) and the same rows, unadjusted, in ``<out>/verdicts-v3-<metric>.md``."""
+    o = rule_v3.Options(args.min_lift, tuple(args.learns), tuple(args.control), args.chance, args.margin)
+    unknown = [k for k in (*o.learns, *o.controls) if k not in table]
+    if unknown:
+        raise SystemExit(f"--learns / --control {', '.join(unknown)}: not a row; rows are {', '.join(table)}")
+    block = args.block or str(args.out)
+    records = [rule_v3.rounds_claim(block, c, table, args.metric, target, o) if c[0].startswith("rounds(")
+               else rule_v3.mean_claim(block, c, claim_sides(c, table, args.metric)[1], table, args.metric, o)
+               for c in args.claim]
+    records += [rule_v3.mean_claim(block, [a, ">", b, *paper], claim_sides([a, ">", b], table, args.metric)[1],
+                                   table, args.metric, o, judged=False) for a, b, *paper in args.beside]
+    records += [rule_v3.count_claim(block, spec, table) for spec in args.count]
+    text = "\n".join(rule_v3.markdown(r) for r in records)
+    print(text)
+    rule_v3.write(records, args.out / f"claims-v3-{args.metric}.jsonl")
+    (args.out / f"verdicts-v3-{args.metric}.md").write_text(text + "\n")
 
 
 def main() -> None:
@@ -233,10 +258,24 @@ def main() -> None:
     parser.add_argument("--by", type=float, default=0.0, help="'A > B' and 'A < B' mean by at least this many points")
     parser.add_argument("--per-round", action="store_true", help="also the metric's mean over seeds at every round")
     parser.add_argument("--per-seed", action="store_true", help="also the final metric and its floor of every seed")
+    v3 = parser.add_argument_group("rule v3 (rule_v3.py; each block's values fixed in its pre-registration)")
+    v3.add_argument("--rule", choices=("v2", "v3"), default="v2", help="the verdict rule (v2: verdict.py)")
+    v3.add_argument("--block", help="the block's name in the study's table (default: --out)")
+    v3.add_argument("--min-lift", type=float, default=5.0, help="points over its floor a row needs to count as trained")
+    v3.add_argument("--learns", action="append", default=[], metavar="ROW", help="a row the paper expects to learn")
+    v3.add_argument("--control", action="append", default=[], metavar="ROW",
+                    help="the block's positive control: a row that must train, or every claim is void")
+    v3.add_argument("--chance", type=float, help="the reference (points) of a metric the paper wants lowered")
+    v3.add_argument("--count", nargs="+", action="append", default=[], metavar="A B KEYS CONVENTION [PAPER]",
+                    help="A's comm KEYS (joined by +) over B's, stated as a counted fact (repeatable)")
     args = parser.parse_args()
     bad = [c for c in args.claim if len(c) not in (3, 4) or c[1] not in OPS]
     if bad:
         parser.error(f"--claim takes A OP B [PAPER] with OP one of > < ~, got {' '.join(bad[0])}")
+    if any(len(c) not in (4, 5) for c in args.count):
+        parser.error("--count takes A B KEYS CONVENTION [PAPER]")
+    if args.rule == "v3" and args.ratio:
+        parser.error("rule v3 states a ratio as a counted fact: --count A B KEYS CONVENTION, not --ratio")
     if any(len(b) not in (2, 3) for b in args.beside):
         parser.error("--beside takes A B [PAPER]")
     if any(c[0].startswith("rounds(") for c in args.claim) and not args.reference:
@@ -279,7 +318,9 @@ def main() -> None:
         text = per_seed_table(table, args.metric, args.seeds)
         print(text)
         (args.out / f"per-seed-{args.metric}.md").write_text(text + "\n")
-    if args.claim or args.beside or args.ratio:
+    if args.rule == "v3":
+        write_v3(args, table, target)
+    elif args.claim or args.beside or args.ratio:
         claims = "\n".join([*(rounds_claim_row(c, table, args.metric, target, args.out) if c[0].startswith("rounds(")
                                else claim_row(c, table, args.metric, args.margin, args.out, args.by) for c in args.claim),
                              *(claim_row([a, ">", b, *paper], table, args.metric, args.margin, args.out, judged=False)

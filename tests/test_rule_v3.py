@@ -1,0 +1,103 @@
+"""benchmarks/rule_v3.py and family_table.py: rule v3's claim records on hand-made runs."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import family_table  # noqa: E402
+import rule_v3  # noqa: E402
+from rule_v3 import Options  # noqa: E402
+
+T_975_2 = 4.302652729911275
+
+
+def runs(*finals: float, floor: float | None = 0.10) -> list[dict]:
+    """One row's results: a final test accuracy per seed, each over its random-init ``floor``."""
+    return [{"final": {"test_acc": f}, "baseline": {} if floor is None else {"test_acc": floor}} for f in finals]
+
+
+def claim(a: str, op: str, b: str, table: dict, o: Options = Options()) -> rule_v3.Record:
+    return rule_v3.mean_claim("blk", [a, op, b, "paper"], [a.split(" - "), b.split(" - ")], table, "test_acc", o)
+
+
+def test_a_directional_claim_is_the_paired_t_test() -> None:
+    table = {"moon": runs(0.70, 0.72, 0.74), "fedavg": runs(0.68, 0.69, 0.70)}  # A - B 2, 3, 4
+    r = claim("moon", ">", "fedavg", table)
+    assert r.verdict == "holds"
+    assert r.p == pytest.approx(2 * (0.5 - 5.196152 / (2 * math.sqrt(29))), rel=1e-5)  # t = 3 sqrt(3), 2 df
+    assert f"A - B +3.00 [{3 - T_975_2 / math.sqrt(3):+.2f}, {3 + T_975_2 / math.sqrt(3):+.2f}]" in r.text
+    assert claim("moon", "<", "fedavg", table).verdict == "does not hold"
+
+
+def test_a_control_that_did_not_train_voids_the_claim() -> None:
+    table = {"moon": runs(0.70, 0.72, 0.74), "fedavg": runs(0.11, 0.12, 0.10)}  # fedavg 1 point above 10
+    o = Options(min_lift=5, controls=("fedavg",))
+    r = claim("moon", ">", "fedavg", table, o)
+    assert r.verdict == "void: control fedavg did not train" and r.p is None
+    assert "not trained" in r.text
+
+
+def test_beating_a_comparator_that_never_trained_shows_nothing() -> None:
+    """v2's SOLO at 11.56 over a 10.33 floor passed the signal gate; v3 voids FedAvg > SOLO."""
+    table = {"fedavg": runs(0.68, 0.70, 0.69), "solo": runs(0.115, 0.12, 0.11)}
+    assert claim("fedavg", ">", "solo", table, Options(learns=("solo",))).verdict.startswith("void: comparator solo")
+    # a method that does not train is judged as measured: the paper's claim does not hold
+    assert claim("solo", ">", "fedavg", table, Options(learns=("solo",))).verdict == "does not hold"
+    # a comparator the paper expects to stay low (FLESD sec. 3's supervised at alpha 0.01) is not checked
+    assert claim("fedavg", ">", "solo", table).verdict == "holds"
+
+
+def test_equivalence_is_tost_and_ignores_the_rows_level() -> None:
+    """Lazy T = 50 ~ full (v2: inconclusive at signal 4.2 though inside the margin)."""
+    table = {"lazy": runs(0.670, 0.680, 0.675, 0.672), "full": runs(0.672, 0.676, 0.678, 0.671, floor=0.65)}
+    r = claim("lazy", "~", "full", table, Options(margin=2.0))
+    assert r.verdict == "holds" and "90% [" in r.text
+
+
+def test_a_lowered_metric_reads_against_chance_and_a_missing_floor_is_an_error() -> None:
+    table = {"fair": runs(0.89, 0.90, 0.88, floor=None), "noadv": runs(0.97, 0.96, 0.98, floor=None)}
+    r = claim("fair", "<", "noadv", table, Options(chance=50.0))
+    assert r.verdict == "holds" and "chance 50.00" in r.text
+    with pytest.raises(SystemExit, match="no random-init value"):
+        claim("fair", "<", "noadv", table)
+
+
+def test_rounds_to_reach_with_censored_seeds_is_a_sign_test() -> None:
+    def run(*accs: float) -> dict:
+        return {"history": [{"round": r + 1, "test_acc": a} for r, a in enumerate(accs)],
+                "final": {"test_acc": accs[-1]}, "baseline": {"test_acc": 0.1}}
+
+    moon = [run(0.2, 0.6, 0.7)] * 6  # reaches 0.6 at round 2 in every seed
+    fedavg = [run(0.2, 0.3, 0.5)] * 6  # never: censored at round 3
+    r = rule_v3.rounds_claim("blk", ["rounds(moon)", "<", "rounds(fedavg)"], {"moon": moon, "fedavg": fedavg},
+                             "test_acc", 0.6, Options())
+    assert r.verdict == "holds" and r.p == pytest.approx(2 / 64)
+    assert "moon first in 6, fedavg first in 0, tied 0" in r.text and "never" in r.text
+
+
+def test_a_counted_ratio_is_stated_not_tested() -> None:
+    table = {"lg": [{"comm": {"params_up": 509.0}}] * 3, "fedavg": [{"comm": {"params_up": 1000.0}}] * 3}
+    r = rule_v3.count_claim("blk", ["lg", "fedavg", "params_up", "each round's uploaded parameters"], table)
+    assert r.verdict == "counted, no test" and r.p is None
+    assert "= 0.509 (counted: each round's uploaded parameters)" in r.text
+
+
+def test_family_table_adjusts_by_holm_over_tested_claims_only(tmp_path: Path) -> None:
+    strong = {"a": runs(0.70, 0.72, 0.74), "b": runs(0.60, 0.61, 0.62)}  # A - B 10, 11, 12: p 0.0027
+    weak = {"a": runs(0.70, 0.72, 0.74), "b": runs(0.68, 0.69, 0.70)}  # p 0.035
+    records = [claim("a", ">", "b", strong), claim("a", ">", "b", weak), claim("a", ">", "b", weak),
+               claim("a", ">", "b", {"a": weak["a"], "b": runs(0.1, 0.1, 0.1)}, Options(controls=("b",)))]
+    (tmp_path / "blk").mkdir()
+    rule_v3.write(records, tmp_path / "blk" / "claims-v3-test_acc.jsonl")
+    text = family_table.table(tmp_path)
+    lines = text.splitlines()
+    assert lines[2].endswith("| holds | holds | `blk` |")  # 3 x 0.0027 < 0.05
+    assert lines[3].endswith("| holds | inconclusive | `blk` |")  # 2 x 0.035 > 0.05
+    assert lines[4].endswith("| holds | inconclusive | `blk` |")
+    assert lines[5].endswith("| void: control b did not train | void: control b did not train | `blk` |")
+    assert "Holm over 3 tested claims (family-wise 5%); 1 not tested" in text
