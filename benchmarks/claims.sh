@@ -305,3 +305,51 @@ fi
 if want archive; then
   bash benchmarks/archive_runs.sh runs/confirm benchmarks/results/confirm-runs.tar.xz
 fi
+
+# ===== The v3 study: rule v3 (REPRODUCTION.md, "Pre-registration v3"), seeds from 1000 =====
+# Each block's rows, metric, claims, positive control (--control), the rows the paper expects to
+# learn (--learns), min_lift and n were committed in its dated subsection before its first run;
+# `python benchmarks/power_v3.py` prints n and min_lift from the pilots. Each block writes
+# claims-v3-<metric>.jsonl; `bash benchmarks/claims.sh v3_table` adjusts the family (Holm).
+V="python benchmarks/reproduce.py --rule v3 --set fabric.threads=1"
+v3seeds() { seq 1000 $((999 + $1)); }
+
+if [ -z "$ARGS" ] || want v3_lg; then  # n = 24 (the new-test equivalence alone would need more)
+  L=(--seeds $(v3seeds 24) --out runs/v3/lg --block v3_lg --control lg_fedavg_fmnist --learns lg_fmnist
+     --learns lg_fedavg_fmnist --min-lift 18.41 recipes/lg_fedavg_fmnist.yaml recipes/lg_local_fmnist.yaml recipes/lg_fmnist.yaml)
+  $V "${L[@]}" --metric local_test_acc --extra new_test_acc --extra params_up --extra params_new_test --per-seed \
+    --claim lg_fmnist '>' lg_fedavg_fmnist 'local test: LG well above FedAvg' \
+    --count lg_fmnist lg_fedavg_fmnist params_up+params_new_test 'uploads over the whole run: 20 FedAvg warm-up rounds (46,522 parameters a client) and 30 LG rounds (2,572 a client, 0.055 of a FedAvg round), plus the new test'"'"'s one-time upload' \
+      'far fewer parameters communicated'
+  $V "${L[@]}" --metric new_test_acc --per-seed \
+    --claim lg_fmnist '~' lg_fedavg_fmnist 'new test: LG similar to FedAvg' \
+    --claim lg_fmnist '>' lg_local_fmnist 'new test: local only poor'
+fi
+
+if [ -z "$ARGS" ] || want v3_lg_fair; then  # n = 16; the AUCs read against chance
+  F=(--seeds $(v3seeds 16) --out runs/v3/lg_fair --block v3_lg_fair --control lg_fair_noadv --per-seed
+     recipes/lg_fair.yaml recipes/lg_fair_noadv.yaml)
+  $V "${F[@]}" --metric adv_auc --chance 50 --min-lift 15.57 \
+    --claim lg_fair '<' lg_fair_noadv 'adversary AUC near chance with the term'
+  $V "${F[@]}" --metric postfit_adv_auc --chance 50 --min-lift 15.69 \
+    --claim lg_fair '<' lg_fair_noadv 'post-fit AUC near chance with the term'
+  $V "${F[@]}" --metric class_acc --learns lg_fair --learns lg_fair_noadv --min-lift 6.91 \
+    --claim lg_fair '~' lg_fair_noadv 'accuracy within ~2 points'
+fi
+
+if [ -z "$ARGS" ] || want v3_flesd_sec3; then  # n = 8; supervised at alpha 0.01 is expected to drop, so not checked
+  S3=(--seeds $(v3seeds 8) --out runs/v3/flesd_sec3 --block v3_flesd_sec3 --per-seed --control ssl100
+      --learns ssl100 --learns ssl001 --learns sup100)
+  $V "${S3[@]}" --metric knn_acc --min-lift 2.91 "${SEC3[@]}"
+  $V "${S3[@]}" --metric linear_probe_acc --min-lift 2.00 "${SEC3[@]}"
+fi
+
+# the study's table: every v3 block's claims, raw and Holm-adjusted over the family
+if want v3_table; then
+  python benchmarks/family_table.py runs/v3 --out benchmarks/results/v3-table.md
+fi
+
+# every finished v3 run (results.json carries its commit, UTC times and device), for the next machine
+if want v3_archive; then
+  bash benchmarks/archive_runs.sh runs/v3 benchmarks/results/v3-runs.tar.xz
+fi

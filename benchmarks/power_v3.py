@@ -1,0 +1,174 @@
+"""The v3 study's n and min_lift per block (REPRODUCTION.md, "Pre-registration v3"), from pilots.
+
+    python benchmarks/power_v3.py            # every block whose pilot is on disk or quoted below
+
+A claim's pilot is either a folder of finished runs of the same twin on seeds no verdict reads
+(``<folder>/<row>/seed<k>/runs/seed=<k>/results.json``, as ``reproduce.py`` lays them out: v2's
+archived confirmatory runs, or v3's pilots on seeds 900-999), or, for a v2 block whose runs were
+not kept, its printed 95% interval over n seeds, from which the sd of the differences is exact:
+sd = half-width x sqrt(n) / t(0.975, n - 1). n = ``fedlight.stats.seeds_from_pilot``'s rule: the
+80% upper confidence bound of that sd, the half-width wanted max(1, paper's effect / 3), cap 24.
+A block's ``min_lift`` on a metric is a third of its positive control's mean lift over its floor
+(chance, for a metric the paper wants lowered) in the pilot, at least 2 points.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy import stats as dist
+
+from fedlight import stats
+
+CAP = 24
+CONFIDENCE = 0.8
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One v3 claim and where its pilot is.
+
+    Attributes:
+        block: the claims.sh block (``v3_*``).
+        text: the claim as the table names it.
+        a, b: its sides, each a row or ``"X - Y"``.
+        metric: the results.json ``final`` key.
+        paper: the paper's effect in points (0 for an equivalence; None where our copy lost it,
+            then the pilot's own effect stands in, for sizing n only).
+        pilot: the folder of pilot runs, or None with ``printed``.
+        printed: (low, high, n) of a v2 interval, when its runs were not kept.
+    """
+
+    block: str
+    text: str
+    a: str
+    b: str
+    metric: str
+    paper: float | None
+    pilot: str | None
+    printed: tuple[float, float, int] | None = None
+
+
+def values(folder: str, row: str, metric: str) -> dict[int, float]:
+    """A row's final metric (points) per pilot seed."""
+    out = {}
+    for path in Path(folder, row).glob("seed*/runs/seed=*/results.json"):
+        res = json.loads(path.read_text())
+        if res.get("final") is not None:
+            out[int(path.parent.name.split("=")[1])] = res["final"][metric] * 100
+    return out
+
+
+def side(folder: str, spec: str, metric: str) -> dict[int, float]:
+    """A side's per-seed value: a row, or ``X - Y`` over the seeds both have."""
+    parts = [values(folder, row, metric) for row in spec.split(" - ")]
+    if len(parts) == 1:
+        return parts[0]
+    return {s: parts[0][s] - parts[1][s] for s in parts[0].keys() & parts[1].keys()}
+
+
+def pilot_sd(c: Claim) -> tuple[float, int, float]:
+    """(sd of A - B, pilot seeds, the pilot's mean A - B) for ``c``."""
+    if c.printed is not None:
+        low, high, n = c.printed
+        return (high - low) / 2 * math.sqrt(n) / float(dist.t.ppf(0.975, n - 1)), n, (low + high) / 2
+    a, b = side(c.pilot, c.a, c.metric), side(c.pilot, c.b, c.metric)
+    d = np.array([a[s] - b[s] for s in sorted(a.keys() & b.keys())])
+    if len(d) < stats.MIN_PILOT_SEEDS:
+        raise SystemExit(f"{c.block}: {c.text}: {len(d)} pilot seeds in {c.pilot}; rule v3 needs {stats.MIN_PILOT_SEEDS}")
+    return float(d.std(ddof=1)), len(d), float(d.mean())
+
+
+V2 = "runs/confirm"  # v2's archived confirmatory runs (tar -xJf benchmarks/results/confirm-runs.tar.xz)
+CLAIMS = [
+    Claim("v3_lg", "local test: LG > FedAvg", "lg_fmnist", "lg_fedavg_fmnist", "local_test_acc", None, f"{V2}/lg"),
+    Claim("v3_lg", "new test: LG ~ FedAvg (2)", "lg_fmnist", "lg_fedavg_fmnist", "new_test_acc", 0.0, f"{V2}/lg"),
+    Claim("v3_lg", "new test: LG > local only", "lg_fmnist", "lg_local_fmnist", "new_test_acc", None, f"{V2}/lg"),
+    # v2's confirm_lg_fair (n = 12) and confirm_flesd_sec3 (n = 6): runs not kept, intervals printed
+    Claim("v3_lg_fair", "adversary AUC lower with the term", "lg_fair", "lg_fair_noadv", "adv_auc", None, None,
+          (-47.43, -43.05, 12)),
+    Claim("v3_lg_fair", "post-fit AUC lower with the term", "lg_fair", "lg_fair_noadv", "postfit_adv_auc", None, None,
+          (-10.28, -5.38, 12)),
+    Claim("v3_lg_fair", "accuracy kept (2)", "lg_fair", "lg_fair_noadv", "class_acc", 0.0, None, (0.10, 1.56, 12)),
+    Claim("v3_flesd_sec3", "kNN: supervised drops more than SimCLR", "sup100 - sup001", "ssl100 - ssl001", "knn_acc",
+          35 - 6, None, (3.73, 4.98, 6)),
+    Claim("v3_flesd_sec3", "kNN: SimCLR > supervised at alpha 0.01", "ssl001", "sup001", "knn_acc", None, None,
+          (3.87, 6.88, 6)),
+    Claim("v3_flesd_sec3", "probe: supervised drops more than SimCLR", "sup100 - sup001", "ssl100 - ssl001",
+          "linear_probe_acc", 35 - 6, None, (0.26, 1.28, 6)),
+    Claim("v3_flesd_sec3", "probe: SimCLR > supervised at alpha 0.01", "ssl001", "sup001", "linear_probe_acc", None,
+          None, (0.34, 1.35, 6)),
+]
+
+@dataclass(frozen=True)
+class Control:
+    """A block's positive control on one metric, and its lift in the pilot.
+
+    Attributes:
+        block, metric: where it applies.
+        row: the row that must train.
+        pilot: the folder of pilot runs, or None with ``printed``.
+        printed: (row mean, reference) in points from a v2 table, when its runs were not kept.
+        chance: the reference of a metric the paper wants lowered (points), instead of the floor.
+    """
+
+    block: str
+    metric: str
+    row: str
+    pilot: str | None
+    printed: tuple[float, float] | None = None
+    chance: float | None = None
+
+    def lift(self) -> float:
+        if self.printed is not None:
+            return self.printed[0] - self.printed[1]
+        runs = [json.loads(p.read_text()) for p in Path(self.pilot, self.row).glob("seed*/runs/seed=*/results.json")]
+        finals = np.mean([res["final"][self.metric] for res in runs]) * 100
+        reference = self.chance if self.chance is not None else np.mean([res["baseline"][self.metric] for res in runs]) * 100
+        return float(finals - reference)
+
+    def min_lift(self) -> float:
+        """A third of the control's mean lift over its floor (or chance) in the pilot, at least 2 points."""
+        return max(2.0, self.lift() / 3)
+
+
+CONTROLS = [
+    Control("v3_lg", "local_test_acc", "lg_fedavg_fmnist", f"{V2}/lg"),
+    Control("v3_lg", "new_test_acc", "lg_fedavg_fmnist", f"{V2}/lg"),
+    # the adversary without the term must find the attribute (AUC above chance) for a low AUC to mean anything
+    Control("v3_lg_fair", "adv_auc", "lg_fair_noadv", None, (96.70, 50.0), chance=50.0),
+    Control("v3_lg_fair", "postfit_adv_auc", "lg_fair_noadv", None, (97.07, 50.0), chance=50.0),
+    Control("v3_lg_fair", "class_acc", "lg_fair_noadv", None, (68.09, 47.35)),
+    Control("v3_flesd_sec3", "knn_acc", "ssl100", None, (65.05, 56.31)),
+    Control("v3_flesd_sec3", "linear_probe_acc", "ssl100", None, (80.35, 78.61)),
+]
+
+
+def main() -> None:
+    print("| block | claim | pilot seeds | pilot A - B | sd | sd+ (80%) | paper's effect | half-width wanted | n |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    need: dict[str, int] = {}
+    for c in CLAIMS:
+        sd, n_pilot, mean = pilot_sd(c)
+        effect = c.paper if c.paper is not None else abs(mean)
+        target = max(1.0, effect / 3)
+        upper = stats.sd_upper(sd, n_pilot, CONFIDENCE)
+        n = stats.seeds_needed(upper, target, cap=CAP)
+        reach = float(dist.t.ppf(0.975, CAP - 1)) * upper / math.sqrt(CAP)
+        shown = str(n) if n is not None else f"{CAP} (reaches +-{reach:.2f})"
+        need[c.block] = max(need.get(c.block, 0), n or CAP)
+        paper = f"{c.paper:.2f}" if c.paper is not None else f"lost; pilot {abs(mean):.2f}"
+        print(f"| {c.block} | {c.text} | {n_pilot} | {mean:+.2f} | {sd:.2f} | {upper:.2f} | {paper} | {target:.2f} | {shown} |")
+    print("\n| block | n (seeds 1000 ...) |\n|---|---|")
+    for block, n in need.items():
+        print(f"| {block} | {n} |")
+    print("\n| block | metric | positive control | its pilot lift | min_lift (points) |\n|---|---|---|---|---|")
+    for c in CONTROLS:
+        print(f"| {c.block} | {c.metric} | {c.row} | {c.lift():.2f} | {c.min_lift():.2f} |")
+
+if __name__ == "__main__":
+    main()
