@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from lightning.fabric import Fabric
@@ -15,7 +16,10 @@ from fedlight import registry
 from fedlight.cli import main
 from fedlight.config import load_recipe
 from fedlight.engine.loop.comm_ledger import payload_bytes
+from fedlight.data.public_set import balanced_outside_subset
+from fedlight.data.sources import load_dataset, subset_indices
 from fedlight.engine.parts.flesd.ensemble_distiller import EnsembleDistiller
+from fedlight.engine.run import assemble
 from fedlight.engine.run.assemble import build_views
 from fedlight.engine.run.fit import build_module, fit, prepare_data
 from fedlight.errors import UserError
@@ -214,3 +218,61 @@ def test_distillation_starts_from_the_global_model(tmp_path: Path, tiny_recipe: 
     torch.manual_seed(derive_seed(recipe.seed, "init"))
     init = registry.build_method(recipe.method, "small_cnn", 3, 16, 10, OptimizerSpec()).shared_state()
     assert all(torch.equal(seen[0][k], init[k]) for k in init)
+
+
+BALANCED = [*FLESD_ARGS, "data.subset=600", "partition.public_balanced=true"]
+
+
+def test_a_balanced_public_set_replaces_only_the_public_images(tiny_recipe: Path) -> None:
+    """Same size as the public client's share, size // C a class (the first size mod C one more),
+    none of it in data.subset; the partitions and the evaluator's training data as without it."""
+    on, off = load_recipe(tiny_recipe, BALANCED), load_recipe(tiny_recipe, BALANCED[:-1])
+    (data, parts), (plain, plain_parts) = prepare_data(on), prepare_data(off)
+    assert len(parts) == len(plain_parts) and all(np.array_equal(a, b) for a, b in zip(parts, plain_parts))
+    assert torch.equal(data.train_x, plain.train_x) and torch.equal(data.test_x, plain.test_x)
+    assert plain.public_x is None
+    full = load_dataset(on.data.name, on.data.root, on.data.download, on.seed)
+    size = len(parts[on.partition.public_client])
+    picked = balanced_outside_subset(full.train_y, 600, size, full.num_classes, on.seed)
+    assert torch.equal(full.train_x[picked], data.public_x) and len(data.public_x) == size
+    assert not set(picked.tolist()) & set(subset_indices(len(full.train_y), 600, on.seed).tolist())
+    counts = torch.bincount(full.train_y[picked], minlength=full.num_classes).tolist()
+    assert counts == [size // 10 + (c < size % 10) for c in range(10)], (size, counts)
+    share = torch.bincount(plain.train_y[parts[0]], minlength=10)
+    assert share.max() - share.min() > 1  # the Dirichlet share it replaces is not balanced
+
+
+def test_a_real_flesd_run_distils_on_the_balanced_public_set(tmp_path: Path, tiny_recipe: Path,
+                                                             monkeypatch) -> None:
+    seen: dict[str, torch.Tensor] = {}
+
+    class Spy(assemble.PublicSetDistillation):
+        def __init__(self, fabric, module, public_images, *args) -> None:
+            seen["public"] = public_images
+            super().__init__(fabric, module, public_images, *args)
+
+    monkeypatch.setattr(assemble, "PublicSetDistillation", Spy)
+    recipe = load_recipe(tiny_recipe, [*BALANCED, "rounds=1", f"run.dir={tmp_path / 'b'}"])
+    res = fit(recipe)
+    data, parts = prepare_data(recipe)
+    assert torch.equal(seen["public"], data.public_x)
+    assert res["history"][0]["clients"] == [1, 2]
+    assert res["history"][0]["esd_steps"] == 2 * esd_steps_per_epoch(len(parts[0]), 32, 64) > 0
+    assert math.isfinite(res["history"][0]["knn_acc"])
+    assert json.loads((tmp_path / "b/results.json").read_text())["recipe"]["partition"]["public_balanced"] is True
+
+
+@pytest.mark.parametrize("overrides,says", [
+    (["partition.public_balanced=true", "data.subset=600"], "partition.public_client is unset"),
+    (["partition.public_balanced=true", "data.subset=600", "partition.public_client=0", "clients.num=3"],
+     "server.name=fedavg does not use"),
+    ([*FLESD_ARGS, "partition.public_balanced=true"], "data.subset, which is unset"),
+    ([*FLESD_ARGS, "partition.public_balanced=true", "data.subset=1150"], "outside data.subset=1150"),
+])
+def test_a_balanced_public_set_it_cannot_make_is_a_one_line_user_error(
+        tiny_recipe: Path, tmp_path: Path, capsys, overrides: list[str], says: str) -> None:
+    run = tmp_path / "refused"
+    assert main(["fit", "--recipe", str(tiny_recipe), *overrides, f"run.dir={run}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "partition.public_balanced" in err and says in err, err
+    assert not run.exists()

@@ -39,6 +39,10 @@ class PartitionConfig:
     shards_per_client: int = check(positive, 2)
     min_size: int = check(non_negative, 10)
     public_client: int | None = check(non_negative, None)
+    # FLESD's public set made class-balanced: the public client's images replaced by as many drawn
+    # outside data.subset, size // classes of each (the first size mod classes one more);
+    # fedlight/data/public_set.py
+    public_balanced: bool = False
 
 
 @dataclass

@@ -32,6 +32,8 @@ class ImageData:
         num_classes: number of classes.
         train_a: (N,) int64 protected attribute (0 / 1), for datasets that carry one (fair LG-FedAvg).
         test_a: (M,) int64 protected attribute of the test samples.
+        public_x: (P, C, H, W) uint8 images that replace the public client's share as FLESD's public
+            set, drawn outside ``train_x`` (``partition.public_balanced``); None: the share itself.
     """
 
     train_x: torch.Tensor
@@ -41,6 +43,7 @@ class ImageData:
     num_classes: int
     train_a: torch.Tensor | None = None
     test_a: torch.Tensor | None = None
+    public_x: torch.Tensor | None = None
 
     @property
     def channels(self) -> int:
@@ -218,9 +221,14 @@ def take_subset(data: ImageData, train: int | None, test: int | None, seed: int)
             return x, y, a
         if n > len(y):
             raise UserError(f"recipe key 'data.{key}' is {n} but the dataset has {len(y)} samples; lower it")
-        keep = torch.randperm(len(y), generator=torch_generator(seed, key))[:n].sort().values
+        keep = subset_indices(len(y), n, seed, key)
         return x[keep], y[keep], None if a is None else a[keep]
 
     train_x, train_y, train_a = pick(data.train_x, data.train_y, data.train_a, train, "subset")
     test_x, test_y, test_a = pick(data.test_x, data.test_y, data.test_a, test, "test_subset")
     return ImageData(train_x, train_y, test_x, test_y, data.num_classes, train_a, test_a)
+
+
+def subset_indices(count: int, n: int, seed: int, key: str = "subset") -> torch.Tensor:
+    """The (n,) sorted indices of the ``count`` samples that ``data.<key>=n`` keeps (``take_subset``)."""
+    return torch.randperm(count, generator=torch_generator(seed, key))[:n].sort().values

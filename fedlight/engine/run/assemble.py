@@ -185,8 +185,9 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
     if recipe.eval.local_test:
         plugins.append(LocalTests(fabric, evaluator, trainable, [parts[c] for c in trainable], data.train_y.numpy(),
                                   data.test_y.numpy(), recipe.seed))
-    if aggregator.uses_public_set:  # FLESD: the public client's images, never trained on
-        public_images = images[tensors[public].to(images.device)]
+    if aggregator.uses_public_set:  # FLESD: the public client's images, never trained on, or those replacing them
+        public_images = (images[tensors[public].to(images.device)] if original.public_x is None
+                         else fabric.to_device(original.public_x))
         plugins.append(PublicSetDistillation(fabric, module, public_images, views, aggregator, evaluator.apply,
                                              recipe.seed))
     if rotated is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -17,6 +17,7 @@ from fedlight.catalog import check_name
 from fedlight.config.schema import Recipe
 from fedlight.data.locate import data_on_disk
 from fedlight.data.partition import partition
+from fedlight.data.public_set import balanced_outside_subset
 from fedlight.data.rotated import check_device_fits
 from fedlight.data.sources import ImageData, empty_of_shape, load_dataset, take_subset
 from fedlight.engine.loop import preemption
@@ -36,10 +37,12 @@ from fedlight.server.aggregator import Aggregator
 
 
 def prepare_data(recipe: Recipe, load: Callable[..., ImageData] = load_dataset) -> tuple[ImageData, list]:
-    """Load (with ``load``: ``load_dataset``, or a cache of it), subset and partition the data
-    (raises UserError on missing data or bad partitions)."""
+    """Load (with ``load``: ``load_dataset``, or a cache of it), subset and partition the data, and
+    with ``partition.public_balanced`` draw the public set outside the subset (``data.public_x``)
+    (raises UserError on missing data, bad partitions or too few images for the public set)."""
     d, p, s = recipe.data, recipe.partition, recipe.stream
-    data = take_subset(load(d.name, d.root, d.download, recipe.seed), d.subset, d.test_subset, recipe.seed)
+    full = load(d.name, d.root, d.download, recipe.seed)
+    data = take_subset(full, d.subset, d.test_subset, recipe.seed)
     kind, per_client = p.kind, p.classes_per_client
     if s.classes_per_client is not None:  # a stream's classes are its device's partition's classes
         if s.velocity is None or p.kind not in ("iid", "classes"):
@@ -49,6 +52,10 @@ def prepare_data(recipe: Recipe, load: Callable[..., ImageData] = load_dataset) 
     parts = partition(kind, data.train_y.numpy(), recipe.clients.num, numpy_rng(recipe.seed, "partition"),
                       alpha=p.alpha, min_size=p.min_size, shards_per_client=p.shards_per_client,
                       classes_per_client=per_client)
+    if p.public_balanced:  # as many images as the public client's share, which trains no client either way
+        picked = balanced_outside_subset(full.train_y, d.subset, len(parts[p.public_client]), full.num_classes,
+                                         recipe.seed)
+        data = replace(data, public_x=full.train_x[picked])
     return data, parts
 
 
@@ -118,6 +125,7 @@ def check_recipe(recipe: Recipe) -> Aggregator:
                         f"set local.iterations={recipe.server['aggregate_every']} and drop server.aggregate_every")
     server = registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client,
                                recipe.seed)
+    check_public_balanced(recipe, server)
     check_name("model.backbone", recipe.model.backbone, registry.BACKBONES)
     registry.check_method_state(recipe.method, recipe.model.backbone)
     registry.check_plugins(recipe.plugins)
@@ -129,6 +137,23 @@ def check_recipe(recipe: Recipe) -> Aggregator:
                         f"but clients.fraction={recipe.clients.fraction:g} samples a fixed-size set of {per_round} of "
                         f"{trainable}; set clients.sampling=poisson (or clients.fraction=1)")
     return server
+
+
+def check_public_balanced(recipe: Recipe, server: Aggregator) -> None:
+    """``partition.public_balanced`` replaces a public client's images by images outside ``data.subset``
+    for a server that uses a public set; raises a one-line UserError where one of them is missing."""
+    if not recipe.partition.public_balanced:
+        return
+    fix = "or set partition.public_balanced=false"
+    if recipe.partition.public_client is None:
+        raise UserError(f"partition.public_balanced replaces the public client's images, but partition.public_client "
+                        f"is unset; set it (e.g. 0) {fix}")
+    if not server.uses_public_set:
+        raise UserError(f"partition.public_balanced makes a public set that server.name={recipe.server['name']} does "
+                        f"not use; choose a server with one (flesd) {fix}")
+    if recipe.data.subset is None:
+        raise UserError("partition.public_balanced draws the public set from the training images outside "
+                        f"data.subset, which is unset; set data.subset below the dataset's size {fix}")
 
 
 def trainable_clients(recipe: Recipe) -> int:

@@ -59,4 +59,4 @@ class PublicSetDistillation(RoundPlugin):
         return {"server/esd_steps": row["esd_steps"]}
 
     def option_keys(self) -> tuple[str, ...]:
-        return ("partition.public_client",)
+        return ("partition.public_client", "partition.public_balanced")
