@@ -16,9 +16,11 @@ from __future__ import annotations
 import platform
 import subprocess
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+import lightning
+import torch
 
 from fedlight import __version__
 
@@ -59,27 +61,19 @@ def git_source(package_dir: Path = PACKAGE) -> dict[str, Any]:
     return {"commit": None, "dirty": None, "git_note": note}
 
 
-def _version(distribution: str) -> str | None:
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def device_text(device: Any) -> str:
+def device_text(device: torch.device) -> str:
     """A torch device as words: ``cpu``, ``cuda: NVIDIA H200``."""
     if device.type != "cuda":
         return device.type
-    import torch
-
     return f"cuda: {torch.cuda.get_device_name(device)}"
 
 
 def new_segment(device: str, processes: int, package_dir: Path = PACKAGE) -> Segment:
-    """The record of a run (or a resumption) starting now on ``device`` with ``processes`` ranks."""
+    """The record of a run (or a resumption) starting now on ``device`` with ``processes`` ranks
+    (torch's version names its build: ``2.14.1+cu130``)."""
     now = utc_now()
     return {"start": now, "end": now, "fedlight": __version__, **git_source(package_dir),
-            "torch": _version("torch"), "lightning": _version("lightning"), "python": platform.python_version(),
+            "torch": str(torch.__version__), "lightning": lightning.__version__, "python": platform.python_version(),
             "device": device, "processes": processes}
 
 
