@@ -193,6 +193,7 @@ def test_two_processes_match_one(tmp_path: Path, tiny_recipe: Path) -> None:
     r2 = json.loads((tmp_path / "2/results.json").read_text())
     assert r1["comm"] == r2["comm"]
     assert [h["clients"] for h in r1["history"]] == [h["clients"] for h in r2["history"]]
+    assert (r1["provenance"]["processes"], r2["provenance"]["processes"]) == (1, 2)  # rank 0 records the world
 
 
 def test_sigkill_mid_run_then_resume_ends_where_a_straight_run_ends(tmp_path: Path, tiny_recipe: Path) -> None:
