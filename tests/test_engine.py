@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
+import lightning
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+import fedlight
 from fedlight.cli import main
 from fedlight.config import load_recipe
+from fedlight.engine.loop import provenance
 from fedlight.engine.loop.federation import TIMING
 from fedlight.engine.loop.sampling import sample_clients
 from fedlight.engine.run.fit import fit
@@ -49,7 +54,8 @@ def tiny_run(tmp_path_factory) -> Path:
 
 def test_results_json_schema(tiny_run: Path) -> None:
     res = json.loads((tiny_run / "results.json").read_text())
-    assert set(res) == {"recipe", "rounds_completed", "history", "final", "baseline", "comm", "wall_seconds"}
+    assert set(res) == {"recipe", "rounds_completed", "history", "final", "baseline", "comm", "wall_seconds",
+                        "provenance"}
     assert res["rounds_completed"] == 2 and len(res["history"]) == 2
     for row in res["history"]:
         assert {"round", "train_loss", "linear_probe_acc", "knn_acc", "bytes_up", "bytes_down",
@@ -61,6 +67,36 @@ def test_results_json_schema(tiny_run: Path) -> None:
     assert not [row for row in res["history"] if "test_acc" in row]
     assert res["comm"]["bytes_up"] == sum(r["bytes_up"] for r in res["history"])
     assert res["recipe"]["data"]["name"] == "synthetic"
+
+
+def _utc(text: str) -> datetime:
+    assert text.endswith("Z")
+    return datetime.fromisoformat(text.removesuffix("Z") + "+00:00")
+
+
+def test_results_json_records_provenance(tiny_run: Path) -> None:
+    found = json.loads((tiny_run / "results.json").read_text())["provenance"]
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    assert found["commit"] == head.stdout.strip() and isinstance(found["dirty"], bool) and found["git_note"] is None
+    assert found["fedlight"] == fedlight.__version__ and found["torch"] == torch.__version__
+    assert found["lightning"] == lightning.__version__ and found["python"] == platform.python_version()
+    assert (found["device"], found["processes"]) == ("cpu", 1)
+    assert _utc(found["start"]) <= _utc(found["end"]) <= datetime.now(timezone.utc)
+    assert [{**found, "segments": None}] == [{**seg, "segments": None} for seg in found["segments"]]
+
+
+def test_resume_appends_a_provenance_segment_and_keeps_the_start(tmp_path: Path, tiny_recipe: Path,
+                                                                 monkeypatch) -> None:
+    fit(load_recipe(tiny_recipe, ["rounds=1"]))
+    first = json.loads((tmp_path / "run/results.json").read_text())["provenance"]
+    other = {"commit": "c" * 40, "dirty": False, "git_note": None}  # resumed on other code
+    monkeypatch.setattr(provenance, "git_source", lambda _: other)
+    found = fit(load_recipe(tiny_recipe, ["rounds=2"]), resume=True)["provenance"]
+    assert found == json.loads((tmp_path / "run/results.json").read_text())["provenance"]
+    assert found["start"] == first["start"] and found["commit"] == "c" * 40
+    assert [seg["commit"] for seg in found["segments"]] == [first["commit"], "c" * 40]
+    ends = [_utc(t) for seg in found["segments"] for t in (seg["start"], seg["end"])]
+    assert ends == sorted(ends) and found["end"] == found["segments"][-1]["end"]
 
 
 def test_bytes_are_the_real_payload_size(tiny_run: Path) -> None:
@@ -157,6 +193,7 @@ def test_two_processes_match_one(tmp_path: Path, tiny_recipe: Path) -> None:
     r2 = json.loads((tmp_path / "2/results.json").read_text())
     assert r1["comm"] == r2["comm"]
     assert [h["clients"] for h in r1["history"]] == [h["clients"] for h in r2["history"]]
+    assert (r1["provenance"]["processes"], r2["provenance"]["processes"]) == (1, 2)  # rank 0 records the world
 
 
 def test_sigkill_mid_run_then_resume_ends_where_a_straight_run_ends(tmp_path: Path, tiny_recipe: Path) -> None:

@@ -86,6 +86,24 @@ def test_report_on_a_list_of_run_folders(tmp_path: Path) -> None:
     assert "| 0.1 | 1 | 50.00 (init 10.00) | 40.00 (init 10.00) | 1.00 |" in text
 
 
+def test_each_run_shows_the_commits_its_code_was_at(tmp_path: Path) -> None:
+    """A run resumed on other code shows both commits; a run that records none (no git checkout, an
+    older fedlight, a hand-edited provenance) shows '-' and still reports."""
+    sweep = _sweep(tmp_path)
+    segments = [{"commit": "a" * 40, "dirty": False}, {"commit": "a" * 40, "dirty": False},
+                {"commit": "b" * 40, "dirty": True}]
+    for run, provenance in (("0000", {"commit": "b" * 40, "segments": segments}),
+                            ("0001", {"commit": None, "segments": [{"commit": None, "dirty": None}]}),
+                            ("0002", "a string"), ("0003", {"segments": {"commit": "c" * 40}})):
+        path = sweep / f"runs/{run}/results.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "provenance": provenance}))
+    assert [run.commits for run in find_runs([sweep])][:5] == [["a" * 12, "b" * 12 + "+dirty"], [], [], [], []]
+    assert main(["report", str(sweep)]) == 0
+    rows = [line for line in (sweep / "report.md").read_text().splitlines() if line.startswith("| `runs/")]
+    assert rows[0].endswith(f"| 2 | {'a' * 12}, {'b' * 12}+dirty |") and rows[1].endswith("| 2 | - |")
+    assert len(rows) == 5 and "| commit |" in (sweep / "report.md").read_text()
+
+
 def test_report_without_runs_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
     (tmp_path / "empty").mkdir()
     assert main(["report", str(tmp_path / "empty")]) == 2

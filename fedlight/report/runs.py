@@ -85,6 +85,17 @@ class Run:
         return {k: v for k, v in self.named(self.results.get("baseline")).items() if v is not None}
 
     @property
+    def commits(self) -> list[str]:
+        """The git commits the run's code was at, one per start or resumption without repeats (12 hex
+        digits, ``+dirty`` with uncommitted changes to tracked files); none where results.json records
+        none (fedlight outside a git checkout, a run from before ``provenance``)."""
+        found = self.results.get("provenance")
+        segments = found.get("segments") if isinstance(found, dict) else None
+        return list(dict.fromkeys(f"{seg['commit'][:12]}{'+dirty' if seg.get('dirty') else ''}"
+                                  for seg in (segments if isinstance(segments, list) else [])
+                                  if isinstance(seg, dict) and isinstance(seg.get("commit"), str)))
+
+    @property
     def total_bytes(self) -> int:
         """Bytes communicated over the run: every ledger direction (up, down, device to device,
         LG-FedAvg's new-test upload)."""

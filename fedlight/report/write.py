@@ -7,7 +7,7 @@ and the sample standard deviation (n - 1) over its seeds, in percent, beside the
 value (flagged where the group ends below it), and the bytes
 communicated per run (up + down + device to device + LG-FedAvg's new-test upload, mean over
 seeds), in MB (10^6 bytes); see ``fedlight.report.tables``. Below, in ``report.md``: one row
-per run, and the plots (``fedlight.report.plots``).
+per run (with the git commits its code was at), and the plots (``fedlight.report.plots``).
 """
 
 from __future__ import annotations
@@ -88,9 +88,10 @@ def render(runs: list[Run], sources: list[str], table: GroupTable, plots: list[s
     run_rows = [[f"`{os.path.relpath(r.path, out.resolve())}`", *(md_cell(r.keys.get(k)) for k in keys), str(r.seed),
                  *(Cell.of([r.final[m]] if m in r.final else [], [r.baseline[m]] if m in r.baseline else []).with_init()
                    for m in metrics),
-                 f"{r.total_bytes / 1e6:.2f}", str(r.results["rounds_completed"])] for r in done]
-    lines += markdown_table(["run", *keys, "seed", *(metric_names.title(m) for m in metrics), "MB", "rounds"],
-                            run_rows)
+                 f"{r.total_bytes / 1e6:.2f}", str(r.results["rounds_completed"]), ", ".join(r.commits) or "-"]
+                for r in done]
+    lines += markdown_table(["run", *keys, "seed", *(metric_names.title(m) for m in metrics), "MB", "rounds",
+                             "commit"], run_rows)
     unfinished = [r for r in runs if not r.finished]
     if unfinished:
         listed = ", ".join(f"`{r.path}` ({r.results.get('rounds_completed', 0)} rounds)" for r in unfinished)

@@ -95,9 +95,8 @@ class Federation:
         self.schedule.begin_round(round_, self.s.global_state, hands[0])
         acc, reports = None, []
         if self.s.partial is not None:  # resuming a round that a preemption stopped between two clients
-            acc, reports = self.s.partial["acc"], list(self.s.partial["reports"])
+            acc, reports, self.s.partial = self.s.partial["acc"], list(self.s.partial["reports"]), None
             hands = [[c for c in hand if c not in {rep["client"] for rep in reports}] for hand in hands]
-            self.s.partial = None
         tick.expect(sum(map(len, hands)))
         tick.plan(self.clients.planned_steps(hands))
         jobs = [(hand, acc if w == 0 else None) for w, hand in enumerate(hands)]  # worker 0 goes on from a resumed sum
@@ -155,6 +154,7 @@ class Federation:
         """Train the rounds left (all unless ``restore`` ran); returns (and on rank 0 writes) the results."""
         o, s, start = self.o, self.s, time.perf_counter()
         self.started, cpu = start, self.fabric.device.type == "cpu"
+        s.begin_segment(self.fabric.device, self.world, self.rank)  # results.json's provenance of this start
         bars = RoundBars(s.rounds_done, o.rounds, self.rank == 0, self.evaluator.o.label_fraction, o.eval_every, cpu)
         if not self.restored and self.rank == 0:  # the floor of every metric, the parts' included
             s.baseline = bars.evaluate("the random-init model", floors(self.evaluator, self.hooks, s.global_state))

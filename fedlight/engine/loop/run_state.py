@@ -11,6 +11,7 @@ import torch
 
 from fedlight.engine.loop.comm_ledger import CommLedger
 from fedlight.engine.loop.interfaces import Report, RoundPlugin
+from fedlight.engine.loop.provenance import Segment, device_text, ended_now, new_segment, summary
 from fedlight.errors import RunStopped, UserError
 from fedlight.eval.metric_names import is_metric
 
@@ -30,6 +31,7 @@ class RunState:
         baseline: the metrics of the model before training (rank 0).
         wall_before: seconds the run had taken before it was resumed.
         partial: a round a preemption stopped between clients: its accumulator and reports.
+        segments: rank 0's record of each start and resumption of the run (``provenance``).
     """
 
     global_state: State
@@ -40,6 +42,12 @@ class RunState:
     baseline: dict[str, float | None] | None = None
     wall_before: float = 0.0
     partial: dict[str, Any] | None = None
+    segments: list[Segment] = field(default_factory=list)
+
+    def begin_segment(self, device: torch.device, processes: int, rank: int) -> None:
+        """Record (on rank 0) that the run starts or resumes now on ``device`` with ``processes`` ranks."""
+        if rank == 0:
+            self.segments.append(new_segment(device_text(device), processes))
 
     def add_round(self, round_: int, reports: list[Report], metrics: dict[str, float | None], ledger_rows: list[list],
                   lr: float, timing: dict[str, float], parts: list[RoundPlugin]) -> dict[str, Any]:
@@ -73,18 +81,20 @@ class RunState:
         return {"rounds_completed": self.rounds_done, "phase_start": self.phase_start,
                 "global": {k: v.cpu() for k, v in self.global_state.items()}, "server": server, "clients": clients,
                 "history": self.history, "ledger": self.ledger.rows, **parts, "baseline": self.baseline,
-                "wall_seconds": wall,
+                "wall_seconds": wall, "provenance": ended_now(self.segments),
                 "partial": partial}  # the unfinished round's accumulator and client reports (or None)
 
     def results(self, record: dict[str, Any], wall: float, final: dict[str, float | None] | None) -> dict[str, Any]:
-        """results.json: the resolved recipe (``record``), the history, the final metrics, the bytes.
+        """results.json: the resolved recipe (``record``), the history, the final metrics, the bytes,
+        the provenance (its last segment ending now).
         A metric the run does not have (``test_acc`` without a classifier) is left out, not null:
         from ``final`` and ``baseline``, and from the history where no round measured it."""
         never = {k for row in self.history for k in row if is_metric(k)} - {
             k for row in self.history for k, v in row.items() if v is not None}
         history = [{k: v for k, v in row.items() if k not in never} for row in self.history]
         return {"recipe": record, "rounds_completed": self.rounds_done, "history": history, "final": _measured(final),
-                "baseline": _measured(self.baseline), "comm": self.ledger.totals(), "wall_seconds": wall}
+                "baseline": _measured(self.baseline), "comm": self.ledger.totals(), "wall_seconds": wall,
+                "provenance": summary(ended_now(self.segments))}
 
     @classmethod
     def from_checkpoint(cls, ckpt: dict[str, Any], to_device: Callable[[torch.Tensor], torch.Tensor], rounds: int,
@@ -104,7 +114,7 @@ class RunState:
             partial = {**ckpt["partial"], "acc": None if saved is None else {k: to_device(v) for k, v in saved.items()}}
         return cls({k: to_device(v) for k, v in ckpt["global"].items()}, int(ckpt["rounds_completed"]),
                    ckpt.get("phase_start"), list(ckpt["history"]), CommLedger(ckpt["ledger"]), ckpt["baseline"],
-                   float(ckpt["wall_seconds"]), partial)
+                   float(ckpt["wall_seconds"]), partial, list(ckpt.get("provenance", [])))
 
 
 def evaluation_failed(exc: Exception, checkpoint: Path, rounds_done: int) -> RunStopped:

@@ -15,7 +15,7 @@ import torch
 
 State = dict[str, torch.Tensor]
 
-# every field the orchestrator writes and reads back; "faults" and "partial" came later
+# every field the orchestrator writes and reads back; "faults", "partial" and "provenance" came later
 FIELDS: dict[str, tuple[type, ...]] = {
     "rounds_completed": (int,), "global": (dict,), "server": (dict,), "clients": (dict,), "history": (list,),
     "ledger": (list,), "baseline": (dict, type(None)), "wall_seconds": (int, float),
@@ -23,7 +23,8 @@ FIELDS: dict[str, tuple[type, ...]] = {
 # the disk store's record of every client's state file (client_state_files.py); an earlier fedlight's
 # of the round's changed ones
 OPTIONAL: dict[str, tuple[type, ...]] = {"faults": (list,), "partial": (dict, type(None)),
-                                         "client_state_files": (dict,), "client_files": (dict,)}
+                                         "client_state_files": (dict,), "client_files": (dict,),
+                                         "provenance": (list,)}
 
 
 def problem(ckpt: dict[str, Any], model: State, num_clients: int, private_prefixes: tuple[str, ...]) -> str | None:
