@@ -344,6 +344,23 @@ if [ -z "$ARGS" ] || want v3_flesd_sec3; then  # n = 8; supervised at alpha 0.01
   $V "${S3[@]}" --metric linear_probe_acc --min-lift 2.00 "${SEC3[@]}"
 fi
 
+# v3 pilots for MOON (issue 40): a cheaper twin trained to a plateau, on pilot seeds no verdict reads.
+# Twin T5: moon_fmnist with 5 parties over 10,000 images (2,000 a party, as the v2 twin's 10 over
+# 20,000), every round evaluated for 60 rounds, so any R <= 60 reads from the same runs (no lr
+# schedule: the first R rounds of a 60-round run are an R-round run). The pilot fixes R (the
+# smallest of 20, 30, ..., 60 at which FedAvg's mean over seeds 900-904 gains under 1 point over
+# its last fifth of rounds), mu (the paper's grid, best mean test_acc at R over seeds 900-901,
+# for each term) and n (the claims' pilot spreads at R).
+MOON_T5=(--set rounds=60 --set clients.num=5 --set data.subset=10000 --metric test_acc --per-round)
+if want v3_pilot_moon; then
+  $C --seeds 900 901 902 903 904 --out runs/pilot_v3/moon_t5 "${MOON_T5[@]}" --reference fedavg_fmnist \
+    recipes/fedavg_fmnist.yaml recipes/moon_fmnist.yaml recipes/fedprox_fmnist.yaml recipes/scaffold_fmnist.yaml \
+    recipes/solo_fmnist.yaml recipes/solo_per_round_fmnist.yaml
+fi
+if want v3_pilot_moon_mu; then
+  $C --seeds 900 901 --out runs/pilot_v3/moon_t5_mu "${MOON_T5[@]}" "${MU_ROWS[@]}"
+fi
+
 # the study's table: every v3 block's claims, raw and Holm-adjusted over the family
 if want v3_table; then
   python benchmarks/family_table.py runs/v3 --out benchmarks/results/v3-table.md
