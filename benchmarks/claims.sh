@@ -344,6 +344,13 @@ if [ -z "$ARGS" ] || want v3_flesd_sec3; then  # n = 8; supervised at alpha 0.01
   $V "${S3[@]}" --metric linear_probe_acc --min-lift 2.00 "${SEC3[@]}"
 fi
 
+if [ -z "$ARGS" ] || want v3_sofed; then  # n = 24; sofed_long's twin (kNN on every label, full test set, 48 rounds)
+  $V --seeds $(v3seeds 24) --out runs/v3/sofed --block v3_sofed --metric knn_acc --extra linear_probe_acc \
+    --set rounds=48 --set eval.every=16 --set eval.label_fraction=1.0 --set data.test_subset=10000 \
+    --control fedsimclr-is --learns sofed --learns byol-rr --learns byol-fifo --learns fedu-is --learns fedsimclr-is \
+    --learns sofed-lazy50 --min-lift 3.74 "${SOFED_ROWS[@]}"
+fi
+
 # v3 pilots for MOON (issue 40): a cheaper twin trained to a plateau, on pilot seeds no verdict reads.
 # Twin T5: moon_fmnist with 5 parties over 10,000 images (2,000 a party, as the v2 twin's 10 over
 # 20,000), every round evaluated for 60 rounds, so any R <= 60 reads from the same runs (no lr

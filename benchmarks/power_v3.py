@@ -88,6 +88,12 @@ CLAIMS = [
     Claim("v3_lg", "local test: LG > FedAvg", "lg_fmnist", "lg_fedavg_fmnist", "local_test_acc", None, f"{V2}/lg"),
     Claim("v3_lg", "new test: LG ~ FedAvg (2)", "lg_fmnist", "lg_fedavg_fmnist", "new_test_acc", 0.0, f"{V2}/lg"),
     Claim("v3_lg", "new test: LG > local only", "lg_fmnist", "lg_local_fmnist", "new_test_acc", None, f"{V2}/lg"),
+    # SOFed's v2 twin (sofed_long: kNN on every label, full test set, 48 rounds): v2's 8 archived seeds
+    Claim("v3_sofed", "Table III: IS > RR", "sofed", "byol-rr", "knn_acc", 61.99 - 59.25, f"{V2}/sofed"),
+    Claim("v3_sofed", "Table I: SOFed > FedU-IS", "sofed", "fedu-is", "knn_acc", 78.66 - 77.71, f"{V2}/sofed"),
+    Claim("v3_sofed", "Table I: FedU-IS > FedSimCLR-IS", "fedu-is", "fedsimclr-is", "knn_acc", 77.71 - 73.39,
+          f"{V2}/sofed"),
+    Claim("v3_sofed", "Table VI: lazy T = 50 ~ full scoring (2)", "sofed-lazy50", "sofed", "knn_acc", 0.0, f"{V2}/sofed"),
     # v2's confirm_lg_fair (n = 12) and confirm_flesd_sec3 (n = 6): runs not kept, intervals printed
     Claim("v3_lg_fair", "adversary AUC lower with the term", "lg_fair", "lg_fair_noadv", "adv_auc", None, None,
           (-47.43, -43.05, 12)),
@@ -144,6 +150,7 @@ CONTROLS = [
     Control("v3_lg_fair", "postfit_adv_auc", "lg_fair_noadv", None, (97.07, 50.0), chance=50.0),
     Control("v3_lg_fair", "class_acc", "lg_fair_noadv", None, (68.09, 47.35)),
     Control("v3_flesd_sec3", "knn_acc", "ssl100", None, (65.05, 56.31)),
+    Control("v3_sofed", "knn_acc", "fedsimclr-is", f"{V2}/sofed"),
     Control("v3_flesd_sec3", "linear_probe_acc", "ssl100", None, (80.35, 78.61)),
 ]
 
