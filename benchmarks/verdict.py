@@ -15,7 +15,9 @@ Every row has a measured **floor**: the same metric of the random-init model of 
 well above their floors: ``signal = mean over the rows of (row mean - row floor) / spread``,
 with ``spread`` the seed-to-seed standard deviation pooled over the rows the claim reads (A and
 B, or the four rows of a difference of differences). Below ``MIN_SIGNAL`` an interval that
-would say **holds** is inconclusive: the comparison would sit in the floor's noise. But a row
+would say **holds**, or **does not hold**, is inconclusive: the comparison would sit in the
+floor's noise (until 2026-11-27 this sentence named only "holds", though the code has always
+done both; rule v3, ``rule_v3.py``, has no such gate). But a row
 that ends **at or below its own floor** has not trained as the paper says it does: it is
 named (``Comparison.collapsed``), and an interval wholly on the wrong side then says **does not
 hold** whatever the signal (v1 called FLESD at alpha 0.01, below its floor, "inconclusive").
