@@ -368,6 +368,23 @@ if want v3_pilot_moon_mu; then
   $C --seeds 900 901 --out runs/pilot_v3/moon_t5_mu "${MOON_T5[@]}" "${MU_ROWS[@]}"
 fi
 
+# v3 pilot for FLESD Table 1 (issue 40): the paper's protocol (client 0's share is the public set and
+# does not train) at 20,000 images, where client 0's Dirichlet share holds thousands of images
+# (alpha 0.01, seeds 900-905: 2,018-4,671 images of 1-3 classes; at 3,000 images it was 570-633),
+# the ESD queue and batch re-scaled to that size as the paper's 2,048 / 128 are to its ~8,300
+# images (1,024 / 64), and beside it the same run with a class-balanced public set of the same
+# size drawn outside the subset (partition.public_balanced). Seeds 900-904 fix min_lift and n.
+FT1=(--set data.subset=20000 --set 'eval.extra_label_fractions=[0.01]' --metric knn_acc --extra linear_probe_acc
+     --extra esd_steps --per-seed
+     --row flesd recipes/flesd_fmnist.yaml server.queue_size=1024 server.batch_size=64
+     --row flesd-balanced recipes/flesd_fmnist.yaml server.queue_size=1024 server.batch_size=64 partition.public_balanced=true
+     --row fedavg recipes/fedavg_ssl_fmnist.yaml --row minlocal recipes/minlocal_ssl_fmnist.yaml)
+if want v3_pilot_flesd; then
+  for a in 0.01 100; do
+    $C --seeds 900 901 902 903 904 --out runs/pilot_v3/flesd_t1/alpha$a --set partition.alpha=$a "${FT1[@]}"
+  done
+fi
+
 # the study's table: every v3 block's claims, raw and Holm-adjusted over the family
 if want v3_table; then
   python benchmarks/family_table.py runs/v3 --out benchmarks/results/v3-table.md
