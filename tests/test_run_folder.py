@@ -131,6 +131,41 @@ def test_a_live_run_keeps_its_folder_from_overwrite_and_a_second_resume(tmp_path
     rundir.FolderLock.acquire(run / rundir.LOCK, run).release()  # the kernel let go of the dead run's lock
 
 
+def test_overwrite_keeps_its_hands_off_a_folder_below_that_a_live_run_holds(used, capsys) -> None:
+    """A run (a sweep's task, say) that holds a folder inside the one ``--overwrite`` replaces: refused
+    naming that folder, and both left as they were; today's claim would have moved it aside."""
+    args, run = used
+    live = claim_run_dir(run / "runs" / "alpha-1", {}, resume=False, overwrite=False)  # as a live task holds it
+    try:
+        kept = snapshot(run)
+        refused([*args, "--overwrite"], capsys, f"'{run / 'runs' / 'alpha-1'}' is in use by another fedlight run "
+                                               f"(PID {os.getpid()})")
+        assert snapshot(run) == kept
+    finally:
+        live.release()
+
+
+def test_a_run_that_ends_leaves_a_folder_below_that_a_live_run_holds(used, capsys) -> None:
+    """An ``--overwrite`` that saved nothing puts the old run back by deleting what the folder holds
+    now: a run started in a sub-folder meanwhile is kept, with one warning, until the next claim."""
+    args, run = used
+    old = snapshot(run)
+    replacing = claim_run_dir(run, {}, resume=False, overwrite=True)
+    live = claim_run_dir(run / "sub", {}, resume=False, overwrite=False)
+    try:
+        (run / "sub" / "results.json").write_text("{}")
+        capsys.readouterr()
+        replacing.release()
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("fedlight: warning: ") and f"'{run / 'sub'}'" in err, err
+        assert (run / "sub" / "results.json").is_file() and (run / rundir.REPLACED).is_dir()
+        refused([*args, "--resume"], capsys, f"'{run / 'sub'}' is in use")
+    finally:
+        live.release()
+    claim_run_dir(run, {}, resume=False, overwrite=True).release()  # nothing held: the old run comes back
+    assert snapshot(run) == old
+
+
 def test_a_held_folder_stops_every_rank_of_a_two_process_run(used) -> None:
     """Rank 0 owns the folder: refused there, it ends the rank it started instead of leaving it waiting."""
     args, run = used
