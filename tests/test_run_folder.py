@@ -330,6 +330,19 @@ def test_resume_names_the_key_that_differs(used, capsys) -> None:
     assert "in local.lr;" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("changed,named", [
+    (["faults.attack=sign_flip", "faults.attackers=0.5"], "in faults.attack, faults.attackers;"),
+    (["faults.attack=labels", "faults.attackers=0.5"], "in faults.attack, faults.attackers;"),
+    (["faults.dropout=0.5"], "in faults.dropout;"),
+], ids=["attack", "label-flipping", "dropout"])
+def test_resume_refuses_a_changed_attack_or_fault(used, capsys, changed, named) -> None:
+    """What a round computes is the experiment: a resumed run would mix two of them under one record."""
+    args, run = used
+    kept = snapshot(run)
+    refused([*args, "--resume", "rounds=3", *changed], capsys, named)
+    assert snapshot(run) == kept
+
+
 @pytest.mark.parametrize("gone", ["deleted", "a-directory"])
 def test_resume_of_a_run_without_its_checkpoint_is_refused_not_trained_again(used, capsys, gone: str) -> None:
     """results.json says rounds are done: the run had saved, so a missing last.pt is damage, not a

@@ -16,10 +16,13 @@ from fedlight.config.schema import Recipe
 from fedlight.engine.state.run_files import RECIPE
 from fedlight.errors import UserError
 
-# recipe keys (or sections) a resumed run may change: rounds may grow, faults and the rendezvous's
-# deadline model the cluster and run says where the run lives (a moved folder resumes), none of
-# them is the experiment
-NOT_THE_EXPERIMENT = ("rounds", "faults", "run", "fabric.rendezvous_timeout_min")
+# recipe keys (or sections) a resumed run may change, none of which changes what a round computes:
+# rounds may grow, faults.max_bad_clients only decides whether a round with diverged clients stops
+# the run (they are excluded either way; RELIABILITY.md's continue-after-a-stop raises it), the
+# rendezvous's deadline models the cluster and run says where the run lives (a moved folder resumes).
+# Every other faults.* key is the experiment: the attack and its attackers, the simulated dropout,
+# stragglers and divergence decide which clients answer, how long they train and what they send.
+NOT_THE_EXPERIMENT = ("rounds", "faults.max_bad_clients", "run", "fabric.rendezvous_timeout_min")
 # recipe.yaml's record of what the run's classes were built with (``registry.resolved_settings``);
 # where both runs hold one, the sections of constructor options are compared through it
 RESOLVED = "resolved"
