@@ -13,8 +13,10 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Callable
 
 import pytest
+import torch
 import yaml
 
 from conftest import REPO, TINY
@@ -76,14 +78,30 @@ def _damage_checkpoints(run: Path) -> None:
         (run / "checkpoints" / name).write_bytes(b"\0" * 10)
 
 
+def _damage_record(section: str | None) -> Callable[[Path], None]:
+    """Replace the run's ``resolved`` record (or one ``section`` of it) in recipe.yaml by text."""
+    def damage(run: Path) -> None:
+        saved = yaml.safe_load((run / "recipe.yaml").read_text())
+        if section is None:
+            saved["resolved"] = "simclr"
+        else:
+            saved["resolved"][section] = "simclr"
+        (run / "recipe.yaml").write_text(yaml.safe_dump(saved))
+    return damage
+
+
 @pytest.mark.parametrize("extra,named,before", [
     (["--overwrite", "method.name=lg", "method.global_layers=[nonexistent]"], "method.global_layers", None),
     (["--overwrite", f"run.min_free_mb={2**40}"], "run.min_free_mb", None),
     (["--resume", "rounds=1"], "rounds=2", None),  # below the 2 rounds completed
     (["--resume", "rounds=3"], "last.pt", _damage_checkpoints),  # no intact checkpoint
+    (["--resume"], "last.pt", _damage_checkpoints),  # finished, but its checkpoints damaged since
     (["--resume", "rounds=3", "partition.alpha=5"], "partition", None),  # another experiment
+    (["--resume"], "damaged 'resolved' record (it is a str", _damage_record(None)),
+    (["--resume", "rounds=3"], "damaged 'resolved' record (its method is a str", _damage_record("method")),
 ], ids=["overwrite-bad-method-option", "overwrite-too-little-disk", "resume-fewer-rounds",
-        "resume-damaged-checkpoints", "resume-other-experiment"])
+        "resume-damaged-checkpoints", "resume-finished-damaged-checkpoints", "resume-other-experiment",
+        "resume-record-as-text", "resume-record-section-as-text"])
 def test_a_refused_command_leaves_the_run_folder_byte_identical(used, capsys, extra, named, before) -> None:
     args, run = used
     if before is not None:
@@ -356,6 +374,21 @@ def test_resume_of_a_run_without_its_checkpoint_is_refused_not_trained_again(use
     err = refused([*args, "--resume"], capsys, "last.pt")
     assert "results.json" in err and "finished after 2 rounds" in err and "--overwrite" in err, err
     assert snapshot(run) == kept and (run / "checkpoints/last.pt").is_dir() == (gone == "a-directory")
+
+
+def test_resume_of_a_finished_run_notices_a_damaged_checkpoint_and_trains_its_last_round_again(used, capsys) -> None:
+    args, run = used
+    last = run / "checkpoints/last.pt"
+    model = torch.load(last, weights_only=True)["global"]
+    data = bytearray(last.read_bytes())
+    data[len(data) // 2] ^= 1
+    last.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main([*args, "--resume"]) == 0
+    err = capsys.readouterr().err
+    assert f"checkpoint '{last}' fails its sha256 check" in err and "nothing to resume" not in err, err
+    again = torch.load(last, weights_only=True)["global"]
+    assert all(torch.equal(model[k], again[k]) for k in model)  # round 2 trained again from round 1's
 
 
 def test_resume_of_a_finished_run_changes_nothing(used, capsys) -> None:

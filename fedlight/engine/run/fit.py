@@ -27,7 +27,8 @@ from fedlight.engine.run import launch, rendezvous
 from fedlight.engine.run.assemble import build_federation, part_options
 from fedlight.engine.run.run_folder import RunFolder, claim_run_dir, finished_results
 from fedlight.engine.run.same_experiment import RESOLVED
-from fedlight.engine.state.run_files import RECIPE, write_yaml
+from fedlight.engine.state.checkpoint import verified
+from fedlight.engine.state.run_files import CHECKPOINT, RECIPE, write_yaml
 from fedlight.errors import UserError, warnings_if_it_works
 from fedlight.eval.probes import labelled_count
 from fedlight.methods.federated_module import FederatedModule, OptimizerSpec
@@ -215,6 +216,8 @@ def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
     server, data, parts, module = prepare(recipe)  # the method's own checks (LG's global_layers) come before the run folder
     record = run_record(recipe, data)
     done = finished_results(Path(recipe.run_dir), record) if resume else None  # compared through the record
+    if done is not None and not verified(Path(recipe.run_dir) / CHECKPOINT):
+        done = None  # damaged since it finished: resumed from last.pt.prev (one warning line), or refused in one
     if done is not None:  # resuming would only evaluate, project and log its final metrics again
         say(f"run folder '{recipe.run_dir}' has finished all {recipe.rounds} rounds: nothing to resume, nothing "
             "changed (raise rounds to train more)", int(launch.is_child()))
