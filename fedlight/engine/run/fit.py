@@ -122,7 +122,8 @@ def check_recipe(recipe: Recipe) -> Aggregator:
     check_name("model.backbone", recipe.model.backbone, registry.BACKBONES)
     registry.check_method_state(recipe.method, recipe.model.backbone)
     registry.check_plugins(recipe.plugins)
-    part_options(recipe, server)  # each part checks its own options; assemble, that they go together
+    options = part_options(recipe, server)  # each part checks its own options; assemble, that they go together
+    options.faults.check_attackers(attackable_clients(recipe, server))
     per_round, trainable = round_size(recipe, server), trainable_clients(recipe)
     server.check_clients(per_round)  # e.g. Krum's f against the clients a round samples
     if server.accounts_privacy and per_round < trainable and recipe.clients.sampling != "poisson":
@@ -135,6 +136,20 @@ def check_recipe(recipe: Recipe) -> Aggregator:
 def trainable_clients(recipe: Recipe) -> int:
     """The clients that can train: all but the public client."""
     return recipe.clients.num - (recipe.partition.public_client is not None)
+
+
+def attackable_clients(recipe: Recipe, server: Aggregator) -> int:
+    """The clients the attackers are drawn from, as ``assemble`` lists them: the trainable ones, the
+    new device included (one when the server pools them)."""
+    return 1 if server.pools_clients else trainable_clients(recipe) + (recipe.new_device.rotation is not None)
+
+
+def check_label_attack(recipe: Recipe, module: FederatedModule) -> None:
+    """Refuse label flipping on a method that never reads a label: its attackers would train as the others."""
+    if recipe.faults.attack == "labels" and not module.uses_labels:
+        raise UserError(f"faults.attack=labels flips the attackers' labels, which method.name={recipe.method['name']} "
+                        "never reads (it learns without labels); use faults.attack=sign_flip, noise or collude, or "
+                        "a method that reads labels (e.g. method.name=supervised)")
 
 
 def round_size(recipe: Recipe, server: Aggregator) -> int:
@@ -150,7 +165,8 @@ def prepare(recipe: Recipe, load: Callable[..., ImageData] = load_dataset
     Raises:
         UserError: the recipe (``check_recipe``), the data or its partition, the data against the
             method, server or new device, or the method's constructor (LG's ``global_layers``,
-            FedBN on a backbone without BatchNorm) refuses.
+            FedBN on a backbone without BatchNorm) refuses; or the method reads no label that
+            ``faults.attack=labels`` would flip.
     """
     server = check_recipe(recipe)
     data, parts = prepare_data(recipe, load)
@@ -164,6 +180,7 @@ def prepare(recipe: Recipe, load: Callable[..., ImageData] = load_dataset
         check_device_fits(data, recipe.new_device.train, recipe.new_device.test)
     check_sizes(recipe, data, parts)
     module = build_module(recipe, data)
+    check_label_attack(recipe, module)
     most = trainable_clients(recipe) if recipe.clients.sampling == "poisson" else round_size(recipe, server)
     check_payload_budget(server, module.payload(), most, recipe.run.payload_budget_mb, recipe.server["name"])
     return server, data, parts, module
@@ -209,7 +226,7 @@ def check_elsewhere(recipe: Recipe, load: Callable[..., ImageData] = load_datase
         prepare(recipe, load)
     else:
         check_recipe(recipe)
-        build_module(recipe, empty_of_shape(d.name))
+        check_label_attack(recipe, build_module(recipe, empty_of_shape(d.name)))
 
 
 def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
