@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from fedlight.cli import main
 from fedlight.config import load_recipe
 from fedlight.engine.loop.client_attacks import Attack, apply, attackers, flip_labels
 from fedlight.engine.loop.sampling import sample_clients
@@ -100,3 +101,21 @@ def test_a_label_flipping_run_logs_its_attackers_and_changes_a_supervised_model(
     with pytest.raises(UserError, match="drop faults.attackers_per_round"):
         check_recipe(load_recipe(tiny_recipe, [*args, "faults.attack=labels", "faults.attackers=0.5",
                                                "faults.attackers_per_round=true"]))
+
+
+@pytest.mark.parametrize("attack, fragment", [
+    (["faults.attack=sign_flip", "faults.attackers=0.1"],
+     "faults.attackers=0.1 of 2 clients rounds to 0 attackers, so faults.attack=sign_flip would attack nothing; "
+     "set faults.attackers to at least 0.5 (1 attacker of 2)"),
+    (["faults.attack=labels", "faults.attackers=0.5"],
+     "faults.attack=labels flips the attackers' labels, which method.name=simclr never reads"),
+], ids=["no-attacker", "labels-unread"])
+def test_an_attack_that_would_do_nothing_is_refused_by_fit_and_by_a_sweep(tmp_path: Path, tiny_recipe: Path, capsys,
+                                                                        attack: list[str], fragment: str) -> None:
+    """Each would log attackers (or record an attack) that changed nothing the run computes."""
+    for args in (["fit", "--recipe", str(tiny_recipe), *attack],
+                 ["sweep", "--recipe", str(tiny_recipe), "--out", str(tmp_path / "sweep"), *attack]):
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("fedlight: error: ") and fragment in err, err
+    assert not (tmp_path / "run").exists() and not (tmp_path / "sweep").exists()

@@ -141,7 +141,7 @@ def test_collectives_after_the_rendezvous_keep_their_long_timeout(tmp_path: Path
 
 
 def test_a_run_resumes_with_another_rendezvous_deadline_but_not_another_world(tmp_path: Path, tiny_recipe: Path) -> None:
-    """The deadline models the cluster, as faults.* do: --resume accepts a new one; fabric.devices stays the experiment's."""
+    """The deadline models the cluster: --resume accepts a new one; fabric.devices stays the experiment's."""
     from dataclasses import asdict
 
     from fedlight.config import load_recipe

@@ -13,8 +13,10 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Callable
 
 import pytest
+import torch
 import yaml
 
 from conftest import REPO, TINY
@@ -76,14 +78,33 @@ def _damage_checkpoints(run: Path) -> None:
         (run / "checkpoints" / name).write_bytes(b"\0" * 10)
 
 
+def _damage_record(section: str | None) -> Callable[[Path], None]:
+    """Replace the run's ``resolved`` record (or one ``section`` of it) in recipe.yaml by text."""
+    def damage(run: Path) -> None:
+        saved = yaml.safe_load((run / "recipe.yaml").read_text())
+        if section is None:
+            saved["resolved"] = "simclr"
+        else:
+            saved["resolved"][section] = "simclr"
+        (run / "recipe.yaml").write_text(yaml.safe_dump(saved))
+    return damage
+
+
 @pytest.mark.parametrize("extra,named,before", [
     (["--overwrite", "method.name=lg", "method.global_layers=[nonexistent]"], "method.global_layers", None),
     (["--overwrite", f"run.min_free_mb={2**40}"], "run.min_free_mb", None),
     (["--resume", "rounds=1"], "rounds=2", None),  # below the 2 rounds completed
     (["--resume", "rounds=3"], "last.pt", _damage_checkpoints),  # no intact checkpoint
+    (["--resume"], "last.pt", _damage_checkpoints),  # finished, but its checkpoints damaged since
     (["--resume", "rounds=3", "partition.alpha=5"], "partition", None),  # another experiment
+    (["--resume"], "damaged 'resolved' record (it is a str", _damage_record(None)),
+    (["--resume", "rounds=3"], "damaged 'resolved' record (its method is a str", _damage_record("method")),
+    (["--overwrite"], f"{rundir.REPLACED}'", lambda run: (run / rundir.REPLACED).write_text("stray")),
+    (["--overwrite"], f"{rundir.MOVING}'", lambda run: (run / rundir.MOVING).write_text("stray")),
 ], ids=["overwrite-bad-method-option", "overwrite-too-little-disk", "resume-fewer-rounds",
-        "resume-damaged-checkpoints", "resume-other-experiment"])
+        "resume-damaged-checkpoints", "resume-finished-damaged-checkpoints", "resume-other-experiment",
+        "resume-record-as-text", "resume-record-section-as-text", "overwrite-stray-replaced-file",
+        "overwrite-stray-partial-file"])
 def test_a_refused_command_leaves_the_run_folder_byte_identical(used, capsys, extra, named, before) -> None:
     args, run = used
     if before is not None:
@@ -129,6 +150,41 @@ def test_a_live_run_keeps_its_folder_from_overwrite_and_a_second_resume(tmp_path
         live.send_signal(signal.SIGKILL)
         live.wait()
     rundir.FolderLock.acquire(run / rundir.LOCK, run).release()  # the kernel let go of the dead run's lock
+
+
+def test_overwrite_keeps_its_hands_off_a_folder_below_that_a_live_run_holds(used, capsys) -> None:
+    """A run (a sweep's task, say) that holds a folder inside the one ``--overwrite`` replaces: refused
+    naming that folder, and both left as they were; today's claim would have moved it aside."""
+    args, run = used
+    live = claim_run_dir(run / "runs" / "alpha-1", {}, resume=False, overwrite=False)  # as a live task holds it
+    try:
+        kept = snapshot(run)
+        refused([*args, "--overwrite"], capsys, f"'{run / 'runs' / 'alpha-1'}' is in use by another fedlight run "
+                                               f"(PID {os.getpid()})")
+        assert snapshot(run) == kept
+    finally:
+        live.release()
+
+
+def test_a_run_that_ends_leaves_a_folder_below_that_a_live_run_holds(used, capsys) -> None:
+    """An ``--overwrite`` that saved nothing puts the old run back by deleting what the folder holds
+    now: a run started in a sub-folder meanwhile is kept, with one warning, until the next claim."""
+    args, run = used
+    old = snapshot(run)
+    replacing = claim_run_dir(run, {}, resume=False, overwrite=True)
+    live = claim_run_dir(run / "sub", {}, resume=False, overwrite=False)
+    try:
+        (run / "sub" / "results.json").write_text("{}")
+        capsys.readouterr()
+        replacing.release()
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("fedlight: warning: ") and f"'{run / 'sub'}'" in err, err
+        assert (run / "sub" / "results.json").is_file() and (run / rundir.REPLACED).is_dir()
+        refused([*args, "--resume"], capsys, f"'{run / 'sub'}' is in use")
+    finally:
+        live.release()
+    claim_run_dir(run, {}, resume=False, overwrite=True).release()  # nothing held: the old run comes back
+    assert snapshot(run) == old
 
 
 def test_a_held_folder_stops_every_rank_of_a_two_process_run(used) -> None:
@@ -247,7 +303,7 @@ def test_resume_after_a_stop_in_round_1_starts_from_round_0(tmp_path: Path, tiny
     args = ["fit", "--recipe", str(tiny_recipe), "rounds=1", *FAST, f"run.dir={run}"]
     err = refused([*args, *ALL_DIVERGE], capsys, "--resume", alone=False)
     assert "round 1:" in err and not (run / "checkpoints").exists()
-    assert main([*args, "--resume"]) == 0  # faults may change on --resume
+    assert main([*args, "faults.diverge=1", "faults.max_bad_clients=2", "--resume"]) == 0  # as the message says
     assert json.loads((run / "results.json").read_text())["rounds_completed"] == 1
 
 
@@ -295,6 +351,19 @@ def test_resume_names_the_key_that_differs(used, capsys) -> None:
     assert "in local.lr;" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("changed,named", [
+    (["faults.attack=sign_flip", "faults.attackers=0.5"], "in faults.attack, faults.attackers;"),
+    (["faults.attack=labels", "faults.attackers=0.5"], "in faults.attack, faults.attackers;"),
+    (["faults.dropout=0.5"], "in faults.dropout;"),
+], ids=["attack", "label-flipping", "dropout"])
+def test_resume_refuses_a_changed_attack_or_fault(used, capsys, changed, named) -> None:
+    """What a round computes is the experiment: a resumed run would mix two of them under one record."""
+    args, run = used
+    kept = snapshot(run)
+    refused([*args, "--resume", "rounds=3", *changed], capsys, named)
+    assert snapshot(run) == kept
+
+
 @pytest.mark.parametrize("gone", ["deleted", "a-directory"])
 def test_resume_of_a_run_without_its_checkpoint_is_refused_not_trained_again(used, capsys, gone: str) -> None:
     """results.json says rounds are done: the run had saved, so a missing last.pt is damage, not a
@@ -308,6 +377,21 @@ def test_resume_of_a_run_without_its_checkpoint_is_refused_not_trained_again(use
     err = refused([*args, "--resume"], capsys, "last.pt")
     assert "results.json" in err and "finished after 2 rounds" in err and "--overwrite" in err, err
     assert snapshot(run) == kept and (run / "checkpoints/last.pt").is_dir() == (gone == "a-directory")
+
+
+def test_resume_of_a_finished_run_notices_a_damaged_checkpoint_and_trains_its_last_round_again(used, capsys) -> None:
+    args, run = used
+    last = run / "checkpoints/last.pt"
+    model = torch.load(last, weights_only=True)["global"]
+    data = bytearray(last.read_bytes())
+    data[len(data) // 2] ^= 1
+    last.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main([*args, "--resume"]) == 0
+    err = capsys.readouterr().err
+    assert f"checkpoint '{last}' fails its sha256 check" in err and "nothing to resume" not in err, err
+    again = torch.load(last, weights_only=True)["global"]
+    assert all(torch.equal(model[k], again[k]) for k in model)  # round 2 trained again from round 1's
 
 
 def test_resume_of_a_finished_run_changes_nothing(used, capsys) -> None:

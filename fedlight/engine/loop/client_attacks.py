@@ -50,10 +50,15 @@ class Attack:
     client: int
 
 
+def attacker_count(share: float, clients: int) -> int:
+    """How many of ``clients`` attack: ``round(share x clients)``."""
+    return int(round(share * clients))
+
+
 def attackers(share: float, clients: list[int], seed: int, round_: int | None) -> frozenset[int]:
     """The ``round(share x len(clients))`` attacking ids of ``clients``: the first of a permutation
     keyed by ``seed`` (and ``round_``, when not None: re-drawn each round)."""
-    count = int(round(share * len(clients)))
+    count = attacker_count(share, len(clients))
     keys = () if round_ is None else (round_,)
     return frozenset(clients[i] for i in numpy_rng(seed, "attackers", *keys).permutation(len(clients))[:count])
 

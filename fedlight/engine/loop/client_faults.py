@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedlight.engine.loop.client_attacks import Attack, Kind
+from fedlight.engine.loop.client_attacks import Attack, Kind, attacker_count
 from fedlight.errors import UserError
 from fedlight.seeding import numpy_rng
 
@@ -77,6 +77,14 @@ class FaultOptions:
         if (self.max_bad_clients is not None and self.max_bad_clients < 0) or self.max_update_ratio <= 0:
             raise UserError(f"faults.max_bad_clients={self.max_bad_clients} must be >= 0 (or null) and "
                             f"faults.max_update_ratio={self.max_update_ratio} > 0; e.g. 0 and 1000")
+
+    def check_attackers(self, clients: int) -> None:
+        """Refuse an attack that no client carries out: ``faults.attackers`` of the ``clients`` the
+        attackers are drawn from rounding to none, a clean run recorded as an attacked one."""
+        if self.attack != "none" and attacker_count(self.attackers, clients) == 0:
+            raise UserError(f"faults.attackers={self.attackers:g} of {clients} clients rounds to 0 attackers, so "
+                            f"faults.attack={self.attack} would attack nothing; set faults.attackers to at least "
+                            f"{1 / clients:.3g} (1 attacker of {clients})")
 
 
 @dataclass(frozen=True)

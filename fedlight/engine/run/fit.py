@@ -28,7 +28,8 @@ from fedlight.engine.run import launch, rendezvous
 from fedlight.engine.run.assemble import build_federation, part_options
 from fedlight.engine.run.run_folder import RunFolder, claim_run_dir, finished_results
 from fedlight.engine.run.same_experiment import RESOLVED
-from fedlight.engine.state.run_files import RECIPE, write_yaml
+from fedlight.engine.state.checkpoint import verified
+from fedlight.engine.state.run_files import CHECKPOINT, RECIPE, write_yaml
 from fedlight.errors import UserError, warnings_if_it_works
 from fedlight.eval.probes import labelled_count
 from fedlight.methods.federated_module import FederatedModule, OptimizerSpec
@@ -129,7 +130,8 @@ def check_recipe(recipe: Recipe) -> Aggregator:
     check_name("model.backbone", recipe.model.backbone, registry.BACKBONES)
     registry.check_method_state(recipe.method, recipe.model.backbone)
     registry.check_plugins(recipe.plugins)
-    part_options(recipe, server)  # each part checks its own options; assemble, that they go together
+    options = part_options(recipe, server)  # each part checks its own options; assemble, that they go together
+    options.faults.check_attackers(attackable_clients(recipe, server))
     per_round, trainable = round_size(recipe, server), trainable_clients(recipe)
     server.check_clients(per_round)  # e.g. Krum's f against the clients a round samples
     if server.accounts_privacy and per_round < trainable and recipe.clients.sampling != "poisson":
@@ -161,6 +163,20 @@ def trainable_clients(recipe: Recipe) -> int:
     return recipe.clients.num - (recipe.partition.public_client is not None)
 
 
+def attackable_clients(recipe: Recipe, server: Aggregator) -> int:
+    """The clients the attackers are drawn from, as ``assemble`` lists them: the trainable ones, the
+    new device included (one when the server pools them)."""
+    return 1 if server.pools_clients else trainable_clients(recipe) + (recipe.new_device.rotation is not None)
+
+
+def check_label_attack(recipe: Recipe, module: FederatedModule) -> None:
+    """Refuse label flipping on a method that never reads a label: its attackers would train as the others."""
+    if recipe.faults.attack == "labels" and not module.uses_labels:
+        raise UserError(f"faults.attack=labels flips the attackers' labels, which method.name={recipe.method['name']} "
+                        "never reads (it learns without labels); use faults.attack=sign_flip, noise or collude, or "
+                        "a method that reads labels (e.g. method.name=supervised)")
+
+
 def round_size(recipe: Recipe, server: Aggregator) -> int:
     """The clients a round samples (one when the server pools them; on average under Poisson sampling)."""
     return 1 if server.pools_clients else clients_per_round(trainable_clients(recipe), recipe.clients.fraction)
@@ -174,7 +190,8 @@ def prepare(recipe: Recipe, load: Callable[..., ImageData] = load_dataset
     Raises:
         UserError: the recipe (``check_recipe``), the data or its partition, the data against the
             method, server or new device, or the method's constructor (LG's ``global_layers``,
-            FedBN on a backbone without BatchNorm) refuses.
+            FedBN on a backbone without BatchNorm) refuses; or the method reads no label that
+            ``faults.attack=labels`` would flip.
     """
     server = check_recipe(recipe)
     data, parts = prepare_data(recipe, load)
@@ -188,6 +205,7 @@ def prepare(recipe: Recipe, load: Callable[..., ImageData] = load_dataset
         check_device_fits(data, recipe.new_device.train, recipe.new_device.test)
     check_sizes(recipe, data, parts)
     module = build_module(recipe, data)
+    check_label_attack(recipe, module)
     most = trainable_clients(recipe) if recipe.clients.sampling == "poisson" else round_size(recipe, server)
     check_payload_budget(server, module.payload(), most, recipe.run.payload_budget_mb, recipe.server["name"])
     return server, data, parts, module
@@ -233,13 +251,15 @@ def check_elsewhere(recipe: Recipe, load: Callable[..., ImageData] = load_datase
         prepare(recipe, load)
     else:
         check_recipe(recipe)
-        build_module(recipe, empty_of_shape(d.name))
+        check_label_attack(recipe, build_module(recipe, empty_of_shape(d.name)))
 
 
 def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
     server, data, parts, module = prepare(recipe)  # the method's own checks (LG's global_layers) come before the run folder
     record = run_record(recipe, data)
     done = finished_results(Path(recipe.run_dir), record) if resume else None  # compared through the record
+    if done is not None and not verified(Path(recipe.run_dir) / CHECKPOINT):
+        done = None  # damaged since it finished: resumed from last.pt.prev (one warning line), or refused in one
     if done is not None:  # resuming would only evaluate, project and log its final metrics again
         say(f"run folder '{recipe.run_dir}' has finished all {recipe.rounds} rounds: nothing to resume, nothing "
             "changed (raise rounds to train more)", int(launch.is_child()))

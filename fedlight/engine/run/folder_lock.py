@@ -1,7 +1,8 @@
 """One run at a time in a run folder: an exclusive ``flock`` on a file that names its holder.
 
 Rank 0 holds it for the life of the run; the kernel releases it when the process ends, however
-it ends. A second ``fedlight fit`` into a held folder is refused in one line naming the PID.
+it ends. A second ``fedlight fit`` into a held folder is refused in one line naming the PID, and so
+is a command that would move or delete a folder holding a held one (``held_below``).
 """
 
 from __future__ import annotations
@@ -64,6 +65,41 @@ class FolderLock:
             pass
         os.close(self.fd)
         self.fd = None
+
+
+def held_below(entries: list[Path], name: str) -> tuple[Path, str] | None:
+    """The first folder under ``entries`` (each one a folder, or a file that is skipped) whose lock file
+    ``name`` another process holds, with its holder's words (``PID 12``); None when no lock there is held.
+
+    Asking takes a shared lock for a moment, so a run that starts in one of them at that very moment
+    is refused as if the folder were held.
+    """
+    for entry in entries:
+        if not entry.is_dir() or entry.is_symlink():
+            continue
+        for folder, _, files in os.walk(entry):
+            if name in files:
+                holder = _holder_if_held(Path(folder, name))
+                if holder is not None:
+                    return Path(folder), _describe_holder(holder)
+    return None
+
+
+def _holder_if_held(path: Path) -> list[str] | None:
+    """The words of the lock file ``path`` when another process holds it, else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # gone since the folder was listed: its run has ended
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.pread(fd, 200, 0).decode(errors="replace").split()
+    except OSError:  # a file system without locks: nothing to honour
+        return None
+    finally:
+        os.close(fd)  # closing it lets a lock this took go
+    return None
 
 
 def _describe_holder(holder: list[str]) -> str:

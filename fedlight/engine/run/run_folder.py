@@ -15,6 +15,10 @@ then move those of ``.fedlight-replaced/`` up one level). Moves go through
 ``.fedlight-replaced.partial/`` (entry by entry, then one rename), so a kill halfway through
 either move is finished by the next claim.
 
+Nothing is moved or deleted while another run holds a folder below it (a run started in a
+sub-folder, a sweep's tasks under its ``--out``): the claim refuses in one line naming that folder,
+and a run that ends leaves its folder for the next claim with a one-line warning.
+
 Every check that can refuse the folder runs before any of this: a refusal leaves it as it was.
 """
 
@@ -23,11 +27,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 from fedlight.config.files import length_problem, output_folder_problem
-from fedlight.engine.run.folder_lock import FolderLock, not_writable
+from fedlight.engine.run.folder_lock import FolderLock, held_below, not_writable
 from fedlight.engine.run.same_experiment import check_same_experiment
 from fedlight.engine.state.run_files import CHECKPOINT, RECIPE
 from fedlight.errors import UserError
@@ -37,6 +42,7 @@ LOCK = ".fedlight.lock"
 REPLACED = ".fedlight-replaced"
 MOVING = REPLACED + ".partial"
 BOOKKEEPING = frozenset({LOCK, REPLACED, MOVING})  # entries that belong to the folder, not to a run
+WAIT_FOR_IT = "wait for that run to end or stop it, or set run.dir elsewhere"
 
 
 def has_checkpoint(path: Path) -> bool:
@@ -99,8 +105,26 @@ def _delete(entry: Path) -> None:
         entry.unlink()
 
 
+def _in_use_below(path: Path, doomed: list[Path]) -> str | None:
+    """Why the ``doomed`` entries of the run folder ``path`` cannot be moved or deleted (another run
+    holds a folder among them), or None."""
+    held = held_below(doomed, LOCK)
+    if held is None:
+        return None
+    folder, holder = held
+    return (f"'{folder}' is in use by another fedlight run ({holder}), and replacing run folder '{path}' "
+            "would move or delete it")
+
+
+def _refuse_in_use_below(path: Path, doomed: list[Path]) -> None:
+    problem = _in_use_below(path, doomed)
+    if problem:
+        raise UserError(f"{problem}; {WAIT_FOR_IT}")
+
+
 def _move_aside(path: Path) -> None:
     """The run in ``path`` goes to ``path/.fedlight-replaced``."""
+    _refuse_in_use_below(path, _run_entries(path))
     moving = path / MOVING
     moving.mkdir()
     _move_entries(path, moving)
@@ -121,15 +145,25 @@ def _finish_move(path: Path) -> None:
     (path / MOVING).rmdir()
 
 
-def _recover(path: Path) -> None:
-    """Finish what a killed run left half done: a move, or a replacement it never saved."""
+def _recover(path: Path) -> str | None:
+    """Finish what a killed run left half done: a move, or a replacement it never saved; returns why
+    it left a replacement as it was (another run holds a folder it would delete), or None."""
     if (path / MOVING).is_dir():
         _finish_move(path)
-    if (path / REPLACED).is_dir():
-        if is_finished(path):  # the new run finished: it has replaced the old one
-            shutil.rmtree(path / REPLACED)
-        elif not has_checkpoint(path):  # the new run saved nothing: the old one comes back
-            _put_back(path)
+    if not (path / REPLACED).is_dir():
+        return None
+    finished = is_finished(path)  # the new run finished: it has replaced the old one
+    if not finished and has_checkpoint(path):
+        return None
+    # else the new run saved nothing: the old one comes back
+    problem = _in_use_below(path, [path / REPLACED] if finished else [*_run_entries(path), path / REPLACED])
+    if problem:
+        return problem
+    if finished:
+        shutil.rmtree(path / REPLACED)
+    else:
+        _put_back(path)
+    return None
 
 
 def _plan(path: Path, recipe: dict[str, Any], resume: bool, overwrite: bool) -> tuple[bool, bool]:
@@ -201,11 +235,15 @@ class RunFolder:
         self.path, self.resume = path, resume
         self._lock, self._created = lock, created
 
-    def release(self) -> None:
+    def release(self, warn: bool = True) -> None:
         """The run ended: a run it replaced is gone if it finished, back if it saved nothing, else kept
-        aside; a folder it made and left empty goes."""
+        aside (also when another run holds a folder that would go: one warning line unless not
+        ``warn``); a folder it made and left empty goes."""
         try:
-            _recover(self.path)
+            problem = _recover(self.path)
+            if problem and warn:
+                print(f"fedlight: warning: {problem}; both runs are kept in it until the next fedlight fit "
+                      "into it", file=sys.stderr)
         finally:
             empty = self._created is not None and not _run_entries(self.path)
             self._lock.release()
@@ -239,16 +277,19 @@ def claim_run_dir(path: Path, recipe: dict[str, Any], resume: bool, overwrite: b
         raise
     folder = RunFolder(path, lock, created, resume=False)
     try:
-        _recover(path)
+        problem = _recover(path)
+        if problem:
+            raise UserError(f"{problem}; {WAIT_FOR_IT}")
         folder.resume, replace = _plan(path, recipe, resume, overwrite)
         _probe_writes(path)
         if replace and (path / REPLACED).is_dir():  # an unfinished replacement: the run it replaces stays aside
+            _refuse_in_use_below(path, _run_entries(path))
             for entry in _run_entries(path):
                 _delete(entry)
         elif replace:
             _move_aside(path)
-    except BaseException:
-        folder.release()
+    except BaseException as exc:
+        folder.release(warn=not isinstance(exc, UserError))  # a refusal says it once
         raise
     return folder
 
@@ -275,6 +316,10 @@ def check_run_dir(path: Path, recipe: dict[str, Any], resume: bool, overwrite: b
 def _check_flags_and_disk(path: Path, resume: bool, overwrite: bool, min_free_mb: int) -> None:
     if resume and overwrite:
         raise UserError("--resume and --overwrite contradict each other; pass only one")
+    for stray in (path / REPLACED, path / MOVING):  # names a replacement moves a run through: folders of its own
+        if stray.is_symlink() or stray.exists() and not stray.is_dir():
+            raise UserError(f"run folder '{path}' holds '{stray}', which is not a folder fedlight made to keep "
+                            "a replaced run in; move or delete it and rerun")
     too_long = length_problem(path)
     if too_long:
         raise UserError(f"run.dir {too_long}; set run.dir to a shorter path")

@@ -16,10 +16,13 @@ from fedlight.config.schema import Recipe
 from fedlight.engine.state.run_files import RECIPE
 from fedlight.errors import UserError
 
-# recipe keys (or sections) a resumed run may change: rounds may grow, faults and the rendezvous's
-# deadline model the cluster and run says where the run lives (a moved folder resumes), none of
-# them is the experiment
-NOT_THE_EXPERIMENT = ("rounds", "faults", "run", "fabric.rendezvous_timeout_min")
+# recipe keys (or sections) a resumed run may change, none of which changes what a round computes:
+# rounds may grow, faults.max_bad_clients only decides whether a round with diverged clients stops
+# the run (they are excluded either way; RELIABILITY.md's continue-after-a-stop raises it), the
+# rendezvous's deadline models the cluster and run says where the run lives (a moved folder resumes).
+# Every other faults.* key is the experiment: the attack and its attackers, the simulated dropout,
+# stragglers and divergence decide which clients answer, how long they train and what they send.
+NOT_THE_EXPERIMENT = ("rounds", "faults.max_bad_clients", "run", "fabric.rendezvous_timeout_min")
 # recipe.yaml's record of what the run's classes were built with (``registry.resolved_settings``);
 # where both runs hold one, the sections of constructor options are compared through it
 RESOLVED = "resolved"
@@ -63,7 +66,11 @@ def check_same_experiment(path: Path, recipe: dict[str, Any]) -> None:
     if not saved_path.is_file():
         return
     saved = with_later_defaults(read_yaml_mapping(saved_path, "the run's recipe", RECIPE_COPY_FIX))
+    damage = _record_damage(saved[RESOLVED]) if RESOLVED in saved else None
     recorded, resolved = saved.pop(RESOLVED, None), recipe.get(RESOLVED)
+    if damage:  # else a record replaced by text would skip the settings check as if there were none
+        raise UserError(f"the run's recipe '{saved_path}' has a damaged '{RESOLVED}' record ({damage}); "
+                        f"{RECIPE_COPY_FIX}")
     through_record = CONSTRUCTOR_SECTIONS if isinstance(recorded, dict) else ()
     changed = sorted(_differences(saved, recipe, (*NOT_THE_EXPERIMENT, RESOLVED, *through_record)))
     if changed:
@@ -71,6 +78,20 @@ def check_same_experiment(path: Path, recipe: dict[str, Any]) -> None:
                         "resume with the same recipe and overrides (rounds may grow), or use --overwrite")
     if through_record and isinstance(resolved, dict):
         _check_same_settings(saved_path, recorded, resolved)
+
+
+def _record_damage(record: Any) -> str | None:
+    """What makes a ``resolved`` record other than ``registry.resolved_settings``'s shape (a mapping
+    of mappings, its plug-ins' options mappings too), or None."""
+    if not isinstance(record, dict):
+        return f"it is {'empty' if record is None else 'a ' + type(record).__name__}, not a mapping"
+    parts = {section: record.get(section) for section in ("method", "server", "backbone", "plugins")}
+    if isinstance(parts["plugins"], dict):
+        parts.update({f"plugins.{name}": options for name, options in parts["plugins"].items()})
+    for where, value in parts.items():
+        if value is not None and not isinstance(value, dict):
+            return f"its {where} is a {type(value).__name__}, not a mapping"
+    return None
 
 
 def _settings(record: dict[str, Any]) -> dict[str, Any]:

@@ -95,6 +95,15 @@ def _known_digests(path: Path) -> set[str] | None:
     return set(_listed(path).values()) if sibling(path, DIGESTS).is_file() else None
 
 
+def verified(path: Path) -> bool:
+    """Whether the checkpoint file ``path`` is as written: it matches a digest of its intact listing
+    (without a listing, only that it is there). Reads the file, loads nothing."""
+    if not path.is_file() or _listing_problem(path):
+        return False
+    digests = _known_digests(path)
+    return digests is None or hashlib.sha256(path.read_bytes()).hexdigest() in digests
+
+
 def _read_verified(path: Path, digests: set[str] | None) -> tuple[dict[str, Any] | None, str]:
     """(checkpoint, "") if ``path`` is intact, else (None, what is wrong with it)."""
     try:
