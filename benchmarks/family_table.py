@@ -4,9 +4,9 @@
     python benchmarks/family_table.py runs/v3            # every claims-v3-*.jsonl below runs/v3
     python benchmarks/family_table.py runs/v3 --out benchmarks/results/v3-table.md
 
-Holm runs over every claim that was tested (void, counted and beside rows are not in the family);
-the family is whatever the folder holds, so the table says how many claims it adjusted over and
-the pre-registration says how many it should be.
+Holm runs over every claim that was tested (void, counted and beside rows are not in the family).
+``--family K`` names the pre-registered family's size while blocks are still running: claims not
+on disk yet count as p = 1, so an interim adjusted verdict is never bolder than the final one.
 """
 
 from __future__ import annotations
@@ -20,23 +20,27 @@ HEADER = ("| claim | paper's numbers | fedlight (CPU twin, rule v3) | raw verdic
           "|---|---|---|---|---|---|")
 
 
-def table(root: Path) -> str:
-    """The Markdown table of every record under ``root``, in path order."""
+def table(root: Path, family: int | None = None) -> str:
+    """The Markdown table of every record under ``root``, in path order, Holm-adjusted over
+    ``family`` tested claims (default: those on disk)."""
     records = [r for path in sorted(root.rglob("claims-v3-*.jsonl")) for r in rule_v3.read(path)]
     if not records:
         raise SystemExit(f"{root}: no claims-v3-*.jsonl below it; run a block's reproduce.py --rule v3 first")
-    adjusted = rule_v3.adjust(records)
+    adjusted = rule_v3.adjust(records, family)
     tested = sum(r.p is not None for r in records)
+    size = family or tested
     lines = [HEADER, *(rule_v3.markdown(r, a) for r, a in zip(records, adjusted))]
-    return "\n".join(lines) + f"\n\nHolm over {tested} tested claims (family-wise 5%); {len(records) - tested} not tested.\n"
+    return "\n".join(lines) + (f"\n\nHolm over a family of {size} tested claims (family-wise 5%), {tested} of them "
+                               f"on disk (the others count as p = 1); {len(records) - tested} rows not tested.\n")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", type=Path)
     parser.add_argument("--out", type=Path, help="also write the table here")
+    parser.add_argument("--family", type=int, help="the pre-registered number of tested claims (default: those on disk)")
     args = parser.parse_args()
-    text = table(args.root)
+    text = table(args.root, args.family)
     print(text, end="")
     if args.out:
         args.out.write_text(text)

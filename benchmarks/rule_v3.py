@@ -183,10 +183,16 @@ def read(path: Path) -> list[Record]:
     return [Record(**json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
 
 
-def adjust(records: list[Record]) -> list[str]:
-    """Every record's verdict after Holm over the tested ones (void and counted claims keep theirs)."""
+def adjust(records: list[Record], family: int | None = None) -> list[str]:
+    """Every record's verdict after Holm over the tested ones (void, counted and beside rows keep
+    theirs). ``family``: the pre-registered number of tested claims; those not run yet count as
+    p = 1, which can only make an interim adjusted verdict more cautious than the final one."""
     tested = [i for i, r in enumerate(records) if r.p is not None]
-    kept = stats.adjusted_verdicts([stats.Test(records[i].verdict, records[i].p) for i in tested])
+    missing = (family or len(tested)) - len(tested)
+    if missing < 0:
+        raise SystemExit(f"{len(tested)} tested claims on disk, more than the family of {family} registered")
+    tests = [stats.Test(records[i].verdict, records[i].p) for i in tested] + [stats.Test(stats.OPEN, 1.0)] * missing
+    kept = stats.adjusted_verdicts(tests)
     out = [r.verdict for r in records]
     for i, verdict in zip(tested, kept):
         out[i] = verdict

@@ -100,4 +100,8 @@ def test_family_table_adjusts_by_holm_over_tested_claims_only(tmp_path: Path) ->
     assert lines[3].endswith("| holds | inconclusive | `blk` |")  # 2 x 0.035 > 0.05
     assert lines[4].endswith("| holds | inconclusive | `blk` |")
     assert lines[5].endswith("| void: control b did not train | void: control b did not train | `blk` |")
-    assert "Holm over 3 tested claims (family-wise 5%); 1 not tested" in text
+    assert "Holm over a family of 3 tested claims (family-wise 5%), 3 of them on disk" in text
+    # a family of 20 registered claims, 17 not run yet: 20 x 0.0027 = 0.055, so even the strong one waits
+    assert family_table.table(tmp_path, family=20).splitlines()[2].endswith("| holds | inconclusive | `blk` |")
+    with pytest.raises(SystemExit, match="more than the family of 2"):
+        family_table.table(tmp_path, family=2)
