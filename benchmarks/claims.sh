@@ -385,6 +385,13 @@ if want v3_pilot_flesd; then
   done
 fi
 
+# v3 pilot for LG Table 3 (v2's confirm_lg_rotated ran only 4 seeds and was not archived): the
+# unchanged twin on seeds 900-904, which fix its n and min_lift.
+if want v3_pilot_lg_rotated; then
+  $C --seeds 900 901 902 903 904 --out runs/pilot_v3/lg_rotated "${TABLE3[@]}" "${TABLE3_NORMAL[@]}"
+  $C --seeds 900 901 902 903 904 --out runs/pilot_v3/lg_rotated "${TABLE3[@]}" "${TABLE3_ROTATED[@]}"
+fi
+
 # the study's table: every v3 block's claims, raw and Holm-adjusted over the family
 if want v3_table; then
   python benchmarks/family_table.py runs/v3 --family 30 --out benchmarks/results/v3-table.md  # the 30 of REPRODUCTION.md
