@@ -1,9 +1,11 @@
 """``fit --print-recipe`` / ``--write-recipe``: the composed recipe seen before anything runs, and
-copied as one self-contained file that runs from any folder."""
+copied as one self-contained file that runs from any folder; a copied shipped recipe still finds
+its fragments."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import asdict
@@ -50,6 +52,17 @@ def test_a_written_copy_runs_from_another_folder_and_records_what_was_printed(tm
     assert (written["rounds"], written["data"]["name"]) == (1, "synthetic")
 
 
+def test_a_copied_shipped_recipe_finds_the_shipped_fragments_unless_its_own_are_there(tmp_path: Path) -> None:
+    copy = tmp_path / "recipes" / QUICK.name
+    copy.parent.mkdir()
+    shutil.copy(QUICK, copy)  # its defaults, ../configs/..., name nothing beside it
+    assert load_recipe(copy) == load_recipe(QUICK)
+    own = tmp_path / "configs" / "data" / "fashion_mnist.yaml"
+    own.parent.mkdir(parents=True)
+    own.write_text("data: {name: fashion_mnist, root: /elsewhere}\n")
+    assert load_recipe(copy).data.root == "/elsewhere"
+
+
 def test_write_recipe_keeps_an_existing_file_unless_told_to_overwrite(tmp_path: Path, capsys) -> None:
     mine = tmp_path / "mine.yaml"
     mine.write_text("rounds: 7\n")
@@ -66,6 +79,7 @@ def test_write_recipe_keeps_an_existing_file_unless_told_to_overwrite(tmp_path: 
     (["--recipe", "/nonexistent/recipe.yaml"], "/nonexistent/recipe.yaml"),
     (["--recipe", "quickstart_fmnist", "rounds=many"], "rounds"),
     (["--recipe", "quickstart_fmnist", "method.name=simclrr"], "unknown method.name 'simclrr'"),
+    (["--recipe", "{bad}"], "--write-recipe my.yaml"),  # a fragment found nowhere says how to get a copy
 ])
 def test_a_bad_recipe_is_one_line_exit_2(tmp_path: Path, monkeypatch, capsys, argv, named) -> None:
     bad = tmp_path / "bad.yaml"
