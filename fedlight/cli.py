@@ -71,7 +71,8 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--print-recipe", action="store_true",
                      help="print the composed recipe (every key at its value, overrides applied) and stop")
     fit.add_argument("--write-recipe", metavar="FILE",
-                     help="write it as a self-contained recipe file to edit and run from any folder, and stop")
+                     help="write it as a self-contained recipe file to edit and run from any folder (--overwrite "
+                          "replaces one there), and stop")
     sweep = sub.add_parser("sweep", help="a recipe x a grid x seeds: one SLURM array job, or processes here")
     sweep.add_argument("--recipe", required=True, help="base recipe YAML file")
     sweep.add_argument("overrides", nargs="*", help="dotted key=value overrides every task shares, as fit takes them")
@@ -171,7 +172,7 @@ def _fit(args: argparse.Namespace) -> int:
     from fedlight.engine.run.preflight import preflight
 
     recipe = load_recipe(args.recipe, args.overrides)  # recipe errors come before torch is imported
-    if args.print_recipe or args.write_recipe:
+    if args.print_recipe or args.write_recipe is not None:
         return _show_recipe(recipe, args)
     preflight(recipe, args.resume, args.overwrite)  # and so do those of the data paths and the run folder
     ranks = launch.start_local_ranks(recipe.fabric.devices, recipe.fabric.num_nodes, args.argv)
@@ -189,8 +190,8 @@ def _show_recipe(recipe: Recipe, args: argparse.Namespace) -> int:
     from fedlight.config.standalone import standalone_text, write_standalone
 
     check_names(recipe.method, recipe.server, recipe.model.backbone, recipe.plugins)
-    text = standalone_text(recipe, args.recipe, args.overrides, *filter(None, [args.write_recipe]))
-    if args.write_recipe:
+    text = standalone_text(recipe, args.recipe, args.overrides, args.write_recipe or "THIS_FILE.yaml")
+    if args.write_recipe is not None:
         write_standalone(text, Path(args.write_recipe), args.overwrite)
         print(f"wrote {args.write_recipe}; run it with: fedlight fit --recipe {shlex.quote(args.write_recipe)}",
               file=sys.stderr if args.print_recipe else sys.stdout)

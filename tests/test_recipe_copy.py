@@ -71,6 +71,8 @@ def test_write_recipe_keeps_an_existing_file_unless_told_to_overwrite(tmp_path: 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "exists (add --overwrite" in err and str(mine) in err
     assert mine.read_text() == "rounds: 7\n"
+    assert main([*argv[:-1], "", "--overwrite"]) == 2  # '' is this folder, not a file: nothing runs
+    assert "--write-recipe: '.' is a folder" in capsys.readouterr().err
     assert main([*argv, "--overwrite"]) == 0
     assert load_recipe(mine) == load_recipe(QUICK)
 

@@ -23,7 +23,7 @@ def recipe_text(recipe: Recipe) -> str:
     return dump_yaml(escape_interpolations(asdict(recipe)))
 
 
-def standalone_text(recipe: Recipe, source: str, overrides: list[str], file: str = "THIS_FILE.yaml") -> str:
+def standalone_text(recipe: Recipe, source: str, overrides: list[str], file: str) -> str:
     """``recipe`` (composed from the file ``source`` and ``overrides``) as a self-contained recipe
     file, headed by comments that say where it came from and how to run it (as ``file``)."""
     made_from = shlex.join([source, *overrides])
