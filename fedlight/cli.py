@@ -68,6 +68,11 @@ def _parser() -> argparse.ArgumentParser:
     group = fit.add_mutually_exclusive_group()
     group.add_argument("--resume", action="store_true", help="continue the run folder from its last checkpoint")
     group.add_argument("--overwrite", action="store_true", help="replace a non-empty run folder")
+    fit.add_argument("--print-recipe", action="store_true",
+                     help="print the composed recipe (every key at its value, overrides applied) and stop")
+    fit.add_argument("--write-recipe", metavar="FILE",
+                     help="write it as a self-contained recipe file to edit and run from any folder (--overwrite "
+                          "replaces one there), and stop")
     sweep = sub.add_parser("sweep", help="a recipe x a grid x seeds: one SLURM array job, or processes here")
     sweep.add_argument("--recipe", required=True, help="base recipe YAML file")
     sweep.add_argument("overrides", nargs="*", help="dotted key=value overrides every task shares, as fit takes them")
@@ -167,6 +172,8 @@ def _fit(args: argparse.Namespace) -> int:
     from fedlight.engine.run.preflight import preflight
 
     recipe = load_recipe(args.recipe, args.overrides)  # recipe errors come before torch is imported
+    if args.print_recipe or args.write_recipe is not None:
+        return _show_recipe(recipe, args)
     preflight(recipe, args.resume, args.overwrite)  # and so do those of the data paths and the run folder
     ranks = launch.start_local_ranks(recipe.fabric.devices, recipe.fabric.num_nodes, args.argv)
     code = USER_ERROR_EXIT
@@ -175,6 +182,22 @@ def _fit(args: argparse.Namespace) -> int:
     finally:
         code = launch.finish_local_ranks(ranks, code)
     return code
+
+
+def _show_recipe(recipe: Recipe, args: argparse.Namespace) -> int:
+    """``fit --print-recipe`` / ``--write-recipe``: the composed recipe, nothing run or checked past its names."""
+    from fedlight.catalog import check_names
+    from fedlight.config.standalone import standalone_text, write_standalone
+
+    check_names(recipe.method, recipe.server, recipe.model.backbone, recipe.plugins)
+    text = standalone_text(recipe, args.recipe, args.overrides, args.write_recipe or "THIS_FILE.yaml")
+    if args.write_recipe is not None:
+        write_standalone(text, Path(args.write_recipe), args.overwrite)
+        print(f"wrote {args.write_recipe}; run it with: fedlight fit --recipe {shlex.quote(args.write_recipe)}",
+              file=sys.stderr if args.print_recipe else sys.stdout)
+    if args.print_recipe:
+        print(text, end="")
+    return 0
 
 
 def _fit_ranks(recipe: Recipe, args: argparse.Namespace) -> int:

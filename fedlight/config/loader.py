@@ -1,7 +1,8 @@
 """Recipes: YAML files composed from fragments, plus dotted ``key=value`` overrides, through OmegaConf.
 
-A recipe may list ``defaults:``, paths (relative to the recipe file) of YAML fragments merged
-in order before the recipe's own keys; ``key=value`` overrides come last. Each layer is merged
+A recipe may list ``defaults:``, paths (relative to the recipe file, else to the shipped recipes:
+a copied shipped recipe still finds its fragments) of YAML fragments merged in order before the
+recipe's own keys; ``key=value`` overrides come last. Each layer is merged
 into the recipe schema as an OmegaConf structured config (``fedlight.config.structured``), which
 refuses unknown keys and wrong types, then ``${...}`` interpolations resolve against the whole
 result. YAML stops here: the rest of fedlight sees only the typed ``Recipe``.
@@ -22,6 +23,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from fedlight.config.bundled import RECIPES
 from fedlight.config.files import read_yaml_mapping, yaml_value
 from fedlight.config.schema import Recipe
 from fedlight.config.structured import new_config, to_recipe, user_error
@@ -52,8 +54,26 @@ def _fragments(path: Path, _seen: tuple[Path, ...] = ()) -> list[tuple[dict[str,
         if not isinstance(fragment, str) or not fragment.strip() or "\x00" in fragment:
             raise UserError(f"'defaults' in '{path}' lists {fragment!r}, which is not a fragment path; "
                             "list YAML file paths (relative to the recipe)")
-        layers += _fragments(path.parent / fragment, (*_seen, path))
+        layers += _fragments(_fragment_path(path, fragment), (*_seen, path))
     return [*layers, (data, f"recipe file '{path}'")]
+
+
+def _fragment_path(recipe: Path, fragment: str) -> Path:
+    """The file the ``defaults`` entry ``fragment`` of ``recipe`` names: beside ``recipe``, else, where
+    only a shipped recipe's entry resolves (a shipped recipe copied elsewhere keeps its
+    ``../configs/...``), the shipped file.
+
+    Raises:
+        UserError: neither is a file; saying how to get a copy of a recipe that needs no fragments.
+    """
+    beside, shipped = recipe.parent / fragment, RECIPES / fragment
+    if beside.is_file():
+        return beside
+    if shipped.is_file():
+        return shipped
+    raise UserError(f"recipe fragment '{beside.resolve()}' (listed under 'defaults' in '{recipe}') not found; "
+                    "fix the path, or copy a recipe with its fragments inlined: "
+                    "fedlight fit --recipe NAME --write-recipe my.yaml")
 
 
 def parse_override(text: str) -> tuple[str, Any]:

@@ -18,11 +18,11 @@ import hashlib
 import os
 import sys
 from contextlib import contextmanager
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterator
 
-from fedlight.config.files import dump_yaml, escape_interpolations, read_json, read_yaml_mapping
+from fedlight.config.files import escape_interpolations, read_json, read_yaml_mapping
+from fedlight.config.standalone import recipe_text
 from fedlight.config.schema import Recipe
 from fedlight.engine.run.same_experiment import with_later_defaults
 from fedlight.errors import UserError
@@ -46,12 +46,6 @@ def run_path(out: Path, name: str) -> Path:
 def names_text(names: dict[int, str]) -> str:
     """``tasks.txt``: the run names in task order, one a line."""
     return "".join(f"{names[i]}\n" for i in sorted(names))
-
-
-def recipe_text(recipe: Recipe) -> str:
-    """The resolved recipe as written to its file, which ``fedlight fit`` reads back (``load_recipe``,
-    OmegaConf's dialect): a literal ``${...}`` in a value stays escaped, so it is not resolved again."""
-    return dump_yaml(escape_interpolations(asdict(recipe)))
 
 
 def new_manifest(base: Path, overrides: list[str], grid: list[dict[str, Any]], seeds: list[int],
