@@ -243,7 +243,8 @@ def _run(fabric: Fabric, recipe: Recipe, data: ImageData, parts: list, module: F
          folder: RunFolder | None, record: dict[str, Any]) -> dict[str, Any]:
     """Launch (every rank joins within ``fabric.rendezvous_timeout_min``) and train; every rank
     leaves the process group before it returns."""
-    with rendezvous.joined(fabric, recipe.fabric.rendezvous_timeout_min):
+    give_back = folder.release if folder is not None else lambda: None  # a signal during the wait ends the process
+    with rendezvous.joined(fabric, recipe.fabric.rendezvous_timeout_min, on_stop=give_back):
         restore = bool(fabric.broadcast(folder is not None and folder.resume, src=0))  # rank 0 looked at the folder
         # Lightning sets PYTORCH_NVML_BASED_CUDA_CHECK=1 on import, so that asking whether CUDA exists
         # cannot poison a later fork. fedlight forks nothing (its ranks start before torch is
