@@ -105,14 +105,15 @@ def _reach(host: str, port: int, deadline: float) -> None:
             ``deadline`` (``time.monotonic()``) has passed.
     """
     while True:
-        left = deadline - time.monotonic()
         try:
-            with socket.create_connection((host, port), timeout=max(min(left, POLL_SECONDS), 0.05)):
+            with socket.create_connection((host, port), timeout=min(max(deadline - time.monotonic(), 0.05),
+                                                                    POLL_SECONDS)):
                 return
         except OSError:
-            if time.monotonic() + POLL_SECONDS >= deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise
-        time.sleep(POLL_SECONDS)
+            time.sleep(min(left, POLL_SECONDS))
 
 
 def _address() -> str:
