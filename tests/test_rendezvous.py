@@ -138,6 +138,46 @@ def test_a_signal_ends_a_rank_waiting_at_the_rendezvous(tmp_path: Path, tiny_rec
         assert not (tmp_path / sig.name).exists()  # rank 0 gave its claim on the run folder back
 
 
+def _state(pid: int) -> str:
+    """The process's state letter (R, S, T stopped, Z ended but not reaped), or '' once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+
+
+def test_a_signal_to_rank_0_at_the_rendezvous_ends_the_local_ranks_it_started(tmp_path: Path,
+                                                                              tiny_recipe: Path) -> None:
+    """fedlight fit starts rank 1 of fabric.devices=2 itself; stopped (SIGSTOP) before it can join, it
+    keeps rank 0 waiting. SIGTERM to rank 0 ends both. Before, rank 1 waited on to the deadline."""
+    env = {k: v for k, v in os.environ.items() if k not in launch.EXTERNAL_LAUNCH and not k.startswith("SLURM_")}
+    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    log = tmp_path / "rank0.err"
+    rank0 = subprocess.Popen([sys.executable, "-m", "fedlight", "fit", "--recipe", str(tiny_recipe), "fabric.devices=2",
+                              "fabric.threads=1"], env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"))
+    children = Path(f"/proc/{rank0.pid}/task/{rank0.pid}/children")
+    deadline = time.time() + NO_HANG
+    while not children.read_text().split() and time.time() < deadline:
+        time.sleep(0.01)
+    rank1 = int(children.read_text().split()[0])
+    try:
+        os.kill(rank1, signal.SIGSTOP)
+        port = int(dict(v.split("=", 1) for v in Path(f"/proc/{rank1}/environ").read_text().split("\0") if "=" in v)
+                   ["MASTER_PORT"])
+        while not _listening(port) and rank0.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        rank0.send_signal(signal.SIGTERM)
+        code, lines = _ended(rank0, log)
+        assert code == 3 and len(lines) == 1 and lines[0].startswith("fedlight: stopped by SIGTERM"), log.read_text()
+        while _state(rank1) not in ("", "Z") and time.time() < deadline:
+            time.sleep(0.1)
+        assert _state(rank1) in ("", "Z")
+    finally:
+        if _state(rank1):
+            os.kill(rank1, signal.SIGKILL)
+    assert not (tmp_path / "run").exists()
+
+
 COLLECTIVE = """
 import time
 from pathlib import Path

@@ -18,7 +18,7 @@ a rank that died before it joined held the whole allocation for half an hour. So
 - while a rank waits, a thread woken through ``signal.set_wakeup_fd`` ends it on SIGTERM or
   SIGUSR1 (exit 3, as a preempted run: nothing was trained since the last checkpoint, and rank
   0 requeues the SLURM job) or SIGINT (exit 130), after ``on_stop`` (rank 0 gives its claim on
-  the run folder back);
+  the run folder back) and ending the local ranks it started (``launch``), which would wait to the deadline;
 - a rank leaves the process group before it exits: one that exits still in it can be aborted at
   interpreter exit by gloo's worker threads ("terminate called without an active exception",
   SIGABRT: a finished run that reports exit -6; pytorch/pytorch#190489).
@@ -170,11 +170,12 @@ def _watch(read: int, where: str, requeues: bool, on_stop: Callable[[], None]) -
 
 
 def _stop(sig: signal.Signals, where: str, requeues: bool, on_stop: Callable[[], None]) -> None:
-    """End the process for ``sig`` with one line, after ``on_stop``; a preemption signal requeues the
-    SLURM job from rank 0."""
+    """End the process for ``sig`` with one line, after ``on_stop`` and the local ranks it started; a
+    preemption signal requeues the SLURM job from rank 0."""
     try:
         on_stop()
     finally:  # the process ends here, whatever on_stop raised
+        launch.stop_started_ranks()
         _say_and_exit(sig, where, requeues)
 
 
