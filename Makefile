@@ -6,6 +6,11 @@ PYTHON ?= $(VENV)/bin/python
 TORCH ?= default
 PYTEST_ARGS ?= tests
 SETUP = VENV=$(VENV) PYTHON=$(PYTHON) TORCH=$(TORCH) bash scripts/setup.sh
+# a wrong PYTHON or TORCH is one line as make starts, before anything runs
+SETUP_PROBLEM := $(shell $(SETUP) check 2>&1)
+ifneq ($(SETUP_PROBLEM),)
+$(error $(SETUP_PROBLEM))
+endif
 
 .PHONY: setup quickstart test
 

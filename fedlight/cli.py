@@ -20,6 +20,8 @@ from fedlight import __version__
 from fedlight.engine.run import launch
 from fedlight.errors import INTERRUPTED_EXIT, PREEMPTED_EXIT, USER_ERROR_EXIT, UserError, one_line
 
+PIPE_CLOSED_EXIT = 141  # 128 + SIGPIPE, as a shell reports a command whose reader went away
+
 if TYPE_CHECKING:
     from fedlight.config.schema import Recipe
 
@@ -267,12 +269,17 @@ def run() -> None:
     A command that succeeded ends the process at once: the interpreter's teardown of the
     torch / Lightning / torchmetrics module graph takes 1.6 s on the 2-core CPU (``benchmarks/micro.py``) and does
     nothing for a finished run, whose results, checkpoints and TensorBoard files are
-    written and closed by then. Failures and preemptions exit the ordinary way.
+    written and closed by then. Failures and preemptions exit the ordinary way, and a command
+    whose output pipe was closed (``| head``) quietly, with exit code 141.
     """
-    code = main()
+    try:
+        code = main()
+        sys.stdout.flush()  # where the reader of a pipe has gone (`fedlight report ... | head`), it shows here
+    except BrokenPipeError:  # Python's recipe: nothing more to say, and its own flush at exit writes nowhere
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(PIPE_CLOSED_EXIT)
     if code != 0:
         sys.exit(code)
     logging.shutdown()
-    sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

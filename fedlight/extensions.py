@@ -23,6 +23,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, Callable, Generic, TypeVar
 
 from fedlight.errors import UserError
@@ -81,6 +82,26 @@ class Table(Mapping[str, T], Generic[T]):
 
     def __len__(self) -> int:
         return len({*self.builtins, *self._entry_points()})
+
+    @contextmanager
+    def building(self, name: str, key: str) -> Iterator[None]:
+        """Within the block, an entry point's constructor or factory that raises is one line naming the
+        recipe ``key`` (``plugins.my_plugin``), the entry point and its error; a built-in's error is a
+        bug of fedlight and goes on as it was.
+
+        Raises:
+            UserError: the entry point ``name``'s code raised (a ``UserError`` of its own goes on unchanged).
+        """
+        try:
+            yield
+        except UserError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever a third-party package raises
+            if name in self.builtins:
+                raise
+            said = (str(exc).strip().splitlines() or [""])[0]
+            raise UserError(f"{key}: {self.group} entry point '{name}' ({self.origin(name)}) raised "
+                            f"{type(exc).__name__}: {said}; fix or uninstall the package that declares it") from None
 
     def origin(self, name: str) -> str:
         """``fedlight``, or the ``module:attr`` an entry point names."""

@@ -104,15 +104,22 @@ def build_method(method: dict[str, Any], backbone: str, channels: int, image_siz
     (cls, kwargs) = inner[0] if inner else (outer, outer_kwargs)
     if "num_classes" in inspect.signature(cls.__init__).parameters:
         kwargs["num_classes"] = num_classes
-    net = BACKBONES[backbone](channels, image_size)
+    with BACKBONES.building(backbone, f"model.backbone={backbone}"):
+        net = BACKBONES[backbone](channels, image_size)
     if not isinstance(net, torch.nn.Module):
         raise UserError(f"model.backbone={backbone}: its factory ({BACKBONES.origin(backbone)}) returned a "
                         f"{type(net).__name__}, not a torch.nn.Module; fix or uninstall the package that "
                         "declares it")
-    module = cls(backbone=net, optim=optim, **kwargs)
-    if inner and "num_classes" in inspect.signature(outer.__init__).parameters:  # LG's head
+    name = method["name"]
+    objective = method.get("objective", DEFAULT_OBJECTIVE) if inner else name
+    with METHODS.building(objective, f"method.objective={objective}" if inner else f"method.name={name}"):
+        module = cls(backbone=net, optim=optim, **kwargs)
+    if not inner:
+        return module
+    if "num_classes" in inspect.signature(outer.__init__).parameters:  # LG's head
         outer_kwargs["num_classes"] = num_classes
-    return outer(objective=module, **outer_kwargs) if inner else module
+    with METHODS.building(name, f"method.name={name}"):
+        return outer(objective=module, **outer_kwargs)
 
 
 def check_declared(module: FederatedModule) -> None:
@@ -144,7 +151,8 @@ def build_server(server: dict[str, Any], num_clients: int, seed: int = 0) -> Agg
     ((cls, kwargs),) = _options("server", server, SERVERS)
     asked = inspect.signature(cls.__init__).parameters
     kwargs.update({k: v for k, v in {"num_clients": num_clients, "seed": seed}.items() if k in asked})
-    return cls(**kwargs)
+    with SERVERS.building(server["name"], f"server.name={server['name']}"):
+        return cls(**kwargs)
 
 
 def _plugin_options(name: Any, options: Any) -> list[tuple[type, dict[str, Any]]]:
@@ -172,7 +180,8 @@ def build_plugins(plugins: dict[str, Any], context: Any) -> list[Any]:
     built = []
     for name, options in plugins.items():
         ((cls, kwargs),) = _plugin_options(name, options)
-        built.append(cls(context, **kwargs))
+        with PLUGINS.building(name, f"plugins.{name}"):
+            built.append(cls(context, **kwargs))
     return built
 
 

@@ -13,14 +13,28 @@
 # Environment: PYTHON=<interpreter> installs into that interpreter instead of a venv (the Makefile
 # passes it: `make test PYTHON=python3`); VENV=<folder> (default .venv); TORCH=cpu installs
 # PyTorch's CPU-only build first (from TORCH_CPU_INDEX, PyTorch's CPU wheel index: needs internet).
+# A wrong PYTHON or TORCH is one line and exit 2 before anything is installed; `scripts/setup.sh check`
+# checks them only (the Makefile asks it as make starts).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=${1:-quickstart}
-case "$target" in quickstart|test) ;; *) echo "usage: $0 quickstart|test" >&2; exit 2 ;; esac
+case "$target" in quickstart|test|check) ;; *) echo "usage: $0 quickstart|test|check" >&2; exit 2 ;; esac
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-$VENV/bin/python}
 TORCH=${TORCH:-default}
 TORCH_CPU_INDEX=${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
+
+refuse() { echo "setup: $*" >&2; exit 2; }
+case "$TORCH" in
+  default|cpu) ;;
+  *) refuse "TORCH=$TORCH is not one of default (PyTorch from PyPI, with CUDA on Linux) or cpu (PyTorch's" \
+            "CPU-only build); set TORCH=default or TORCH=cpu" ;;
+esac
+if [ "$PYTHON" != "$VENV/bin/python" ] && ! command -v "$PYTHON" >/dev/null; then
+  refuse "PYTHON=$PYTHON is no interpreter that can be run (not found, or not executable); give a Python 3" \
+         "(PYTHON=python3 or its path), or leave PYTHON out for a project-local $VENV"
+fi
+[ "$target" != check ] || exit 0
 
 as_root_with_apt() { command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; }
 apt_updated=
@@ -62,7 +76,10 @@ if [ "$PYTHON" = "$VENV/bin/python" ] && [ ! -x "$PYTHON" ]; then
 fi
 
 # absolute, for the checks below run from / (not realpath: a venv's python is a link to the base one)
-case "$PYTHON" in */*) PYTHON="$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")" ;; esac
+case "$PYTHON" in
+  */*) folder=$(cd "$(dirname "$PYTHON")" 2>/dev/null && pwd) || refuse "PYTHON=$PYTHON: cannot enter its folder"
+       PYTHON="$folder/$(basename "$PYTHON")" ;;
+esac
 extra=; modules="fedlight lightning lightly torchmetrics torchvision tensorboard matplotlib tqdm omegaconf"
 if [ "$target" = test ]; then extra='[dev]'; modules="$modules sklearn pytest hypothesis opacus"; fi
 # (re)install when a module is missing or the installed fedlight is not this checkout (PYTHONPATH aside); find_spec

@@ -338,6 +338,40 @@ def test_a_plug_in_that_exits_on_import_is_one_line_not_an_empty_list(tmp_path: 
     assert listed.stderr.count("\n") == 1 and "Traceback" not in listed.stderr
 
 
+RAISING = '''"""Plug-ins whose constructors raise."""
+from fedlight import Aggregator, RoundPlugin
+
+
+class Broken(RoundPlugin):
+    def __init__(self, ctx, scale: float = 1.0) -> None:
+        raise KeyError("no column named scale")
+
+
+class BrokenServer(Aggregator):
+    def __init__(self) -> None:
+        raise ValueError("needs a GPU")
+'''
+
+
+@pytest.mark.parametrize("args, named", [
+    (["plugins={broken: {}}"], "plugins.broken: fedlight.plugins entry point 'broken' (raising_pkg.m:Broken) raised "
+                               "KeyError: 'no column named scale'; fix or uninstall the package that declares it"),
+    (["server.name=broken_server"], "server.name=broken_server: fedlight.aggregators entry point 'broken_server' "
+                                    "(raising_pkg.m:BrokenServer) raised ValueError: needs a GPU;"),
+], ids=["round-plugin", "aggregator"])
+def test_a_plug_in_whose_constructor_raises_is_one_line_naming_it(tmp_path: Path, tiny_recipe: Path,
+                                                                  args: list[str], named: str) -> None:
+    """Before, the plug-in's error came as a 36-line traceback; the run folder is left as it was."""
+    site = tmp_path / "site"
+    install(site, "raising_pkg", {"m.py": RAISING},
+            "[fedlight.plugins]\nbroken = raising_pkg.m:Broken\n[fedlight.aggregators]\nbroken_server = raising_pkg.m:BrokenServer\n")
+    run = tmp_path / "new" / "run"
+    done = fedlight(site, "fit", "--recipe", str(tiny_recipe), *args, "rounds=1", f"run.dir={run}")
+    assert done.returncode == 2 and done.stderr.startswith(f"fedlight: error: {named}"), done.stderr[-3000:]
+    assert done.stderr.count("\n") == 1, done.stderr[-3000:]
+    assert not (tmp_path / "new").exists()
+
+
 PAYLOADS_AGGREGATOR = "<!-- write-your-own-payloads-aggregator"
 
 

@@ -82,10 +82,42 @@ def test_a_rank_whose_peer_never_joins_or_was_killed_exits_in_one_line(tmp_path:
     assert not (tmp_path / "run").exists()  # rank 0's claim on the run folder is given back as it was
 
 
+ALONE = """
+import sys, time
+from lightning.fabric import Fabric
+from fedlight.engine.loop import preemption
+from fedlight.engine.run import rendezvous
+from fedlight.errors import UserError
+fabric = Fabric(accelerator="cpu", devices=2, strategy=rendezvous.strategy({minutes}))
+start = time.monotonic()
+try:
+    with preemption.signals_handled():
+        rendezvous.join(fabric, {minutes})
+except UserError as exc:
+    print(time.monotonic() - start)
+    sys.exit(f"fedlight: error: {{exc}}")
+"""
+
+
+def test_a_rank_other_than_0_gives_up_at_the_deadline_in_one_line(tmp_path: Path) -> None:
+    """Rank 1 whose rank 0 never starts ends within 2 s of fabric.rendezvous_timeout_min, and its stderr is
+    the one line. Before, torch's store client retried after a random delay of up to the whole timeout
+    (1.8-2.9 x the deadline) and logged two C++ backtraces (32 frame lines) first."""
+    minutes = 0.1  # 6 s
+    env = {k: v for k, v in os.environ.items() if k not in launch.EXTERNAL_LAUNCH and not k.startswith("SLURM_")}
+    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
+               WORLD_SIZE="2", NODE_RANK="0", LOCAL_RANK="1")
+    done = subprocess.run([sys.executable, "-c", ALONE.format(minutes=minutes)], env=env, capture_output=True,
+                          text=True, timeout=NO_HANG)
+    assert done.returncode == 1 and len(done.stderr.splitlines()) == 1, done.stderr[-3000:]
+    assert done.stderr.startswith("fedlight: error: rank 1 of 2 could not join the other ranks at 127.0.0.1:")
+    assert minutes * 60 <= float(done.stdout) <= minutes * 60 + 2, done.stdout
+
+
 def test_a_signal_ends_a_rank_waiting_at_the_rendezvous(tmp_path: Path, tiny_recipe: Path) -> None:
     """Three ranks 0 wait for ranks 1 that never come (the default 10-minute deadline); SIGTERM or
     SIGUSR1 end theirs at once with one line and exit 3, as a preempted run, and SIGINT with exit
-    130. Before, SIGTERM and SIGUSR1 only set the preemption flag and SIGINT's KeyboardInterrupt
+    130; none leaves its run folder behind (before, one with only the lock file stayed). Before, SIGTERM and SIGUSR1 only set the preemption flag and SIGINT's KeyboardInterrupt
     waited too: the main thread, inside torch's wait, never ran their handlers."""
     sigs = {signal.SIGTERM: 3, signal.SIGUSR1: 3, signal.SIGINT: 130}
     ranks = {sig: (_free_port(), tmp_path / f"{sig.name}.err") for sig in sigs}
@@ -103,6 +135,47 @@ def test_a_signal_ends_a_rank_waiting_at_the_rendezvous(tmp_path: Path, tiny_rec
         assert code == sigs[sig] and len(lines) == 1, log.read_text()[-3000:]
         assert lines[0] == (f"fedlight: stopped by {sig.name} while rank 0 of 2 waited for the other ranks at "
                             f"127.0.0.1:{port}: nothing was trained since the last checkpoint; continue with --resume")
+        assert not (tmp_path / sig.name).exists()  # rank 0 gave its claim on the run folder back
+
+
+def _state(pid: int) -> str:
+    """The process's state letter (R, S, T stopped, Z ended but not reaped), or '' once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+
+
+def test_a_signal_to_rank_0_at_the_rendezvous_ends_the_local_ranks_it_started(tmp_path: Path,
+                                                                              tiny_recipe: Path) -> None:
+    """fedlight fit starts rank 1 of fabric.devices=2 itself; stopped (SIGSTOP) before it can join, it
+    keeps rank 0 waiting. SIGTERM to rank 0 ends both. Before, rank 1 waited on to the deadline."""
+    env = {k: v for k, v in os.environ.items() if k not in launch.EXTERNAL_LAUNCH and not k.startswith("SLURM_")}
+    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    log = tmp_path / "rank0.err"
+    rank0 = subprocess.Popen([sys.executable, "-m", "fedlight", "fit", "--recipe", str(tiny_recipe), "fabric.devices=2",
+                              "fabric.threads=1"], env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"))
+    children = Path(f"/proc/{rank0.pid}/task/{rank0.pid}/children")
+    deadline = time.time() + NO_HANG
+    while not children.read_text().split() and time.time() < deadline:
+        time.sleep(0.01)
+    rank1 = int(children.read_text().split()[0])
+    try:
+        os.kill(rank1, signal.SIGSTOP)
+        port = int(dict(v.split("=", 1) for v in Path(f"/proc/{rank1}/environ").read_text().split("\0") if "=" in v)
+                   ["MASTER_PORT"])
+        while not _listening(port) and rank0.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        rank0.send_signal(signal.SIGTERM)
+        code, lines = _ended(rank0, log)
+        assert code == 3 and len(lines) == 1 and lines[0].startswith("fedlight: stopped by SIGTERM"), log.read_text()
+        while _state(rank1) not in ("", "Z") and time.time() < deadline:
+            time.sleep(0.1)
+        assert _state(rank1) in ("", "Z")
+    finally:
+        if _state(rank1):
+            os.kill(rank1, signal.SIGKILL)
+    assert not (tmp_path / "run").exists()
 
 
 COLLECTIVE = """

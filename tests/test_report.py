@@ -113,6 +113,31 @@ def test_report_without_runs_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
     assert "does not exist" in capsys.readouterr().err
 
 
+def test_report_without_a_finished_run_is_one_line_naming_the_folder(tmp_path: Path, capsys) -> None:
+    """Before, it wrote an empty report (no table, no plot) and exited 0."""
+    _write_run(tmp_path / "runs/0000", 1.0, 0, None, None, 1)  # preempted and not yet resumed
+    assert main(["report", str(tmp_path / "runs")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"fedlight: error: no finished run under '{tmp_path / 'runs'}' (1 not finished"), line
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["0000"]  # nothing written
+
+
+def test_report_into_a_closed_pipe_exits_quietly(tmp_path: Path) -> None:
+    """`fedlight report ... | head` whose reader has gone: no BrokenPipeError traceback, exit 141 as a shell
+    reports SIGPIPE."""
+    import os
+    import subprocess
+    import sys
+
+    sweep = _sweep(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, "-m", "fedlight", "report", str(sweep)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()  # the reader goes before the report's first line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and err == "", err[-2000:]
+
+
 def test_the_new_test_upload_counts_as_communication(tmp_path: Path) -> None:
     _write_run(tmp_path / "lg", 0.1, 0, 0.5, 0.4, 250_000)
     path = tmp_path / "lg/results.json"

@@ -239,9 +239,32 @@ def test_a_size_above_the_data_is_clamped_with_one_warning(tiny_recipe: Path, ca
     from fedlight.config import load_recipe
     from fedlight.engine.run.fit import prepare
 
-    prepare(load_recipe(tiny_recipe, [override]))
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith(f"fedlight: warning: {warning}"), err
+    *_, clamped = prepare(load_recipe(tiny_recipe, [override]))  # said once the run goes ahead
+    assert len(clamped) == 1 and clamped[0].startswith(warning) and capsys.readouterr().err == ""
+
+
+def test_the_clamp_warning_comes_once_and_only_when_the_run_or_sweep_goes_ahead(tmp_path: Path, tiny_recipe: Path,
+                                                                               capsys) -> None:
+    """Before, it came before the refusals of fit (the payload budget here) and of a sweep, and once
+    for each task of a sweep that went ahead."""
+    clamp = "eval.knn_k=5000"
+    said = "fedlight: warning: {}eval.knn_k=5000 is above the 1200 labelled training samples"
+    run = tmp_path / "over"
+    assert main(["fit", "--recipe", str(tiny_recipe), clamp, "server.name=median", "clients.num=4",
+                 "run.payload_budget_mb=1", f"run.dir={run}"]) == 2
+    (line,) = _errors(capsys)
+    assert "run.payload_budget_mb=1" in line
+    assert main(["sweep", "--recipe", str(tiny_recipe), clamp, "--grid", "data.subset=1200,5000",
+                 "--out", str(tmp_path / "refused")]) == 2
+    (line,) = _errors(capsys)
+    assert "'data.subset' is 5000" in line
+
+    assert main(["sweep", "--recipe", str(tiny_recipe), clamp, "--seeds", "2", "--out", str(tmp_path / "sweep")]) == 0
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(said.format("tasks 0 (seed=3), 1 (seed=4): ")), line
+    assert main(["fit", "--recipe", str(tiny_recipe), clamp, "rounds=1", "eval.projector_samples=0"]) == 0
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("fedlight: warning")]
+    assert line.startswith(said.format("")), line
 
 
 def test_report_names_a_run_whose_eval_section_is_text(tmp_path: Path, capsys) -> None:

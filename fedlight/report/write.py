@@ -109,16 +109,19 @@ def write_report(paths: list[str], out: str | Path, group_by: list[str] | None =
         raise UserError(f"--out {blocked}; give --out a folder to write the report into")
     runs = find_runs(paths)  # every results.json is read and checked before anything is written
     done = [r for r in runs if r.finished]
+    if not done:
+        raise UserError(f"no finished run under {', '.join(repr(str(p)) for p in paths)} ({len(runs)} not finished: "
+                        "no final metrics yet); finish them (fedlight fit --resume) or give folders of finished runs")
     keys = grouping_keys(done, group_by)
     groups = group_runs(done, keys)
     table = GroupTable.build(groups, keys, metric_keys(done, metrics))
-    targets = [*(plot_files(groups, table.metrics) if done else []), *TABLES, REPORT]
+    targets = [*plot_files(groups, table.metrics), *TABLES, REPORT]
     in_the_way = next((out / name for name in targets if (out / name).exists() and not (out / name).is_file()), None)
     if in_the_way is not None:  # before any file is written: a report is whole or not written
         raise UserError(f"'{in_the_way}' is a folder, where the report writes a file; move it away or give "
                         "another --out")
     out.mkdir(parents=True, exist_ok=True)
-    plots = write_plots(groups, keys, table.metrics, out) if done else []
+    plots = write_plots(groups, keys, table.metrics, out)
     texts = {name: write(table) for name, write in TABLES.items()}
     texts[REPORT] = render(runs, [str(p) for p in paths], table, plots, out)
     for name, text in texts.items():  # each file is the old one or the new one, never half of one

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import shlex
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -40,11 +41,12 @@ def cached_loader() -> Callable[..., Any]:
     return load
 
 
-def check_task(resolved: Any, load: Callable[..., Any]) -> None:
-    """``fit.check_elsewhere`` for one task's recipe, imported (with torch) only when a task is checked."""
+def check_task(resolved: Any, load: Callable[..., Any]) -> list[str]:
+    """``fit.check_elsewhere`` for one task's recipe, imported (with torch) only when a task is checked;
+    returns its warnings for clamped sizes."""
     from fedlight.engine.run.fit import check_elsewhere
 
-    check_elsewhere(resolved, load)
+    return check_elsewhere(resolved, load)
 
 
 SCRIPT = "array.sbatch"
@@ -131,14 +133,15 @@ def run_sweep(recipe: str, grid: list[str], seeds: int, out: str, options: Sweep
     names = run_names(tasks)
     if old is not None:  # a sweep keeps the run names it was made with (a format-1 sweep's: '0003')
         names.update({t["index"]: Path(t["run_dir"]).name for t in old["tasks"]})
-    entries, texts, plain, problems = [], {}, {}, {}
+    entries, texts, plain, problems, clamped = [], {}, {}, {}, {}
     loader = cached_loader()
     for task in tasks:
         run_dir = mf.run_path(out_dir, names[task.index])
         try:  # what fit would refuse, each task refuses here, before anything is written
             resolved = load_recipe(base, [*overrides, *task.overrides, f"run.dir={run_dir}"])
             if not is_finished(run_dir, resolved.rounds):  # a finished task says so without importing torch
-                check_task(resolved, loader)
+                for warning in check_task(resolved, loader):
+                    clamped.setdefault(warning, []).append(task)
         except UserError as exc:
             problems.setdefault(str(exc), []).append(task)
             continue
@@ -156,6 +159,8 @@ def run_sweep(recipe: str, grid: list[str], seeds: int, out: str, options: Sweep
     if options.submit_now:
         require_sbatch()
     script_text = render_array_script(out_dir, f"fedlight-{first.name}")  # its own errors come before any write
+    for warning, tasks_warned in clamped.items():  # the sweep goes ahead: each warning once, naming its tasks
+        print(f"fedlight: warning: {problem_line(warning, tasks_warned)}", file=sys.stderr)
     with mf.locked(out_dir):  # a second sweep into --out waits here, then sees this one's entries
         current = mf.read_manifest(out_dir)  # another sweep may have written it since `old` was read
         if current is not None:

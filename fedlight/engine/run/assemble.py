@@ -223,9 +223,10 @@ def build_schedule(fabric: Fabric, recipe: Recipe, o: PartOptions, data: ImageDa
                               recipe.seed)
     if name == "epochs":
         return EpochSchedule(fabric, images, labels, parts, views, l.epochs, l.batch_size)
-    schedule = registry.SCHEDULES[name](ScheduleContext(
-        fabric, module, images, labels, data.train_y.numpy(), parts, views, mine, recipe.rounds, l.epochs,
-        l.iterations, l.batch_size, data.num_classes, recipe.seed))
+    with registry.SCHEDULES.building(name, f"local.schedule={name}"):
+        schedule = registry.SCHEDULES[name](ScheduleContext(
+            fabric, module, images, labels, data.train_y.numpy(), parts, views, mine, recipe.rounds, l.epochs,
+            l.iterations, l.batch_size, data.num_classes, recipe.seed))
     if not isinstance(schedule, ClientSchedule):
         raise UserError(f"local.schedule={name}: its factory ({registry.SCHEDULES.origin(name)}) returned a "
                         f"{type(schedule).__name__}, not a ClientSchedule; fix or uninstall the package that "

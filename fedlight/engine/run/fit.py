@@ -183,9 +183,10 @@ def round_size(recipe: Recipe, server: Aggregator) -> int:
 
 
 def prepare(recipe: Recipe, load: Callable[..., ImageData] = load_dataset
-            ) -> tuple[Aggregator, ImageData, list, FederatedModule]:
+            ) -> tuple[Aggregator, ImageData, list, FederatedModule, list[str]]:
     """Everything ``fit`` refuses before it touches the run folder, and what it builds on the way:
-    the aggregator, the data and its partition, and the method's model.
+    the aggregator, the data and its partition, the method's model, and the warnings for sizes the
+    engine clamps (``check_sizes``: said once the run goes ahead, never before a refusal).
 
     Raises:
         UserError: the recipe (``check_recipe``), the data or its partition, the data against the
@@ -203,17 +204,20 @@ def prepare(recipe: Recipe, load: Callable[..., ImageData] = load_dataset
         server.check_public_set(len(parts[recipe.partition.public_client]), f.devices * f.num_nodes)
     if recipe.new_device.rotation is not None:  # its sizes against the splits, before the run folder
         check_device_fits(data, recipe.new_device.train, recipe.new_device.test)
-    check_sizes(recipe, data, parts)
+    clamped = check_sizes(recipe, data, parts)
     module = build_module(recipe, data)
     check_label_attack(recipe, module)
     most = trainable_clients(recipe) if recipe.clients.sampling == "poisson" else round_size(recipe, server)
     check_payload_budget(server, module.payload(), most, recipe.run.payload_budget_mb, recipe.server["name"])
-    return server, data, parts, module
+    return server, data, parts, module, clamped
 
 
-def check_sizes(recipe: Recipe, data: ImageData, parts: list) -> None:
+def check_sizes(recipe: Recipe, data: ImageData, parts: list) -> list[str]:
     """Sizes against the data: a test split smaller than the classes is refused (its accuracy measures
     nothing); a size above what it counts is clamped by the engine, which one warning line says.
+
+    Returns:
+        the warning for each clamped size, for the caller to say once the run goes ahead.
 
     Raises:
         UserError: ``data.test_subset`` below the number of classes.
@@ -223,39 +227,39 @@ def check_sizes(recipe: Recipe, data: ImageData, parts: list) -> None:
         raise UserError(f"recipe key 'data.test_subset' is {d.test_subset}, fewer test images than the "
                         f"{data.num_classes} classes: an accuracy over them measures nothing; "
                         f"raise it to at least {data.num_classes} or drop it")
+    clamped = []
     largest = max(len(part) for part in parts)
     if l.batch_size > largest:
-        _warn(f"local.batch_size={l.batch_size} is above every client's samples (the most: {largest}); "
+        clamped.append(f"local.batch_size={l.batch_size} is above every client's samples (the most: {largest}); "
               f"a local step takes a client's whole data, as local.batch_size={largest} would")
     labelled = labelled_count(data.train_y.numpy(), e.label_fraction)
     if e.knn_k > labelled:
-        _warn(f"eval.knn_k={e.knn_k} is above the {labelled} labelled training samples "
-              f"(eval.label_fraction={e.label_fraction:g}); the kNN vote takes all {labelled}")
+        clamped.append(f"eval.knn_k={e.knn_k} is above the {labelled} labelled training samples "
+                       f"(eval.label_fraction={e.label_fraction:g}); the kNN vote takes all {labelled}")
+    return clamped
 
 
-def _warn(text: str) -> None:
-    if not launch.is_child():  # rank 0 says it once
-        print(f"fedlight: warning: {text}", file=sys.stderr)
-
-
-def check_elsewhere(recipe: Recipe, load: Callable[..., ImageData] = load_dataset) -> None:
+def check_elsewhere(recipe: Recipe, load: Callable[..., ImageData] = load_dataset) -> list[str]:
     """``fit``'s checks for a recipe that will run elsewhere or later (a sweep's task): all of
     ``prepare``'s where the data is on this machine; else those the data's shape decides (the
     recipe, and the method's constructor against the dataset's channels, size and classes).
+
+    Returns:
+        ``prepare``'s warnings for clamped sizes (none where the data is elsewhere).
 
     Raises:
         UserError: what ``fit`` would raise for ``recipe`` before its run folder.
     """
     d = recipe.data
     if data_on_disk(d.name, d.root, d.download):
-        prepare(recipe, load)
-    else:
-        check_recipe(recipe)
-        check_label_attack(recipe, build_module(recipe, empty_of_shape(d.name)))
+        return prepare(recipe, load)[-1]
+    check_recipe(recipe)
+    check_label_attack(recipe, build_module(recipe, empty_of_shape(d.name)))
+    return []
 
 
 def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
-    server, data, parts, module = prepare(recipe)  # the method's own checks (LG's global_layers) come before the run folder
+    server, data, parts, module, clamped = prepare(recipe)  # the method's own checks (LG's global_layers) come before the run folder
     record = run_record(recipe, data)
     done = finished_results(Path(recipe.run_dir), record) if resume else None  # compared through the record
     if done is not None and not verified(Path(recipe.run_dir) / CHECKPOINT):
@@ -269,7 +273,7 @@ def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
     if fabric.global_rank == 0:  # rank 0 owns the run folder; the other ranks never lock it
         folder = claim_run_dir(Path(recipe.run_dir), record, resume, overwrite, recipe.run.min_free_mb)
     try:
-        return _run(fabric, recipe, data, parts, module, server, folder, record)
+        return _run(fabric, recipe, data, parts, module, server, folder, record, clamped)
     finally:
         if folder is not None:
             folder.release()
@@ -285,10 +289,12 @@ def run_record(recipe: Recipe, data: ImageData) -> dict[str, Any]:
 
 
 def _run(fabric: Fabric, recipe: Recipe, data: ImageData, parts: list, module: FederatedModule, server: Aggregator,
-         folder: RunFolder | None, record: dict[str, Any]) -> dict[str, Any]:
+         folder: RunFolder | None, record: dict[str, Any], clamped: list[str]) -> dict[str, Any]:
     """Launch (every rank joins within ``fabric.rendezvous_timeout_min``) and train; every rank
-    leaves the process group before it returns."""
-    with rendezvous.joined(fabric, recipe.fabric.rendezvous_timeout_min):
+    leaves the process group before it returns. Rank 0 says the ``clamped`` sizes' warnings as the
+    run goes ahead."""
+    give_back = folder.release if folder is not None else lambda: None  # a signal during the wait ends the process
+    with rendezvous.joined(fabric, recipe.fabric.rendezvous_timeout_min, on_stop=give_back):
         restore = bool(fabric.broadcast(folder is not None and folder.resume, src=0))  # rank 0 looked at the folder
         # Lightning sets PYTORCH_NVML_BASED_CUDA_CHECK=1 on import, so that asking whether CUDA exists
         # cannot poison a later fork. fedlight forks nothing (its ranks start before torch is
@@ -306,6 +312,8 @@ def _run(fabric: Fabric, recipe: Recipe, data: ImageData, parts: list, module: F
                 federation.restore()  # a damaged checkpoint or too few rounds: refused before anything is written
             if folder is not None:
                 write_yaml(run_dir / RECIPE, record)
+                for text in clamped:
+                    print(f"fedlight: warning: {text}", file=sys.stderr)
             return federation.run()
         finally:
             federation.workers.close()

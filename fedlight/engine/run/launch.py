@@ -27,6 +27,7 @@ EXTERNAL_LAUNCH = ("LOCAL_RANK", "WORLD_SIZE", "SLURM_NTASKS", "TORCHELASTIC_RUN
                    "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 CHILD = "FEDLIGHT_LOCAL_RANK_CHILD"  # marks ranks started here: they leave user-facing messages to rank 0
 GRACE_SECONDS = 10.0  # after another rank failed, this one may still be saying the same user error
+_started: list[subprocess.Popen] = []  # the local ranks this process started
 
 
 def is_child() -> bool:
@@ -72,6 +73,7 @@ def start_local_ranks(devices: int, num_nodes: int, argv: list[str]) -> list[sub
     procs = [subprocess.Popen([sys.executable, "-m", "fedlight", *argv],
                               env={**os.environ, "LOCAL_RANK": str(rank), CHILD: "1"})
              for rank in range(1, devices)]
+    _started.extend(procs)
     threading.Thread(target=_watch, args=(procs,), daemon=True, name="fedlight-rank-watch").start()
     return procs
 
@@ -98,6 +100,12 @@ def finish_local_ranks(procs: list[subprocess.Popen], code: int) -> int:
         return code
     codes = [p.wait() for p in procs]
     return next((c for c in [code, *codes] if c), 0)
+
+
+def stop_started_ranks() -> None:
+    """End the local ranks this process started: it is ending at once (a signal during the rendezvous),
+    and they would wait for it to ``fabric.rendezvous_timeout_min``."""
+    stop_local_ranks(_started)
 
 
 def stop_local_ranks(procs: list[subprocess.Popen]) -> None:
