@@ -10,6 +10,7 @@ import matplotlib.image
 import pytest
 
 from fedlight.cli import main
+from fedlight.report.groups import group_label, group_runs, grouping_keys
 from fedlight.report.runs import find_runs, varying_keys
 from fedlight.report.write import mean_std
 
@@ -19,10 +20,12 @@ RUNS = [(0.1, 0, 0.50, 0.40, 250_000), (0.1, 1, 0.60, 0.40, 250_000), (0.1, 2, 0
 
 
 def _write_run(folder: Path, alpha: float, seed: int, probe: float | None, knn: float | None, up: int,
-               label_fraction: float = 1.0) -> None:
+               label_fraction: float = 1.0, **sections: object) -> None:
+    """A finished run (unfinished without ``probe``); ``sections`` replace or add recipe sections."""
     folder.mkdir(parents=True)
     recipe = {"name": "tiny", "seed": seed, "rounds": 2, "partition": {"kind": "dirichlet", "alpha": alpha},
-              "method": {"name": "simclr"}, "eval": {"label_fraction": label_fraction}, "run": {"dir": str(folder)}}
+              "method": {"name": "simclr"}, "eval": {"label_fraction": label_fraction}, "run": {"dir": str(folder)},
+              **sections}
     history = [{"round": r, "train_loss": 1.0, "linear_probe_acc": probe and probe - 0.1 * (2 - r),
                 "knn_acc": knn, "test_acc": None, "bytes_up": up, "bytes_down": up, "bytes_d2d": 0,
                 "seconds": 0.1, "clients": [0, 1]} for r in (1, 2)]
@@ -269,7 +272,7 @@ def test_a_group_that_ends_below_its_random_init_is_flagged(tmp_path: Path) -> N
 
 
 def test_legend_names_are_the_keys_last_part_unless_two_share_it() -> None:
-    from fedlight.report.plots import group_label, legend_names
+    from fedlight.report.groups import legend_names
 
     assert group_label(["partition.alpha", "method.name"], (0.1, "byol")) == "alpha = 0.1, name = byol"
     assert legend_names(["method.mu", "server.mu", "seed"]) == ["method.mu", "server.mu", "seed"]
@@ -296,3 +299,60 @@ def test_a_metric_name_with_a_slash_gets_a_plot_file_of_its_own(tmp_path: Path) 
     assert main(["report", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out" / "acc_top1_vs_round.png").is_file()
     assert "](acc_top1_vs_round.png)" in (tmp_path / "out" / "report.md").read_text()
+
+
+# ---------------------------------------------------------------- grouping: the experiment, arms
+
+def test_runs_that_differ_only_in_how_they_ran_are_one_group(tmp_path: Path) -> None:
+    """Today fabric.accelerator auto vs cpu (or another run.* or data.root) split one arm in two."""
+    execution = [{"fabric": {"accelerator": "auto", "threads": 2}, "data": {"root": "/a"}},
+                 {"fabric": {"accelerator": "cpu", "threads": None}, "data": {"root": "/b"}},
+                 {"fabric": {"accelerator": "cpu", "workers": 2}, "data": {"root": "/a", "download": True},
+                  "run": {"dir": "x", "client_state": "disk"}}]
+    for seed, sections in enumerate(execution):
+        _write_run(tmp_path / f"runs/{seed}", 0.1, seed, 0.5, 0.4, 1000, **sections)
+    _write_run(tmp_path / "runs/3", 1.0, 0, 0.5, 0.4, 1000, fabric={"accelerator": "gpu"})
+    runs = find_runs([tmp_path / "runs"])
+    assert grouping_keys(runs, None) == ["partition.alpha"]
+    assert grouping_keys(runs[:3], None) == []
+    assert main(["report", str(tmp_path / "runs")]) == 0
+    text = (tmp_path / "runs/report.md").read_text()
+    assert "| partition.alpha | seeds |" in text and "| 0.1 | 3 |" in text and "| 1.0 | 1 |" in text
+
+
+def test_a_key_a_group_does_not_define_is_never_shown_as_none(tmp_path: Path) -> None:
+    """Today a BYOL group read 'name = byol, temperature = None' with a '-' cell."""
+    _write_run(tmp_path / "runs/0", 0.1, 0, 0.5, 0.4, 1000, method={"name": "simclr", "temperature": 0.5})
+    _write_run(tmp_path / "runs/1", 0.1, 0, 0.6, 0.4, 1000, method={"name": "byol", "momentum": 0.99})
+    runs = find_runs([tmp_path / "runs"])
+    keys = grouping_keys(runs, None)
+    assert keys == ["method.name", "method.temperature", "method.momentum"]
+    assert [group_label(keys, values) for values, _ in group_runs(runs, keys)] == [
+        "name = simclr, temperature = 0.5", "name = byol, momentum = 0.99"]
+    assert main(["report", str(tmp_path / "runs")]) == 0
+    text = (tmp_path / "runs/report.md").read_text()
+    assert "| simclr | 0.5 |  | 1 |" in text and "| byol |  | 0.99 | 1 |" in text
+    assert list(csv.reader((tmp_path / "runs/report.csv").read_text().splitlines()))[2][:3] == ["byol", "", "0.99"]
+
+
+def test_runs_that_name_their_arm_are_grouped_and_labelled_by_it(tmp_path: Path) -> None:
+    for seed in range(2):
+        _write_run(tmp_path / f"runs/s{seed}", 0.1, seed, 0.5, 0.4, 1000, arm="simclr",
+                   method={"name": "simclr", "temperature": 0.5}, fabric={"accelerator": ("cpu", "auto")[seed]})
+        _write_run(tmp_path / f"runs/b{seed}", 0.1, seed, 0.6, 0.4, 1000, arm="byol",
+                   method={"name": "byol", "momentum": 0.99})
+    runs = find_runs([tmp_path / "runs"])
+    assert grouping_keys(runs, None) == ["arm"]
+    groups = group_runs(runs, ["arm"])
+    assert [(group_label(["arm"], v), len(members)) for v, members in groups] == [("byol", 2), ("simclr", 2)]
+    # a key that still varies inside an arm also groups, named after the arm
+    _write_run(tmp_path / "runs/s9", 1.0, 9, 0.5, 0.4, 1000, arm="simclr", method={"name": "simclr", "temperature": 0.5})
+    runs = find_runs([tmp_path / "runs"])
+    keys = grouping_keys(runs, None)
+    assert keys == ["arm", "partition.alpha"]
+    assert [group_label(keys, v) for v, _ in group_runs(runs, keys)] == [
+        "byol, alpha = 0.1", "simclr, alpha = 0.1", "simclr, alpha = 1.0"]
+    # a run without an arm: grouped by the experiment keys, arm among them
+    _write_run(tmp_path / "runs/z", 0.1, 0, 0.5, 0.4, 1000, method={"name": "simclr", "temperature": 0.5})
+    keys = grouping_keys(find_runs([tmp_path / "runs"]), None)
+    assert keys == ["partition.alpha", "method.name", "method.momentum", "arm", "method.temperature"]  # recipe order

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedlight.eval import metric_names
+from fedlight.report.groups import ABSENT
 from fedlight.report.runs import Run
 
 
@@ -89,7 +90,8 @@ class GroupTable:
         for values, seeds, cells, mb in self.rows:
             numbers = [_number(x) for c in cells for x in (c.mean, c.std, c.init)]
             below = "; ".join(metric_names.title(m) for m, c in zip(self.metrics, cells) if c.below_init)
-            writer.writerow([*("" if v is None else v for v in values), seeds, *numbers, f"{mb:.4f}", below])
+            keys = ("" if v is None or v is ABSENT else v for v in values)
+            writer.writerow([*keys, seeds, *numbers, f"{mb:.4f}", below])
         return buffer.getvalue()
 
     def latex(self) -> str:
@@ -125,7 +127,10 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def md_cell(value: Any) -> str:
-    """A recipe value as a Markdown table cell (``-`` for none, ``|`` escaped)."""
+    """A recipe value as a Markdown table cell (``-`` for none, empty for a key the recipe does not
+    define, ``|`` escaped)."""
+    if value is ABSENT:
+        return ""
     return "-" if value is None else str(value).replace("|", "\\|")
 
 

@@ -1,12 +1,12 @@
 """``fedlight report``: finished runs grouped by recipe keys, as ``report.md``, ``report.csv``,
 ``report.tex`` and two plots per metric (PNG and SVG).
 
-Runs are grouped by ``--group-by KEYS`` (default: every recipe key that varies, seed
-excepted). Each group's row gives, per final metric (``--metric NAME`` picks some), the mean
-and the sample standard deviation (n - 1) over its seeds, in percent, beside the random-init
-value (flagged where the group ends below it), and the bytes
-communicated per run (up + down + device to device + LG-FedAvg's new-test upload, mean over
-seeds), in MB (10^6 bytes); see ``fedlight.report.tables``. Below, in ``report.md``: one row
+Runs are grouped by ``--group-by KEYS`` (default: their arms, or every recipe key that varies
+and defines the experiment: ``fedlight.report.groups``). Each group's row gives, per final
+metric (``--metric NAME`` picks some), the mean and the sample standard deviation (n - 1) over
+its seeds, in percent, beside the random-init value (flagged where the group ends below it),
+and the bytes communicated per run (up + down + device to device + LG-FedAvg's new-test
+upload, mean over seeds), in MB (10^6 bytes); see ``fedlight.report.tables``. Below, in ``report.md``: one row
 per run (with the git commits its code was at), and the plots (``fedlight.report.plots``).
 """
 
@@ -14,19 +14,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from fedlight.config.files import output_folder_problem
 from fedlight.errors import UserError
 from fedlight.eval import metric_names
+from fedlight.report.groups import ABSENT, group_runs, grouping_keys
 from fedlight.report.plots import plot_files, write_plots
-from fedlight.report.runs import Run, find_runs, varying_keys
+from fedlight.report.runs import Run, find_runs
 from fedlight.report.tables import Cell, GroupTable, markdown_table, md_cell
 
 REPORT = "report.md"
 TABLES = {"report.csv": GroupTable.csv, "report.tex": GroupTable.latex}
-
-Group = tuple[tuple[Any, ...], list[Run]]
 
 
 def metric_keys(runs: list[Run], wanted: list[str] | None = None) -> list[str]:
@@ -41,27 +39,6 @@ def metric_keys(runs: list[Run], wanted: list[str] | None = None) -> list[str]:
     return [k for k in present if any(metric_names.matches(k, w) for w in wanted)]
 
 
-def grouping_keys(runs: list[Run], group_by: list[str] | None) -> list[str]:
-    """``group_by`` checked against the runs' recipe keys, or every key that varies (seed excepted)."""
-    varying = [k for k in varying_keys(runs) if k != "seed"]
-    if group_by is None:
-        return varying
-    known = {k for r in runs for k in r.keys}
-    unknown = [k for k in group_by if k not in known]
-    if unknown:
-        raise UserError(f"--group-by {unknown[0]}: not a recipe key of these runs; keys that vary: "
-                        f"{', '.join(varying) or 'none'}")
-    return group_by
-
-
-def group_runs(runs: list[Run], keys: list[str]) -> list[Group]:
-    """Runs grouped by their values of ``keys``, groups in order of first appearance."""
-    groups: dict[tuple, list[Run]] = {}
-    for run in runs:
-        groups.setdefault(tuple(repr(run.keys.get(k)) for k in keys), []).append(run)
-    return [(tuple(g[0].keys.get(k) for k in keys), g) for g in groups.values()]
-
-
 def mean_std(values: list[float]) -> str:
     """``'85.31 ± 0.42'`` (percent; sample std), ``'85.31'`` for one value, ``'-'`` for none."""
     return Cell.of(values).text()
@@ -73,7 +50,7 @@ def render(runs: list[Run], sources: list[str], table: GroupTable, plots: list[s
     keys, metrics = table.keys, table.metrics
     lines = ["# fedlight report", "",
              f"{len(done)} finished runs from {', '.join(f'`{s}`' for s in sources)}; grouped by "
-             + (", ".join(f"`{k}`" for k in keys) or "nothing (no recipe key varies)")
+             + (", ".join(f"`{k}`" for k in keys) or "nothing (no recipe key that defines the experiment varies)")
              + f"; seeds {sorted({r.seed for r in done})}.",
              "Accuracies: mean ± sample std over seeds, in %, with the random-init encoder's value "
              "(`init`; `below init` where training ended below it); probe and kNN headers name the labels they "
@@ -85,7 +62,8 @@ def render(runs: list[Run], sources: list[str], table: GroupTable, plots: list[s
                   "is ± one sample standard deviation over seeds. Each is also an SVG beside the PNG.", ""]
     lines += [f"![{p.removesuffix('.png').replace('_', ' ')}]({p})" for p in plots if p.endswith(".png")] + [""]
     lines += ["## Runs", ""]
-    run_rows = [[f"`{os.path.relpath(r.path, out.resolve())}`", *(md_cell(r.keys.get(k)) for k in keys), str(r.seed),
+    run_rows = [[f"`{os.path.relpath(r.path, out.resolve())}`", *(md_cell(r.keys.get(k, ABSENT)) for k in keys),
+                 str(r.seed),
                  *(Cell.of([r.final[m]] if m in r.final else [], [r.baseline[m]] if m in r.baseline else []).with_init()
                    for m in metrics),
                  f"{r.total_bytes / 1e6:.2f}", str(r.results["rounds_completed"]), ", ".join(r.commits) or "-"]
