@@ -3,10 +3,10 @@
 One line per group, named by its keys' values as a reader says them (``alpha = 0.1``, the
 key's last part unless two keys share it; an arm by its name: ``fedlight.report.groups``):
 the mean over the group's seeds (the shaded band: ± one sample standard deviation, n - 1,
-where there are two or more seeds, as the legend says) at the rounds every seed evaluated, starting from round 0, the random-init model
-(``results.json``'s ``baseline``, 0 bytes sent). The x of the bytes plot is the mean
-cumulative bytes sent by that round. Round ticks are integers; the legend sits outside the
-axes, right of the data, so no curve hides behind it.
+where there are two or more seeds, as the legend says) at the rounds every seed evaluated,
+starting from round 0, the random-init model (``results.json``'s ``baseline``, 0 bytes sent).
+The x of the bytes plot is the mean cumulative bytes sent by that round. Round ticks are
+integers; the legend sits outside the axes, right of the data, so no curve hides behind it.
 """
 
 from __future__ import annotations
