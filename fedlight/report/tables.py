@@ -1,10 +1,10 @@
 """The report's group table in three formats: Markdown (``report.md``), CSV and LaTeX.
 
 One row per group of runs (the same values of the grouping keys): the keys' values, the
-number of seeds, each metric's mean and sample standard deviation (n - 1) over the seeds in
-percent beside its random-init value (the mean of the runs' ``baseline``; a group that ends
-below it says so: ``45.00 ± 1.00 (init 50.00; below init)``), and the bytes communicated per
-run in MB (10^6 bytes). Column headers name the label fraction of the probe and kNN accuracies
+number of seeds, each metric's mean and sample standard deviation (n - 1) over the seeds (a
+seed run twice counts once, as its runs' mean) in percent beside its random-init value (the
+mean of the runs' ``baseline``; a group that ends below it says so: ``45.00 ± 1.00 (init
+50.00; below init)``), and the bytes communicated per run in MB (10^6 bytes). Column headers name the label fraction of the probe and kNN accuracies
 (``linear probe, 10% labels (%)``).
 """
 
@@ -65,8 +65,9 @@ class GroupTable:
 
     @classmethod
     def build(cls, groups: list[tuple[tuple[Any, ...], list[Run]]], keys: list[str], metrics: list[str]) -> GroupTable:
-        rows = [(values, len(runs), [Cell.of([r.final[m] for r in runs if m in r.final],
-                                             [r.baseline[m] for r in runs if m in r.baseline]) for m in metrics],
+        rows = [(values, len({r.seed for r in runs}),
+                 [Cell.of(list(seed_means(runs, m).values()), [r.baseline[m] for r in runs if m in r.baseline])
+                  for m in metrics],
                  statistics.fmean(r.total_bytes for r in runs) / 1e6) for values, runs in groups]
         return cls(keys, metrics, rows)
 
@@ -108,6 +109,16 @@ class GroupTable:
             lines.append(" & ".join([*(latex_escape(md_cell(v)) for v in values), str(seeds), *metric_cells,
                                      f"{mb:.2f}"]) + " \\\\")
         return "\n".join([*lines, "\\bottomrule", "\\end{tabular}"]) + "\n"
+
+
+def seed_means(runs: list[Run], metric: str) -> dict[int, float]:
+    """Seed -> the final ``metric`` of that seed's runs (their mean where a group ran a seed twice, e.g. on
+    two devices, so each seed counts once), in seed order; seeds without a value left out."""
+    values: dict[int, list[float]] = {}
+    for run in runs:
+        if metric in run.final:
+            values.setdefault(run.seed, []).append(run.final[metric])
+    return {seed: statistics.fmean(v) for seed, v in sorted(values.items())}
 
 
 def latex_cell(cell: Cell) -> str:

@@ -7,7 +7,8 @@ metric (``--metric NAME`` picks some), the mean and the sample standard deviatio
 its seeds, in percent, beside the random-init value (flagged where the group ends below it),
 and the bytes communicated per run (up + down + device to device + LG-FedAvg's new-test
 upload, mean over seeds), in MB (10^6 bytes); see ``fedlight.report.tables``. Below, in ``report.md``: one row
-per run (with the git commits its code was at), and the plots (``fedlight.report.plots``).
+per run (with the git commits its code was at), and the plots (``fedlight.report.plots``). In
+``compare.md``: every group against a reference one, paired by seed (``fedlight.report.compare``).
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from pathlib import Path
 from fedlight.config.files import output_folder_problem
 from fedlight.errors import UserError
 from fedlight.eval import metric_names
+from fedlight.report.compare import compare_text
 from fedlight.report.groups import ABSENT, group_runs, grouping_keys
 from fedlight.report.plots import plot_files, write_plots
 from fedlight.report.runs import Run, find_runs
 from fedlight.report.tables import Cell, GroupTable, markdown_table, md_cell
 
 REPORT = "report.md"
+COMPARE = "compare.md"  # the groups paired by seed against a reference: fedlight.report.compare
 TABLES = {"report.csv": GroupTable.csv, "report.tex": GroupTable.latex}
 
 
@@ -57,6 +60,8 @@ def render(runs: list[Run], sources: list[str], table: GroupTable, plots: list[s
              "were fit on. Bytes: sent per run (up + down + device to device), mean over seeds, in MB (10^6 bytes). "
              "The same table: `report.csv`, `report.tex`.", ""]
     lines += table.markdown() + [""]
+    if len(table.rows) > 1:
+        lines += [f"Each group against a reference, seed by seed (difference, 95% interval, verdict): `{COMPARE}`.", ""]
     if plots:
         lines += ["Plots: the mean over each group's seeds from round 0 (the random-init encoder); the shaded band "
                   "is ± one sample standard deviation over seeds. Each is also an SVG beside the PNG.", ""]
@@ -78,9 +83,11 @@ def render(runs: list[Run], sources: list[str], table: GroupTable, plots: list[s
 
 
 def write_report(paths: list[str], out: str | Path, group_by: list[str] | None = None,
-                 metrics: list[str] | None = None) -> list[Path]:
-    """Read the runs under ``paths``; write the report, its tables and plots into ``out``; returns every
-    file written, report.md first."""
+                 metrics: list[str] | None = None, reference: str | None = None,
+                 margin: float | None = None) -> list[Path]:
+    """Read the runs under ``paths``; write the report, its comparison (each group against ``reference``,
+    the first group's label by default, equivalence within ``margin`` points where given), tables and plots
+    into ``out``; returns every file written, report.md and compare.md first."""
     out = Path(out)
     blocked = output_folder_problem(out)
     if blocked:
@@ -90,7 +97,8 @@ def write_report(paths: list[str], out: str | Path, group_by: list[str] | None =
     keys = grouping_keys(done, group_by)
     groups = group_runs(done, keys)
     table = GroupTable.build(groups, keys, metric_keys(done, metrics))
-    targets = [*(plot_files(groups, table.metrics) if done else []), *TABLES, REPORT]
+    comparison = compare_text(groups, keys, table.metrics, reference, margin)
+    targets = [*(plot_files(groups, table.metrics) if done else []), *TABLES, COMPARE, REPORT]
     in_the_way = next((out / name for name in targets if (out / name).exists() and not (out / name).is_file()), None)
     if in_the_way is not None:  # before any file is written: a report is whole or not written
         raise UserError(f"'{in_the_way}' is a folder, where the report writes a file; move it away or give "
@@ -98,9 +106,10 @@ def write_report(paths: list[str], out: str | Path, group_by: list[str] | None =
     out.mkdir(parents=True, exist_ok=True)
     plots = write_plots(groups, keys, table.metrics, out) if done else []
     texts = {name: write(table) for name, write in TABLES.items()}
+    texts[COMPARE] = comparison
     texts[REPORT] = render(runs, [str(p) for p in paths], table, plots, out)
     for name, text in texts.items():  # each file is the old one or the new one, never half of one
         tmp = out / f".{name}.tmp"
         tmp.write_text(text)
         os.replace(tmp, out / name)
-    return [out / name for name in (REPORT, *TABLES, *plots)]
+    return [out / name for name in (REPORT, COMPARE, *TABLES, *plots)]
