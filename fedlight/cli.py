@@ -86,7 +86,8 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("paths", nargs="+", help="run folders, or folders to search for results.json (a sweep)")
     report.add_argument("--out", default=None, help="where the report goes (default: the one folder given, else ./report)")
     report.add_argument("--group-by", default=None, metavar="KEYS",
-                        help="comma-separated recipe keys to group runs by (default: every key that varies, seed excepted)")
+                        help="comma-separated recipe keys to group runs by (default: the runs' arm, or every key "
+                             "that varies, except how a run executed: seed, fabric.*, run.*, data.root)")
     report.add_argument("--metric", action="append", default=None, metavar="NAME",
                         help="a metric to tabulate and plot (repeatable; linear_probe_acc means every label fraction); "
                              "default: all")
