@@ -93,10 +93,17 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("paths", nargs="+", help="run folders, or folders to search for results.json (a sweep)")
     report.add_argument("--out", default=None, help="where the report goes (default: the one folder given, else ./report)")
     report.add_argument("--group-by", default=None, metavar="KEYS",
-                        help="comma-separated recipe keys to group runs by (default: every key that varies, seed excepted)")
+                        help="comma-separated recipe keys to group runs by (default: the runs' arm, or every key "
+                             "that varies, except how a run executed: seed, fabric.*, run.*, data.root)")
     report.add_argument("--metric", action="append", default=None, metavar="NAME",
                         help="a metric to tabulate and plot (repeatable; linear_probe_acc means every label fraction); "
                              "default: all")
+    report.add_argument("--reference", default=None, metavar="ARM",
+                        help="the arm (group) compare.md pairs the others with, by name as the report labels it "
+                             "(e.g. byol, or alpha=0.1); default: the first")
+    report.add_argument("--margin", type=float, default=None, metavar="M",
+                        help="also read each difference as equivalent or not within +-M percentage points "
+                             "(TOST; fix M before the runs)")
     methods = sub.add_parser("methods", help="list every method, aggregator, backbone, client schedule and round "
                              "plug-in, fedlight's and those other packages add through entry points")
     recipes = sub.add_parser("recipes", help="list the recipes fedlight ships, each with its first comment line; "
@@ -149,8 +156,9 @@ def _report(args: argparse.Namespace) -> int:
 
     out = args.out or (args.paths[0] if len(args.paths) == 1 else "report")
     group_by = None if args.group_by is None else [k.strip() for k in args.group_by.split(",") if k.strip()]
-    written = write_report(args.paths, out, group_by, args.metric)
+    written = write_report(args.paths, out, group_by, args.metric, args.reference, args.margin)
     print(f"wrote {len(written)} files:\n" + "\n".join(f"  {path}" for path in written))
+    print("\n" + written[1].read_text(), end="")  # compare.md: the paired comparison, on the console too
     return 0
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 from pathlib import Path
 
 import matplotlib.image
 import pytest
 
 from fedlight.cli import main
+from fedlight.report.groups import group_label, group_runs, grouping_keys
 from fedlight.report.runs import find_runs, varying_keys
 from fedlight.report.write import mean_std
 
@@ -19,10 +21,12 @@ RUNS = [(0.1, 0, 0.50, 0.40, 250_000), (0.1, 1, 0.60, 0.40, 250_000), (0.1, 2, 0
 
 
 def _write_run(folder: Path, alpha: float, seed: int, probe: float | None, knn: float | None, up: int,
-               label_fraction: float = 1.0) -> None:
+               label_fraction: float = 1.0, **sections: object) -> None:
+    """A finished run (unfinished without ``probe``); ``sections`` replace or add recipe sections."""
     folder.mkdir(parents=True)
     recipe = {"name": "tiny", "seed": seed, "rounds": 2, "partition": {"kind": "dirichlet", "alpha": alpha},
-              "method": {"name": "simclr"}, "eval": {"label_fraction": label_fraction}, "run": {"dir": str(folder)}}
+              "method": {"name": "simclr"}, "eval": {"label_fraction": label_fraction}, "run": {"dir": str(folder)},
+              **sections}
     history = [{"round": r, "train_loss": 1.0, "linear_probe_acc": probe and probe - 0.1 * (2 - r),
                 "knn_acc": knn, "test_acc": None, "bytes_up": up, "bytes_down": up, "bytes_d2d": 0,
                 "seconds": 0.1, "clients": [0, 1]} for r in (1, 2)]
@@ -57,8 +61,9 @@ def test_report_tables_and_plots(tmp_path: Path, capsys) -> None:
     sweep = _sweep(tmp_path)
     assert main(["report", str(sweep)]) == 0
     out = capsys.readouterr().out.splitlines()
-    written = sorted(line.strip() for line in out[1:])
+    written = sorted(line.strip() for line in out[1:out.index("")])  # then the paired comparison
     assert out[0] == f"wrote {len(written)} files:" and out[1] == f"  {sweep / 'report.md'}"
+    assert out[2] == f"  {sweep / 'compare.md'}" and out[len(written) + 2] == "# Paired comparison"
     assert written == sorted(str(p) for p in sweep.iterdir() if p.is_file())  # every file it wrote, and no other
     text = (sweep / "report.md").read_text()
     assert ("| partition.alpha | seeds | linear probe, 100% labels (%) | kNN, 100% labels (%) | MB communicated |"
@@ -240,9 +245,10 @@ def test_group_by_and_metric_options(tmp_path: Path, capsys) -> None:
     out = tmp_path / "by-method"
     assert main(["report", str(sweep), "--group-by", "method.name", "--metric", "knn_acc", "--out", str(out)]) == 0
     text = (out / "report.md").read_text()
-    # all five finished runs in one group; kNN only: (40 + 40 + 46 + 70 + 70) / 5 = 53.2
+    # all five finished runs in one group, three seeds; kNN only, a seed's runs averaged so that each seed counts
+    # once: seed 0 (40 + 70) / 2 = 55, seed 1 55, seed 2 46: mean 52, sd sqrt((9 + 9 + 36) / 2) = 5.20
     assert "| method.name | seeds | kNN, 100% labels (%) | MB communicated |" in text
-    assert "| simclr | 5 | 53.20 ± " in text and "linear probe" not in text
+    assert "| simclr | 3 | 52.00 ± 5.20 (init 10.00) |" in text and "linear probe" not in text
     assert sorted(p.name for p in out.glob("*_vs_*")) == ["knn_acc@1_vs_bytes.png", "knn_acc@1_vs_bytes.svg",
                                                           "knn_acc@1_vs_round.png", "knn_acc@1_vs_round.svg"]
     for bad, fragment in ((["--group-by", "partition.alpah"], "--group-by partition.alpah: not a recipe key"),
@@ -294,7 +300,7 @@ def test_a_group_that_ends_below_its_random_init_is_flagged(tmp_path: Path) -> N
 
 
 def test_legend_names_are_the_keys_last_part_unless_two_share_it() -> None:
-    from fedlight.report.plots import group_label, legend_names
+    from fedlight.report.groups import legend_names
 
     assert group_label(["partition.alpha", "method.name"], (0.1, "byol")) == "alpha = 0.1, name = byol"
     assert legend_names(["method.mu", "server.mu", "seed"]) == ["method.mu", "server.mu", "seed"]
@@ -321,3 +327,140 @@ def test_a_metric_name_with_a_slash_gets_a_plot_file_of_its_own(tmp_path: Path) 
     assert main(["report", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out" / "acc_top1_vs_round.png").is_file()
     assert "](acc_top1_vs_round.png)" in (tmp_path / "out" / "report.md").read_text()
+
+
+# ---------------------------------------------------------------- grouping: the experiment, arms
+
+def test_runs_that_differ_only_in_how_they_ran_are_one_group(tmp_path: Path) -> None:
+    """Today fabric.accelerator auto vs cpu (or another run.* or data.root) split one arm in two."""
+    execution = [{"fabric": {"accelerator": "auto", "threads": 2}, "data": {"root": "/a"}},
+                 {"fabric": {"accelerator": "cpu", "threads": None}, "data": {"root": "/b"}},
+                 {"fabric": {"accelerator": "cpu", "workers": 2}, "data": {"root": "/a", "download": True},
+                  "run": {"dir": "x", "client_state": "disk"}}]
+    for seed, sections in enumerate(execution):
+        _write_run(tmp_path / f"runs/{seed}", 0.1, seed, 0.5, 0.4, 1000, **sections)
+    _write_run(tmp_path / "runs/3", 1.0, 0, 0.5, 0.4, 1000, fabric={"accelerator": "gpu"})
+    runs = find_runs([tmp_path / "runs"])
+    assert grouping_keys(runs, None) == ["partition.alpha"]
+    assert grouping_keys(runs[:3], None) == []
+    assert main(["report", str(tmp_path / "runs")]) == 0
+    text = (tmp_path / "runs/report.md").read_text()
+    assert "| partition.alpha | seeds |" in text and "| 0.1 | 3 |" in text and "| 1.0 | 1 |" in text
+
+
+def test_a_key_a_group_does_not_define_is_never_shown_as_none(tmp_path: Path) -> None:
+    """Today a BYOL group read 'name = byol, temperature = None' with a '-' cell."""
+    _write_run(tmp_path / "runs/0", 0.1, 0, 0.5, 0.4, 1000, method={"name": "simclr", "temperature": 0.5})
+    _write_run(tmp_path / "runs/1", 0.1, 0, 0.6, 0.4, 1000, method={"name": "byol", "momentum": 0.99})
+    runs = find_runs([tmp_path / "runs"])
+    keys = grouping_keys(runs, None)
+    assert keys == ["method.name", "method.temperature", "method.momentum"]
+    assert [group_label(keys, values) for values, _ in group_runs(runs, keys)] == [
+        "name = simclr, temperature = 0.5", "name = byol, momentum = 0.99"]
+    assert main(["report", str(tmp_path / "runs")]) == 0
+    text = (tmp_path / "runs/report.md").read_text()
+    assert "| simclr | 0.5 |  | 1 |" in text and "| byol |  | 0.99 | 1 |" in text
+    assert list(csv.reader((tmp_path / "runs/report.csv").read_text().splitlines()))[2][:3] == ["byol", "", "0.99"]
+
+
+def test_runs_that_name_their_arm_are_grouped_and_labelled_by_it(tmp_path: Path) -> None:
+    for seed in range(2):
+        _write_run(tmp_path / f"runs/s{seed}", 0.1, seed, 0.5, 0.4, 1000, arm="simclr",
+                   method={"name": "simclr", "temperature": 0.5}, fabric={"accelerator": ("cpu", "auto")[seed]})
+        _write_run(tmp_path / f"runs/b{seed}", 0.1, seed, 0.6, 0.4, 1000, arm="byol",
+                   method={"name": "byol", "momentum": 0.99})
+    runs = find_runs([tmp_path / "runs"])
+    assert grouping_keys(runs, None) == ["arm"]
+    groups = group_runs(runs, ["arm"])
+    assert [(group_label(["arm"], v), len(members)) for v, members in groups] == [("byol", 2), ("simclr", 2)]
+    # a key that still varies inside an arm also groups, named after the arm
+    _write_run(tmp_path / "runs/s9", 1.0, 9, 0.5, 0.4, 1000, arm="simclr",
+               method={"name": "simclr", "temperature": 0.5})
+    runs = find_runs([tmp_path / "runs"])
+    keys = grouping_keys(runs, None)
+    assert keys == ["arm", "partition.alpha"]
+    assert [group_label(keys, v) for v, _ in group_runs(runs, keys)] == [
+        "byol, alpha = 0.1", "simclr, alpha = 0.1", "simclr, alpha = 1.0"]
+    # a run without an arm: grouped by the experiment keys, arm among them
+    _write_run(tmp_path / "runs/z", 0.1, 0, 0.5, 0.4, 1000, method={"name": "simclr", "temperature": 0.5})
+    keys = grouping_keys(find_runs([tmp_path / "runs"]), None)
+    assert keys == ["partition.alpha", "method.name", "method.momentum", "arm", "method.temperature"]  # recipe order
+
+
+# ---------------------------------------------------------------- paired comparison (compare.md)
+
+# arm -> {seed: final kNN}; against base, per seed: ahead +2, +3, +4 (mean 3, sd 1), behind -2, -3, -4,
+# unsure +1, -1, +3 (mean 1, sd 2); short shares only seeds 0 and 1 with base
+ARMS = {"base": {0: 0.40, 1: 0.42, 2: 0.44}, "ahead": {0: 0.42, 1: 0.45, 2: 0.48},
+        "behind": {0: 0.38, 1: 0.39, 2: 0.40}, "unsure": {0: 0.41, 1: 0.41, 2: 0.47},
+        "short": {0: 0.50, 1: 0.50, 7: 0.50}}
+HALF = 4.302652729911275 / 3 ** 0.5  # t(0.975, 2 df) x sd 1 / sqrt(3) = 2.484: 3 +- 2.48 is [0.52, 5.48]
+
+
+def _arms(tmp_path: Path) -> Path:
+    for i, (arm, knn) in enumerate(ARMS.items()):
+        for seed, value in knn.items():
+            _write_run(tmp_path / f"runs/{i}_{arm}_{seed}", 0.1, seed, 0.5, value, 1000, arm=arm)
+    # ahead's seed 0 once more, on another device: 0.41 and 0.43 count once, as their mean 0.42
+    shutil.rmtree(tmp_path / "runs/1_ahead_0")
+    for device, value in (("cpu", 0.41), ("auto", 0.43)):
+        _write_run(tmp_path / f"runs/1_ahead_0_{device}", 0.1, 0, 0.5, value, 1000, arm="ahead",
+                   fabric={"accelerator": device})
+    return tmp_path / "runs"
+
+
+def test_paired_comparison_by_hand(tmp_path: Path, capsys) -> None:
+    runs = _arms(tmp_path)
+    assert main(["report", str(runs), "--metric", "knn_acc", "--margin", "5"]) == 0
+    text = (runs / "compare.md").read_text()
+    assert text in capsys.readouterr().out  # printed too
+    assert ("| arm | seeds | mean ± sd over seeds (%) | pairs | difference (points) | 95% interval | verdict | "
+            "within ±5 | seeds to decide |") in text
+    assert "| base | 3 | 42.00 ± 2.00 (init 10.00) | reference |  |  |  |  |  |" in text
+    assert f"| ahead | 3 | 45.00 ± 3.00 (init 10.00) | 3 | +3.00 | [+{3 - HALF:.2f}, +{3 + HALF:.2f}] | ahead" in text
+    assert "| ahead | 3 | 45.00 ± 3.00 (init 10.00) | 3 | +3.00 | [+0.52, +5.48] | ahead | within ±5 |  |" in text
+    assert "| behind | 3 | 39.00 ± 1.00 (init 10.00) | 3 | -3.00 | [-5.48, -0.52] | behind | within ±5 |  |" in text
+    # mean 1, sd 2: 1 +- 2 x 2.484; the 90% interval 1 +- 2 x 2.920 / sqrt(3) = [-2.37, 4.37] is inside +-5.
+    # Seeds to decide: the first n with t(0.975, n - 1) x 2 / sqrt(n) <= 1: t(16 df) = 2.120 > sqrt(17) / 2 = 2.062,
+    # t(17 df) = 2.110 <= sqrt(18) / 2 = 2.121, so 18, 15 more than the 3 pairs
+    assert ("| unsure | 3 | 43.00 ± 3.46 (init 10.00) | 3 | +1.00 | [-3.97, +5.97] | can't tell | within ±5 | "
+            "about 18 (15 more) |") in text
+    assert "| short | 3 | 50.00 ± 0.00 (init 10.00) | 2 |  |  | too few pairs |  |  |" in text
+    assert "- `short`: left out of the pairing: seed 7 only in `short`; seed 2 only in `base`" in text
+    assert "- `short`: 2 pairs with `base`, fewer than the 3 a paired interval needs: run more seeds of both" in text
+    assert "- `ahead`: seed 0 ran more than once; each counts once, as the mean of its runs" in text
+    report = (runs / "report.md").read_text()
+    assert "compare.md" in report and "| ahead | 3 | 45.00 ± 3.00 (init 10.00) |" in report  # seeds, not runs
+
+
+def test_a_margin_the_interval_lies_outside_and_another_reference(tmp_path: Path) -> None:
+    runs = _arms(tmp_path)
+    assert main(["report", str(runs), "--metric", "knn_acc", "--margin", "0.2", "--reference", "ahead"]) == 0
+    text = (runs / "compare.md").read_text()
+    assert "| ahead | 3 | 45.00 ± 3.00 (init 10.00) | reference |" in text
+    # base - ahead: -2, -3, -4; its 95% interval [-5.48, -0.52] lies wholly outside +-0.2
+    assert "| base | 3 | 42.00 ± 2.00 (init 10.00) | 3 | -3.00 | [-5.48, -0.52] | behind | not within ±0.2 |  |" in text
+    # unsure - ahead: -1, -4, -1 (mean -2, sd sqrt(3)): -2 +- t(0.975, 2 df) x sqrt(3) / sqrt(3) = [-6.30, +2.30];
+    # TOST at 0.2 cannot tell either. Seeds to decide: t(4 df) x sqrt(3) / sqrt(5) = 2.150 > 2, t(5 df) x sqrt(3) /
+    # sqrt(6) = 1.818 <= 2: 6
+    assert ("| unsure | 3 | 43.00 ± 3.46 (init 10.00) | 3 | -2.00 | [-6.30, +2.30] | can't tell | can't tell | "
+            "about 6 (3 more) |") in text
+
+
+@pytest.mark.parametrize("flags, fragment", [
+    (["--reference", "nope"], "--reference nope: no such arm among these runs; choose one of: base; ahead; behind; "
+                              "unsure; short"),
+    (["--margin", "0"], "--margin 0: an equivalence margin is a number of percentage points above 0"),
+    (["--margin", "nan"], "--margin nan: an equivalence margin")])
+def test_a_bad_reference_or_margin_is_one_line_and_no_report(tmp_path: Path, capsys, flags, fragment) -> None:
+    runs = _arms(tmp_path)
+    assert main(["report", str(runs), "--out", str(tmp_path / "out"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_one_group_has_nothing_to_compare(tmp_path: Path) -> None:
+    _write_run(tmp_path / "runs/0", 0.1, 0, 0.5, 0.4, 1000)
+    assert main(["report", str(tmp_path / "runs")]) == 0
+    assert "One group (all runs): nothing to compare" in (tmp_path / "runs/compare.md").read_text()

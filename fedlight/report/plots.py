@@ -1,18 +1,17 @@
 """Plots of a report, each as PNG and SVG: for every metric, accuracy vs round and accuracy vs bytes.
 
 One line per group, named by its keys' values as a reader says them (``alpha = 0.1``, the
-key's last part unless two keys share it): the mean over the group's seeds (the shaded band:
-± one sample standard deviation, n - 1, where there are two or more seeds, as the legend
-says) at the rounds every seed evaluated, starting from round 0, the random-init model
-(``results.json``'s ``baseline``, 0 bytes sent). The x of the bytes plot is the mean
-cumulative bytes sent by that round. Round ticks are integers; the legend sits outside the
-axes, right of the data, so no curve hides behind it.
+key's last part unless two keys share it; an arm by its name: ``fedlight.report.groups``):
+the mean over the group's seeds (the shaded band: ± one sample standard deviation, n - 1,
+where there are two or more seeds, as the legend says) at the rounds every seed evaluated,
+starting from round 0, the random-init model (``results.json``'s ``baseline``, 0 bytes sent).
+The x of the bytes plot is the mean cumulative bytes sent by that round. Round ticks are
+integers; the legend sits outside the axes, right of the data, so no curve hides behind it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import matplotlib
 
@@ -22,9 +21,9 @@ import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from fedlight.eval import metric_names  # noqa: E402
+from fedlight.report.groups import Group, group_label  # noqa: E402
 from fedlight.report.runs import Run  # noqa: E402
 
-Group = tuple[tuple[Any, ...], list[Run]]
 KINDS = ("round", "bytes")
 FORMATS = ("png", "svg")  # a picture for report.md, a vector drawing for papers
 BAND = "band: ± 1 std over seeds"
@@ -35,18 +34,6 @@ def plot_file(metric: str, kind: str, suffix: str = "png") -> str:
     no file name may hold (``/``, NUL) becomes ``_``, and a name too long is cut to 200 characters."""
     safe = "".join("_" if c in "/\\\0" else c for c in metric)[:200]
     return f"{safe}_vs_{kind}.{suffix}"
-
-
-def legend_names(keys: list[str]) -> list[str]:
-    """How a legend names each grouping key: its last dotted part (``partition.alpha`` -> ``alpha``),
-    or the whole key where two keys share that part."""
-    last = [k.rsplit(".", 1)[-1] for k in keys]
-    return [short if last.count(short) == 1 else key for key, short in zip(keys, last)]
-
-
-def group_label(keys: list[str], values: tuple[Any, ...]) -> str:
-    """``'alpha = 0.1, method = byol'``; ``'all runs'`` without keys."""
-    return ", ".join(f"{name} = {v}" for name, v in zip(legend_names(keys), values)) or "all runs"
 
 
 def curve(runs: list[Run], metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -1,10 +1,10 @@
 """The report's group table in three formats: Markdown (``report.md``), CSV and LaTeX.
 
 One row per group of runs (the same values of the grouping keys): the keys' values, the
-number of seeds, each metric's mean and sample standard deviation (n - 1) over the seeds in
-percent beside its random-init value (the mean of the runs' ``baseline``; a group that ends
-below it says so: ``45.00 ± 1.00 (init 50.00; below init)``), and the bytes communicated per
-run in MB (10^6 bytes). Column headers name the label fraction of the probe and kNN accuracies
+number of seeds, each metric's mean and sample standard deviation (n - 1) over the seeds (a
+seed run twice counts once, as its runs' mean) in percent beside its random-init value (the
+mean of the runs' ``baseline``; a group that ends below it says so: ``45.00 ± 1.00 (init
+50.00; below init)``), and the bytes communicated per run in MB (10^6 bytes). Column headers name the label fraction of the probe and kNN accuracies
 (``linear probe, 10% labels (%)``).
 """
 
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedlight.eval import metric_names
+from fedlight.report.groups import ABSENT
 from fedlight.report.runs import Run
 
 
@@ -64,8 +65,9 @@ class GroupTable:
 
     @classmethod
     def build(cls, groups: list[tuple[tuple[Any, ...], list[Run]]], keys: list[str], metrics: list[str]) -> GroupTable:
-        rows = [(values, len(runs), [Cell.of([r.final[m] for r in runs if m in r.final],
-                                             [r.baseline[m] for r in runs if m in r.baseline]) for m in metrics],
+        rows = [(values, len({r.seed for r in runs}),
+                 [Cell.of(list(seed_means(runs, m).values()), [r.baseline[m] for r in runs if m in r.baseline])
+                  for m in metrics],
                  statistics.fmean(r.total_bytes for r in runs) / 1e6) for values, runs in groups]
         return cls(keys, metrics, rows)
 
@@ -89,7 +91,8 @@ class GroupTable:
         for values, seeds, cells, mb in self.rows:
             numbers = [_number(x) for c in cells for x in (c.mean, c.std, c.init)]
             below = "; ".join(metric_names.title(m) for m, c in zip(self.metrics, cells) if c.below_init)
-            writer.writerow([*("" if v is None else v for v in values), seeds, *numbers, f"{mb:.4f}", below])
+            keys = ("" if v is None or v is ABSENT else v for v in values)
+            writer.writerow([*keys, seeds, *numbers, f"{mb:.4f}", below])
         return buffer.getvalue()
 
     def latex(self) -> str:
@@ -106,6 +109,16 @@ class GroupTable:
             lines.append(" & ".join([*(latex_escape(md_cell(v)) for v in values), str(seeds), *metric_cells,
                                      f"{mb:.2f}"]) + " \\\\")
         return "\n".join([*lines, "\\bottomrule", "\\end{tabular}"]) + "\n"
+
+
+def seed_means(runs: list[Run], metric: str) -> dict[int, float]:
+    """Seed -> the final ``metric`` of that seed's runs (their mean where a group ran a seed twice, e.g. on
+    two devices, so each seed counts once), in seed order; seeds without a value left out."""
+    values: dict[int, list[float]] = {}
+    for run in runs:
+        if metric in run.final:
+            values.setdefault(run.seed, []).append(run.final[metric])
+    return {seed: statistics.fmean(v) for seed, v in sorted(values.items())}
 
 
 def latex_cell(cell: Cell) -> str:
@@ -125,7 +138,10 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def md_cell(value: Any) -> str:
-    """A recipe value as a Markdown table cell (``-`` for none, ``|`` escaped)."""
+    """A recipe value as a Markdown table cell (``-`` for none, empty for a key the recipe does not
+    define, ``|`` escaped)."""
+    if value is ABSENT:
+        return ""
     return "-" if value is None else str(value).replace("|", "\\|")
 
 

@@ -1,32 +1,33 @@
 """``fedlight report``: finished runs grouped by recipe keys, as ``report.md``, ``report.csv``,
 ``report.tex`` and two plots per metric (PNG and SVG).
 
-Runs are grouped by ``--group-by KEYS`` (default: every recipe key that varies, seed
-excepted). Each group's row gives, per final metric (``--metric NAME`` picks some), the mean
-and the sample standard deviation (n - 1) over its seeds, in percent, beside the random-init
-value (flagged where the group ends below it), and the bytes
-communicated per run (up + down + device to device + LG-FedAvg's new-test upload, mean over
-seeds), in MB (10^6 bytes); see ``fedlight.report.tables``. Below, in ``report.md``: one row
-per run (with the git commits its code was at), and the plots (``fedlight.report.plots``).
+Runs are grouped by ``--group-by KEYS`` (default: their arms, or every recipe key that varies
+and defines the experiment: ``fedlight.report.groups``). Each group's row gives, per final
+metric (``--metric NAME`` picks some), the mean and the sample standard deviation (n - 1) over
+its seeds, in percent, beside the random-init value (flagged where the group ends below it),
+and the bytes communicated per run (up + down + device to device + LG-FedAvg's new-test
+upload, mean over seeds), in MB (10^6 bytes); see ``fedlight.report.tables``. Below, in ``report.md``: one row
+per run (with the git commits its code was at), and the plots (``fedlight.report.plots``). In
+``compare.md``: every group against a reference one, paired by seed (``fedlight.report.compare``).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from fedlight.config.files import output_folder_problem
 from fedlight.errors import UserError
 from fedlight.eval import metric_names
+from fedlight.report.compare import compare_text
+from fedlight.report.groups import ABSENT, group_runs, grouping_keys
 from fedlight.report.plots import plot_files, write_plots
-from fedlight.report.runs import Run, find_runs, varying_keys
+from fedlight.report.runs import Run, find_runs
 from fedlight.report.tables import Cell, GroupTable, markdown_table, md_cell
 
 REPORT = "report.md"
+COMPARE = "compare.md"  # the groups paired by seed against a reference: fedlight.report.compare
 TABLES = {"report.csv": GroupTable.csv, "report.tex": GroupTable.latex}
-
-Group = tuple[tuple[Any, ...], list[Run]]
 
 
 def metric_keys(runs: list[Run], wanted: list[str] | None = None) -> list[str]:
@@ -41,27 +42,6 @@ def metric_keys(runs: list[Run], wanted: list[str] | None = None) -> list[str]:
     return [k for k in present if any(metric_names.matches(k, w) for w in wanted)]
 
 
-def grouping_keys(runs: list[Run], group_by: list[str] | None) -> list[str]:
-    """``group_by`` checked against the runs' recipe keys, or every key that varies (seed excepted)."""
-    varying = [k for k in varying_keys(runs) if k != "seed"]
-    if group_by is None:
-        return varying
-    known = {k for r in runs for k in r.keys}
-    unknown = [k for k in group_by if k not in known]
-    if unknown:
-        raise UserError(f"--group-by {unknown[0]}: not a recipe key of these runs; keys that vary: "
-                        f"{', '.join(varying) or 'none'}")
-    return group_by
-
-
-def group_runs(runs: list[Run], keys: list[str]) -> list[Group]:
-    """Runs grouped by their values of ``keys``, groups in order of first appearance."""
-    groups: dict[tuple, list[Run]] = {}
-    for run in runs:
-        groups.setdefault(tuple(repr(run.keys.get(k)) for k in keys), []).append(run)
-    return [(tuple(g[0].keys.get(k) for k in keys), g) for g in groups.values()]
-
-
 def mean_std(values: list[float]) -> str:
     """``'85.31 ± 0.42'`` (percent; sample std), ``'85.31'`` for one value, ``'-'`` for none."""
     return Cell.of(values).text()
@@ -73,19 +53,22 @@ def render(runs: list[Run], sources: list[str], table: GroupTable, plots: list[s
     keys, metrics = table.keys, table.metrics
     lines = ["# fedlight report", "",
              f"{len(done)} finished runs from {', '.join(f'`{s}`' for s in sources)}; grouped by "
-             + (", ".join(f"`{k}`" for k in keys) or "nothing (no recipe key varies)")
+             + (", ".join(f"`{k}`" for k in keys) or "nothing (no recipe key that defines the experiment varies)")
              + f"; seeds {sorted({r.seed for r in done})}.",
              "Accuracies: mean ± sample std over seeds, in %, with the random-init encoder's value "
              "(`init`; `below init` where training ended below it); probe and kNN headers name the labels they "
              "were fit on. Bytes: sent per run (up + down + device to device), mean over seeds, in MB (10^6 bytes). "
              "The same table: `report.csv`, `report.tex`.", ""]
     lines += table.markdown() + [""]
+    if len(table.rows) > 1:
+        lines += [f"Each group against a reference, seed by seed (difference, 95% interval, verdict): `{COMPARE}`.", ""]
     if plots:
         lines += ["Plots: the mean over each group's seeds from round 0 (the random-init encoder); the shaded band "
                   "is ± one sample standard deviation over seeds. Each is also an SVG beside the PNG.", ""]
     lines += [f"![{p.removesuffix('.png').replace('_', ' ')}]({p})" for p in plots if p.endswith(".png")] + [""]
     lines += ["## Runs", ""]
-    run_rows = [[f"`{os.path.relpath(r.path, out.resolve())}`", *(md_cell(r.keys.get(k)) for k in keys), str(r.seed),
+    run_rows = [[f"`{os.path.relpath(r.path, out.resolve())}`", *(md_cell(r.keys.get(k, ABSENT)) for k in keys),
+                 str(r.seed),
                  *(Cell.of([r.final[m]] if m in r.final else [], [r.baseline[m]] if m in r.baseline else []).with_init()
                    for m in metrics),
                  f"{r.total_bytes / 1e6:.2f}", str(r.results["rounds_completed"]), ", ".join(r.commits) or "-"]
@@ -100,9 +83,11 @@ def render(runs: list[Run], sources: list[str], table: GroupTable, plots: list[s
 
 
 def write_report(paths: list[str], out: str | Path, group_by: list[str] | None = None,
-                 metrics: list[str] | None = None) -> list[Path]:
-    """Read the runs under ``paths``; write the report, its tables and plots into ``out``; returns every
-    file written, report.md first."""
+                 metrics: list[str] | None = None, reference: str | None = None,
+                 margin: float | None = None) -> list[Path]:
+    """Read the runs under ``paths``; write the report, its comparison (each group against ``reference``,
+    the first group's label by default, equivalence within ``margin`` points where given), tables and plots
+    into ``out``; returns every file written, report.md and compare.md first."""
     out = Path(out)
     blocked = output_folder_problem(out)
     if blocked:
@@ -115,7 +100,8 @@ def write_report(paths: list[str], out: str | Path, group_by: list[str] | None =
     keys = grouping_keys(done, group_by)
     groups = group_runs(done, keys)
     table = GroupTable.build(groups, keys, metric_keys(done, metrics))
-    targets = [*plot_files(groups, table.metrics), *TABLES, REPORT]
+    comparison = compare_text(groups, keys, table.metrics, reference, margin)
+    targets = [*plot_files(groups, table.metrics), *TABLES, COMPARE, REPORT]
     in_the_way = next((out / name for name in targets if (out / name).exists() and not (out / name).is_file()), None)
     if in_the_way is not None:  # before any file is written: a report is whole or not written
         raise UserError(f"'{in_the_way}' is a folder, where the report writes a file; move it away or give "
@@ -123,9 +109,10 @@ def write_report(paths: list[str], out: str | Path, group_by: list[str] | None =
     out.mkdir(parents=True, exist_ok=True)
     plots = write_plots(groups, keys, table.metrics, out)
     texts = {name: write(table) for name, write in TABLES.items()}
+    texts[COMPARE] = comparison
     texts[REPORT] = render(runs, [str(p) for p in paths], table, plots, out)
     for name, text in texts.items():  # each file is the old one or the new one, never half of one
         tmp = out / f".{name}.tmp"
         tmp.write_text(text)
         os.replace(tmp, out / name)
-    return [out / name for name in (REPORT, *TABLES, *plots)]
+    return [out / name for name in (REPORT, COMPARE, *TABLES, *plots)]

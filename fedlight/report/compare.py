@@ -1,0 +1,143 @@
+"""A report's groups (arms) compared with a reference arm, seed by seed, per final metric: ``compare.md``.
+
+Each arm is paired with the reference on the seeds both ran (a seed run more than once in an
+arm, e.g. on two devices, counts once, as the mean of its runs); a seed only one of them ran
+is left out, and the table says how many pairs were used. Over the pairs, ``fedlight.stats``
+gives the mean difference ``arm - reference`` in percentage points with its 95% Student-t
+interval (``paired``), a verdict (``directional``: ``ahead`` / ``behind`` where the interval
+excludes 0, else ``can't tell``, then with about how many seeds would decide it if the
+differences' mean and sd stayed as measured: ``seeds_to_decide``) and, given a margin of ``M``
+points fixed in advance, an equivalence reading (``equivalence``, TOST at 5%: ``within ±M``
+where the 90% interval lies inside ±M, ``not within ±M`` where the 95% interval lies outside
+it, else ``can't tell``). Fewer than ``stats.MIN_SEEDS`` pairs give a note, not an interval.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from fedlight import stats
+from fedlight.errors import UserError
+from fedlight.eval import metric_names
+from fedlight.report.groups import Group, group_label
+from fedlight.report.tables import Cell, markdown_table, seed_means
+
+VERDICT = {stats.HOLDS: "ahead", stats.FAILS: "behind", stats.OPEN: "can't tell"}
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One group's final values of a metric.
+
+    Attributes:
+        name: the group's label (an arm's name, or ``alpha = 0.1``).
+        by_seed: seed -> the value (a fraction; the mean of the seed's runs).
+        repeated: seeds the group ran more than once.
+        cell: mean ± sd over the seeds, in percent, with the random-init value.
+    """
+
+    name: str
+    by_seed: dict[int, float]
+    repeated: list[int]
+    cell: Cell
+
+    @classmethod
+    def of(cls, name: str, group: Group, metric: str) -> Arm:
+        runs = group[1]
+        by_seed = seed_means(runs, metric)
+        seeds = [r.seed for r in runs if metric in r.final]
+        inits = [r.baseline[metric] for r in runs if metric in r.baseline]
+        return cls(name, by_seed, sorted({s for s in seeds if seeds.count(s) > 1}),
+                   Cell.of(list(by_seed.values()), inits))
+
+
+def check_margin(margin: float | None) -> None:
+    """Refuse a ``--margin`` that is not a finite number of points above 0."""
+    if margin is not None and not (math.isfinite(margin) and margin > 0):
+        raise UserError(f"--margin {margin:g}: an equivalence margin is a number of percentage points above 0, "
+                        "fixed before the runs (e.g. --margin 1)")
+
+
+def reference_index(names: list[str], wanted: str | None) -> int:
+    """The position of the ``--reference`` arm among ``names`` (spaces ignored: ``alpha=0.1`` names
+    ``alpha = 0.1``); the first without one."""
+    if wanted is None:
+        return 0
+    squeezed = [n.replace(" ", "") for n in names]
+    if wanted.replace(" ", "") not in squeezed:
+        raise UserError(f"--reference {wanted}: no such arm among these runs; choose one of: {'; '.join(names)}")
+    return squeezed.index(wanted.replace(" ", ""))
+
+
+def seeds_to_decide(d: stats.Paired) -> str:
+    """``'about 18 (15 more)'``: the seeds that would make ``d``'s interval exclude 0 at its mean and sd."""
+    n = stats.seeds_to_decide(d)
+    if n is None:
+        return "none: no mean difference" if d.mean == 0 else "over 1000"
+    return f"about {n} ({max(n - d.n, 0)} more)"
+
+
+def arm_row(arm: Arm, ref: Arm, margin: float | None) -> tuple[list[str], list[str]]:
+    """``arm``'s table row against ``ref`` and its notes (seeds left out, too few pairs)."""
+    seeds = sorted(set(arm.by_seed) & set(ref.by_seed))
+    alone = [f"{_seeds(sorted(set(a.by_seed) - set(b.by_seed)))} only in `{a.name}`"
+             for a, b in ((arm, ref), (ref, arm)) if set(a.by_seed) - set(b.by_seed)]
+    notes = [f"`{arm.name}`: left out of the pairing: {'; '.join(alone)}"] if alone else []
+    head = [arm.name, str(len(arm.by_seed)), arm.cell.with_init(), str(len(seeds))]
+    if len(seeds) < stats.MIN_SEEDS:
+        notes.append(f"`{arm.name}`: {len(seeds)} pairs with `{ref.name}`, fewer than the {stats.MIN_SEEDS} a paired "
+                     "interval needs: run more seeds of both")
+        return head + ["", "", "too few pairs"] + [""] * (margin is not None) + [""], notes
+    d = stats.paired([100 * arm.by_seed[s] for s in seeds], [100 * ref.by_seed[s] for s in seeds])
+    verdict = stats.directional(d, +1).verdict
+    within = [] if margin is None else [
+        {stats.HOLDS: f"within ±{margin:g}", stats.FAILS: f"not within ±{margin:g}", stats.OPEN: "can't tell"}[
+            stats.equivalence(d, margin).verdict]]
+    return head + [f"{d.mean:+.2f}", f"[{d.low:+.2f}, {d.high:+.2f}]", VERDICT[verdict], *within,
+                   seeds_to_decide(d) if verdict == stats.OPEN else ""], notes
+
+
+def metric_section(arms: list[Arm], ref: int, metric: str, margin: float | None) -> list[str]:
+    """One metric's table, the reference first, and its notes."""
+    header = ["arm", "seeds", "mean ± sd over seeds (%)", "pairs", "difference (points)", "95% interval",
+              "verdict", *([f"within ±{margin:g}"] if margin is not None else []), "seeds to decide"]
+    reference = arms[ref]
+    rows = [[reference.name, str(len(reference.by_seed)), reference.cell.with_init(), "reference",
+             *[""] * (len(header) - 4)]]
+    notes = [f"`{a.name}`: {_seeds(a.repeated)} ran more than once; each counts once, as the mean of its runs"
+             for a in arms if a.repeated]
+    for arm in arms[:ref] + arms[ref + 1:]:
+        row, arm_notes = arm_row(arm, reference, margin)
+        rows.append(row)
+        notes += arm_notes
+    return [f"## {metric_names.title(metric)}", "", *markdown_table(header, rows), "",
+            *(f"- {note}" for note in notes), *([""] if notes else [])]
+
+
+def compare_text(groups: list[Group], keys: list[str], metrics: list[str], reference: str | None = None,
+                 margin: float | None = None) -> str:
+    """``compare.md``: every group against the reference one (``--reference``, default the first), per metric."""
+    check_margin(margin)
+    names = [group_label(keys, values) for values, _ in groups]
+    ref = reference_index(names, reference)
+    lines = ["# Paired comparison", ""]
+    if len(groups) < 2:
+        return "\n".join(lines + [f"One group ({names[0] if names else 'no finished run'}): nothing to compare; "
+                                  "give runs of two arms, or --group-by a key that varies."]) + "\n"
+    lines += [f"Each arm against `{names[ref]}` (`--reference` chooses), seed by seed: the difference is the arm's "
+              "value minus the reference's on the same seed, in percentage points, averaged over the pairs (the "
+              "seeds both ran), with its 95% Student-t interval. Verdict: `ahead` / `behind` where the interval "
+              "excludes 0, else `can't tell`, with about how many seeds would decide it if the differences' mean "
+              "and sd stayed as measured."
+              + ("" if margin is None else f" `within ±{margin:g}`: TOST at 5% (the 90% interval lies inside "
+                 f"±{margin:g} points; `not within`: the 95% interval lies outside)."), ""]
+    for metric in metrics:
+        lines += metric_section([Arm.of(name, group, metric) for name, group in zip(names, groups)], ref, metric,
+                                margin)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _seeds(seeds: list[int]) -> str:
+    """``'seed 2'``, ``'seeds 2, 3'``."""
+    return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(map(str, seeds))
