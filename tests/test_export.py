@@ -15,6 +15,7 @@ import torch
 import fedlight
 from fedlight.cli import main
 from fedlight.config import load_recipe
+from fedlight.engine.run.encoder_export import export_encoder
 from fedlight.engine.run.fit import fit
 from fedlight.errors import UserError
 
@@ -148,3 +149,9 @@ def test_lg_fedavg_exports_each_clients_local_layers(tmp_path: Path, store: str)
         fedlight.load_encoder(out)
     with pytest.raises(UserError, match="no local part of client 7; clients with one: 0, 1, 2"):
         fedlight.load_encoder(out, client=7)
+    if store == "disk":  # a recorded client state file damaged since: named, nothing written
+        victim = max((run / "checkpoints/clients").glob("c1-r*.pt"))
+        victim.write_bytes(victim.read_bytes()[:-10])
+        with pytest.raises(UserError, match=f"client state file '{victim}' fails its sha256 check"):
+            export_encoder(run, tmp_path / "again.pt")
+        assert not (tmp_path / "again.pt").exists()

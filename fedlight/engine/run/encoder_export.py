@@ -49,8 +49,8 @@ def export_encoder(run_dir: str | Path, out: str | Path | None = None) -> tuple[
     ckpt = _last_checkpoint(run_dir, results["rounds_completed"])
     record = results["recipe"]
     data = _training_images(record)
-    spec = {"name": record["model"]["backbone"], "options": {}, **(record.get("resolved") or {}).get("backbone", {})}
-    options = {k: v for k, v in spec.items() if k not in ("name", "options", "feature_dim", "parameters")}
+    spec = (record.get("resolved") or {}).get("backbone") or {"name": record["model"]["backbone"]}
+    options = {k: v for k, v in spec.items() if k not in ("name", "feature_dim", "parameters")}  # factory's own
     global_part, local_parts = _backbone_tensors(ckpt, run_dir / CHECKPOINT)
     provenance = results.get("provenance") or {}
     mean, std = data.mean_std()
@@ -113,7 +113,12 @@ def _backbone_tensors(ckpt: dict[str, Any], checkpoint: Path) -> tuple[State, di
     states = {int(c): s for c, s in (ckpt.get("clients") or {}).items()}
     folder = checkpoint.parent / files.FOLDER
     for client, (version, digest) in files.recorded(ckpt, folder).items():
-        states[client] = files.read_state(folder / files.file_name(client, version, digest), digest)
+        path = folder / files.file_name(client, version, digest)
+        problem = files.damage(path, digest)
+        if problem:
+            raise UserError(f"client state file '{path}' {problem}: copy the run's checkpoints/ folder back from a "
+                            "backup, or rerun the run")
+        states[client] = files.read_state(path, digest)
     prefixes |= {m.group(0) for s in states.values() for m in map(BACKBONE.match, s) if m}
     if len(prefixes) != 1:
         raise UserError(f"checkpoint '{checkpoint}' holds {'no' if not prefixes else 'more than one'} backbone "
