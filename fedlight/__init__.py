@@ -15,8 +15,8 @@ __version__ = "0.1.0"
 __all__ = [
     "Aggregator", "Batch", "Check", "ClientPayload", "ClientSchedule", "ClientWork", "FaultModel", "FederatedModule", "LocalResult",
     "ObjectiveWrapper", "OptimizerSpec", "PluginContext", "Report", "RoundPlugin", "ScheduleContext", "ScoreHead",
-    "State", "UserError", "at_least", "decay", "fraction", "non_empty", "non_negative", "percent", "positive",
-    "probabilities", "probability", "train_client",
+    "State", "UserError", "at_least", "decay", "fraction", "load_encoder", "load_local_parts", "non_empty",
+    "non_negative", "percent", "positive", "probabilities", "probability", "train_client",
 ]
 
 

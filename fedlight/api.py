@@ -1,5 +1,6 @@
 """fedlight's public surface: what a package that adds a method, an aggregator, a backbone, a client
-schedule or a round plug-in imports (``from fedlight import FederatedModule``).
+schedule or a round plug-in imports (``from fedlight import FederatedModule``), and what rebuilds an
+exported encoder (``fedlight.load_encoder``).
 
 ``import fedlight`` stays cheap: ``fedlight/__init__.py`` names these in its ``__all__`` and
 imports this module (and torch with it) only when one of them is first asked for. Every other
@@ -16,6 +17,7 @@ from fedlight.engine.loop.local_loop import LocalResult, train_client
 from fedlight.errors import UserError
 from fedlight.methods.federated_module import Batch, FederatedModule, OptimizerSpec, ScoreHead
 from fedlight.methods.wrapper import ObjectiveWrapper
+from fedlight.models.encoder_file import load_encoder, load_local_parts
 from fedlight.server.aggregator import Aggregator, ClientPayload, State
 
 __all__ = [
@@ -32,4 +34,6 @@ __all__ = [
     "non_empty",
     # a mistake its user can fix: one line, exit code 2
     "UserError",
+    # a trained encoder that ``fedlight export RUN_DIR`` wrote, rebuilt without its recipe
+    "load_encoder", "load_local_parts",
 ]

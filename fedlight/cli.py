@@ -108,7 +108,11 @@ def _parser() -> argparse.ArgumentParser:
                              "plug-in, fedlight's and those other packages add through entry points")
     recipes = sub.add_parser("recipes", help="list the recipes fedlight ships, each with its first comment line; "
                              "run one from any folder with fedlight fit --recipe NAME")
-    for command in (fit, sweep, report, methods, recipes):
+    export = sub.add_parser("export", help="write a finished run's trained encoder to one file that "
+                            "fedlight.load_encoder rebuilds without the recipe")
+    export.add_argument("run_dir", metavar="RUN_DIR", help="the run folder (run.dir) of a finished run")
+    export.add_argument("--out", default=None, metavar="FILE", help="where to write it (default: RUN_DIR/encoder.pt)")
+    for command in (fit, sweep, report, methods, recipes, export):
         command.set_defaults(command_parser=command)  # refuses what it does not take, in its own name
     return parser
 
@@ -173,6 +177,18 @@ def _recipes(args: argparse.Namespace) -> int:
     from fedlight.config.bundled import describe_recipes
 
     print(describe_recipes())
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from fedlight.engine.run.encoder_export import export_encoder
+
+    out, found = export_encoder(args.run_dir, args.out)
+    b, clients = found["backbone"], len(found["local_parts"])
+    print(f"wrote {out}: the {b['name']} encoder of round {found['run']['rounds_completed']} "
+          f"({b['channels']}x{b['image_size']}x{b['image_size']} images -> {b['feature_dim']} features)"
+          + (f", with the local parts of {clients} clients" if clients else "")
+          + f"; rebuild it with fedlight.load_encoder('{out}')")
     return 0
 
 
@@ -260,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = _parse(argv)
         return {"fit": _fit, "sweep": _sweep, "report": _report, "methods": _methods,
-                "recipes": _recipes}[args.command](args)
+                "recipes": _recipes, "export": _export}[args.command](args)
     except UserError as exc:
         if not launch.is_child():  # rank 0 says it once
             for problem in getattr(exc, "problems", [str(exc)]):

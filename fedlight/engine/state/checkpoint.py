@@ -119,6 +119,12 @@ def _read_verified(path: Path, digests: set[str] | None) -> tuple[dict[str, Any]
         return None, f"is corrupt or truncated ({type(exc).__name__})"
 
 
+def read_checkpoint(path: Path) -> tuple[dict[str, Any] | None, str]:
+    """``path`` alone, never its ``.prev``: (checkpoint, "") if it matches a digest its ``.sha256``
+    lists (or there is no listing) and loads, else (None, what is wrong with it)."""
+    return _read_verified(path, _known_digests(path))
+
+
 def load_checkpoint(path: Path, check: Check | None = None, needs: Check | None = None) -> dict[str, Any]:
     """Load the checkpoint at ``path``, or its ``.prev`` if ``path`` is damaged or holds the wrong thing.
 

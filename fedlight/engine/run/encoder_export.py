@@ -1,0 +1,151 @@
+"""``fedlight export RUN_DIR``: a finished run's trained encoder as one file that needs no recipe.
+
+The run's last checkpoint holds the global model's raw tensors (every shared module, keyed by the
+method's module names) and, for methods whose clients keep layers of their own, the clients'
+states (in ``last.pt``, or as client state files beside it). The export keeps only the backbone:
+its global tensors, each client's own backbone tensors, and what rebuilds it (the backbone's name,
+options and input shape, and the normalisation of the run's training images);
+``fedlight.models.encoder_file`` holds the format and reads it back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedlight import __version__
+from fedlight.data.sources import ImageData, load_dataset, take_subset
+from fedlight.engine.state import client_state_files as files
+from fedlight.engine.state.atomic_files import write_synced
+from fedlight.engine.state.checkpoint import read_checkpoint
+from fedlight.engine.state.run_files import CHECKPOINT
+from fedlight.errors import UserError
+from fedlight.models.encoder_file import FORMAT, FORMAT_VERSION, State
+
+RESULTS = "results.json"
+BACKBONE = re.compile(r"(?:objective\.)*backbone\.")  # the backbone's keys in a method (wrappers add objective.)
+
+
+def export_encoder(run_dir: str | Path, out: str | Path | None = None) -> tuple[Path, dict[str, Any]]:
+    """Write the encoder of the finished run in ``run_dir`` to ``out`` (default ``run_dir/encoder.pt``).
+
+    Returns:
+        (the file written, what it holds).
+
+    Raises:
+        UserError: one line naming the file at fault, for a run folder with no results, an
+            unfinished run, a missing or damaged checkpoint, or data no longer where it was.
+    """
+    run_dir = Path(run_dir)
+    out = Path(out) if out is not None else run_dir / "encoder.pt"
+    results = _finished_results(run_dir)
+    ckpt = _last_checkpoint(run_dir, results["rounds_completed"])
+    record = results["recipe"]
+    data = _training_images(record)
+    spec = (record.get("resolved") or {}).get("backbone") or {"name": record["model"]["backbone"]}
+    options = {k: v for k, v in spec.items() if k not in ("name", "feature_dim", "parameters")}  # factory's own
+    global_part, local_parts = _backbone_tensors(ckpt, run_dir / CHECKPOINT)
+    provenance = results.get("provenance") or {}
+    mean, std = data.mean_std()
+    export = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "fedlight_version": __version__,
+        "backbone": {"name": spec["name"], "options": options, "channels": data.channels,
+                     "image_size": data.image_size, "feature_dim": spec.get("feature_dim"),
+                     "parameters": spec.get("parameters")},
+        "normalize": {"mean": mean.tolist(), "std": std.tolist()},
+        "state_dict": global_part, "local_parts": local_parts,
+        "run": {"dir": str(run_dir.resolve()), "rounds_completed": results["rounds_completed"],
+                "method": record["method"]["name"], "data": record["data"]["name"],
+                "commit": provenance.get("commit"), "dirty": provenance.get("dirty"),
+                "trained_with": provenance.get("fedlight"), "final": results.get("final")},
+    }
+    _write(out, export)
+    return out, export
+
+
+def _finished_results(run_dir: Path) -> dict[str, Any]:
+    """results.json of a run that trained all its rounds."""
+    path = run_dir / RESULTS
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        why = "missing" if isinstance(exc, FileNotFoundError) else "unreadable"
+        raise UserError(f"'{path}' is {why}: pass the run folder (run.dir) of a run fedlight fit finished") from None
+    done, rounds = results.get("rounds_completed"), results.get("recipe", {}).get("rounds")
+    if done != rounds:
+        raise UserError(f"run folder '{run_dir}' has finished {done} of its {rounds} rounds: finish it first with "
+                        f"fedlight fit --recipe {run_dir / 'recipe.yaml'} --resume")
+    return results
+
+
+def _last_checkpoint(run_dir: Path, rounds_done: int) -> dict[str, Any]:
+    """``last.pt``, intact and of the round results.json's final evaluation scored (never ``last.pt.prev``)."""
+    path = run_dir / CHECKPOINT
+    if not path.is_file():
+        raise UserError(f"run folder '{run_dir}' has no checkpoint '{path}': rerun the run, or copy its "
+                        "checkpoints/ folder back from a backup")
+    ckpt, problem = read_checkpoint(path)
+    if ckpt is None or ckpt.get("rounds_completed") != rounds_done or "global" not in ckpt:
+        problem = problem or f"is not the checkpoint of round {rounds_done}, which results.json reports"
+        raise UserError(f"checkpoint '{path}' {problem}: copy the run's checkpoints/ folder back from a backup, "
+                        "or rerun the run")
+    return ckpt
+
+
+def _training_images(record: dict[str, Any]) -> ImageData:
+    """The run's training images (its ``data.subset`` of them): their shape and normalisation."""
+    d = record["data"]
+    data = load_dataset(d["name"], d["root"], d["download"], record["seed"])
+    return take_subset(data, d.get("subset"), d.get("test_subset"), record["seed"])
+
+
+def _backbone_tensors(ckpt: dict[str, Any], checkpoint: Path) -> tuple[State, dict[int, State]]:
+    """(the global model's backbone tensors, client -> the backbone tensors it keeps of its own),
+    keyed like the backbone's ``state_dict``."""
+    prefixes = {m.group(0) for m in map(BACKBONE.match, ckpt["global"]) if m}
+    states = {int(c): s for c, s in (ckpt.get("clients") or {}).items()}
+    folder = checkpoint.parent / files.FOLDER
+    for client, (version, digest) in files.recorded(ckpt, folder).items():
+        path = folder / files.file_name(client, version, digest)
+        problem = files.damage(path, digest)
+        if problem:
+            raise UserError(f"client state file '{path}' {problem}: copy the run's checkpoints/ folder back from a "
+                            "backup, or rerun the run")
+        states[client] = files.read_state(path, digest)
+    prefixes |= {m.group(0) for s in states.values() for m in map(BACKBONE.match, s) if m}
+    if len(prefixes) != 1:
+        raise UserError(f"checkpoint '{checkpoint}' holds {'no' if not prefixes else 'more than one'} backbone "
+                        f"({', '.join(sorted(prefixes)) or 'no key starts with backbone.'}): fedlight export "
+                        "exports a method's one backbone")
+    prefix = prefixes.pop()
+
+    def backbone(state: State, skip: State) -> State:
+        inside = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+        return {k: v.cpu() for k, v in inside.items() if k not in skip}
+
+    global_part = backbone(ckpt["global"], {})
+    local = {c: backbone(s, global_part) for c, s in sorted(states.items())}
+    return global_part, {c: part for c, part in local.items() if part}
+
+
+def _write(out: Path, export: dict[str, Any]) -> None:
+    """``torch.save`` of ``export`` to ``out`` atomically (a temporary file renamed over it)."""
+    buffer = io.BytesIO()
+    torch.save(export, buffer)
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_synced(tmp, buffer.getvalue())
+        os.replace(tmp, out)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise UserError(f"cannot write '{out}' ({exc.strerror or exc}): pass --out a file on a disk with room "
+                        "that you may write to") from None

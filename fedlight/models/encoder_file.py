@@ -1,0 +1,139 @@
+"""An exported encoder: one file that rebuilds a run's trained backbone without its recipe.
+
+``fedlight export RUN_DIR`` writes it (``fedlight.engine.run.encoder_export``); ``load_encoder`` reads
+it back. The file is ``torch.save`` of a dict of plain tensors and plain Python values, so it loads
+with ``torch.load(weights_only=True)`` and runs no code::
+
+    {"format": "fedlight-encoder", "format_version": 1,
+     "backbone": {"name", "options" (its factory's further options), "channels", "image_size",
+                  "feature_dim", "parameters"},
+     "normalize": {"mean": [C floats], "std": [C floats]},   # the training images' statistics in [0, 1]
+     "state_dict": {key: tensor},                 # the global model's backbone tensors
+     "local_parts": {client: {key: tensor}},      # backbone tensors each client keeps (LG-FedAvg, FedBN)
+     "fedlight_version": str, "run": {"dir", "rounds_completed", "method", "data", "commit", "dirty",
+                                      "trained_with", "final"}}
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from fedlight.catalog import BACKBONES
+from fedlight.errors import UserError, warnings_if_it_works
+
+FORMAT = "fedlight-encoder"
+FORMAT_VERSION = 1
+State = dict[str, torch.Tensor]
+
+
+class ExportedEncoder(nn.Module):
+    """A backbone behind the normalisation it was trained and evaluated with.
+
+    Args:
+        backbone: the rebuilt encoder, normalised (B, C, H, W) -> (B, D).
+        mean: (C,) per-channel mean of the run's training images in [0, 1].
+        std: (C,) per-channel std.
+
+    Shapes: (B, C, H, W) uint8 images, or floats in [0, 1] -> (B, D) features (``feature_dim``).
+    """
+
+    def __init__(self, backbone: nn.Module, mean: torch.Tensor, std: torch.Tensor) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.register_buffer("mean", mean.view(1, -1, 1, 1))
+        self.register_buffer("std", std.view(1, -1, 1, 1))
+        self.feature_dim = int(backbone.feature_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.uint8:
+            x = x.float().div_(255)
+        return self.backbone((x - self.mean) / self.std)
+
+
+def read_export(path: str | Path) -> dict[str, Any]:
+    """The export file at ``path``, checked to be one.
+
+    Raises:
+        UserError: one line naming the file when it is missing, does not load, or is no export.
+    """
+    path = Path(path)
+    make = "make one with: fedlight export RUN_DIR --out FILE"
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"encoder file '{path}' cannot be read ({exc.strerror}); {make}") from None
+    try:
+        with warnings_if_it_works():
+            found = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as exc:  # truncation and corruption surface as many exception types
+        raise UserError(f"encoder file '{path}' does not load ({type(exc).__name__}: truncated, corrupt or not a "
+                        f"torch file); {make}") from None
+    if not isinstance(found, dict) or found.get("format") != FORMAT:
+        what = "a run checkpoint" if isinstance(found, dict) and "rounds_completed" in found else "not one"
+        raise UserError(f"'{path}' is no fedlight encoder export ({what}); {make}")
+    if found.get("format_version", 0) > FORMAT_VERSION:
+        raise UserError(f"encoder file '{path}' has format version {found['format_version']}, newer than this "
+                        f"fedlight reads ({FORMAT_VERSION}): upgrade fedlight (it was written by fedlight "
+                        f"{found.get('fedlight_version')})")
+    return found
+
+
+def load_local_parts(path: str | Path) -> dict[int, State]:
+    """Each client's own backbone tensors in an export (LG-FedAvg's local layers, FedBN's
+    normalisation), keyed like the backbone's ``state_dict``; empty when every layer is global."""
+    return {int(c): dict(part) for c, part in read_export(path)["local_parts"].items()}
+
+
+def load_encoder(path: str | Path, device: str | torch.device = "cpu", client: int | None = None) -> ExportedEncoder:
+    """Rebuild an exported encoder, in eval mode, on ``device``.
+
+    Args:
+        path: a file ``fedlight export`` wrote.
+        device: where the encoder's tensors go.
+        client: rebuild this client's encoder (the global tensors plus its local part), for a run
+            whose clients keep backbone layers of their own; None: the global encoder.
+
+    Returns:
+        The encoder: (B, C, H, W) uint8 images, or floats in [0, 1] -> (B, D) features; its
+        ``backbone`` takes images normalised with its ``mean`` and ``std``.
+
+    Raises:
+        UserError: one line, for a file that is no export, a client without a local part, or a
+            global encoder some of whose layers only the clients hold.
+    """
+    found = read_export(path)
+    spec, local = found["backbone"], found["local_parts"]
+    state = dict(found["state_dict"])
+    if client is not None:
+        if client not in local:
+            raise UserError(f"encoder file '{path}' holds no local part of client {client}; clients with one: "
+                            f"{_listed(local) or 'none (every layer is global: leave client out)'}")
+        state.update(local[client])
+    if spec["name"] not in BACKBONES:
+        raise UserError(f"encoder file '{path}' needs backbone '{spec['name']}', which this Python does not have; "
+                        "install the package that adds it (fedlight methods lists the backbones)")
+    net = BACKBONES[spec["name"]](spec["channels"], spec["image_size"], **spec["options"])
+    missing = [k for k in net.state_dict() if k not in state]
+    if missing and client is None and local:
+        raise UserError(f"encoder file '{path}': the clients keep backbone tensors such as '{missing[0]}' of their "
+                        f"own, so there is no global encoder; load a client's with client=N (N in {_listed(local)})")
+    try:
+        net.load_state_dict(state)
+    except RuntimeError as exc:  # missing, unexpected or mis-shaped tensors
+        detail = str(exc).splitlines()[1].strip() if len(str(exc).splitlines()) > 1 else str(exc)
+        raise UserError(f"encoder file '{path}' does not fit backbone '{spec['name']}' of this fedlight ({detail}); "
+                        f"load it with fedlight {found['fedlight_version']}, which wrote it") from None
+    normalize = found["normalize"]
+    encoder = ExportedEncoder(net, torch.tensor(normalize["mean"]), torch.tensor(normalize["std"]))
+    return encoder.to(device).eval()
+
+
+def _listed(local: dict[int, Any]) -> str:
+    """``0, 1, 2, ... 9``: the clients with a local part, the first few and the last."""
+    clients = sorted(local)
+    return ", ".join(map(str, clients[:5])) + (f", ... {clients[-1]}" if len(clients) > 5 else "")

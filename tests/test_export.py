@@ -1,0 +1,157 @@
+"""``fedlight export RUN_DIR`` and ``fedlight.load_encoder``: a run's encoder taken away and rebuilt without its recipe."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import fedlight
+from fedlight.cli import main
+from fedlight.config import load_recipe
+from fedlight.engine.run.encoder_export import export_encoder
+from fedlight.engine.run.fit import fit
+from fedlight.errors import UserError
+
+REPO = Path(__file__).resolve().parents[1]
+FMNIST = Path("/usr/share/datasets/fashion-mnist")
+SEED, SUBSET, TEST_SUBSET, LABELS, K = 3, 600, 300, 0.1, 20
+
+# a fresh process: the export file and the evaluator's protocol (seeded labelled subset, k, temperature), no recipe
+FRESH_KNN = f"""
+import sys, torch, fedlight
+from fedlight.data.sources import load_dataset, take_subset
+from fedlight.eval.probes import knn_accuracy, label_subset
+from fedlight.seeding import numpy_rng
+encoder = fedlight.load_encoder(sys.argv[1])
+data = take_subset(load_dataset("fashion_mnist", "{FMNIST}", False, {SEED}), {SUBSET}, {TEST_SUBSET}, {SEED})
+idx = torch.as_tensor(label_subset(data.train_y.numpy(), {LABELS}, numpy_rng({SEED}, "label-fraction")))
+with torch.no_grad():
+    feats = lambda x: torch.cat([encoder(x[i:i + 256]) for i in range(0, len(x), 256)])
+    print(knn_accuracy(feats(data.train_x[idx]), data.train_y[idx], feats(data.test_x), data.test_y, 10, {K}, 0.1))
+"""
+
+
+def _recipe(tmp: Path, run: Path, *overrides: str) -> Path:
+    from conftest import TINY
+
+    path = tmp / "tiny.yaml"
+    path.write_text(TINY.format(repo=REPO) + f"run: {{dir: {run}}}\n")
+    fit(load_recipe(path, list(overrides)))
+    return run
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("export")
+    return _recipe(tmp, tmp / "run", "rounds=1")
+
+
+@pytest.mark.skipif(not FMNIST.is_dir(), reason="needs Debian's dataset-fashion-mnist (scripts/setup.sh)")
+def test_exported_encoder_gives_the_runs_final_knn_in_a_fresh_process(tmp_path: Path) -> None:
+    data = f"data={{name: fashion_mnist, root: {FMNIST}, subset: {SUBSET}, test_subset: {TEST_SUBSET}}}"
+    run = _recipe(tmp_path, tmp_path / "run", "rounds=1", data, f"seed={SEED}", f"eval.label_fraction={LABELS}",
+                  f"eval.knn_k={K}", "model.backbone=tiny_cnn")
+    results = json.loads((run / "results.json").read_text())
+    out = tmp_path / "away" / "encoder.pt"
+    assert main(["export", str(run), "--out", str(out)]) == 0
+    shutil.rmtree(run)  # nothing of the run is left to read: no recipe, no checkpoint
+    proc = subprocess.run([sys.executable, "-c", FRESH_KNN, str(out)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert float(proc.stdout) == results["final"]["knn_acc"]
+    assert results["final"]["knn_acc"] != results["baseline"]["knn_acc"]  # a random-init encoder scores otherwise
+    found = torch.load(out, weights_only=True)
+    assert found["backbone"] == {"name": "tiny_cnn", "options": {}, "channels": 1, "image_size": 28,
+                                 "feature_dim": 64, "parameters": 23408}
+    assert found["run"]["commit"] == results["provenance"]["commit"] and found["local_parts"] == {}
+
+
+def test_the_encoder_is_the_global_backbone_in_eval_mode(tiny_run: Path, tmp_path: Path, capsys) -> None:
+    assert main(["export", str(tiny_run)]) == 0
+    assert capsys.readouterr().out.startswith(f"wrote {tiny_run / 'encoder.pt'}: the small_cnn encoder of round 1")
+    encoder = fedlight.load_encoder(tiny_run / "encoder.pt")
+    trained = torch.load(tiny_run / "checkpoints/last.pt", weights_only=True)["global"]
+    assert not encoder.training and encoder.feature_dim == 128
+    assert encoder.backbone.state_dict().keys() == {k[len("backbone."):] for k in trained if k.startswith("backbone.")}
+    assert all(torch.equal(v, trained[f"backbone.{k}"]) for k, v in encoder.backbone.state_dict().items())
+    images = torch.randint(0, 256, (4, 3, 16, 16), dtype=torch.uint8)
+    assert torch.equal(encoder(images), encoder(images.float() / 255)) and encoder(images).shape == (4, 128)
+
+
+def _damaged(run: Path) -> None:
+    path = run / "checkpoints/last.pt"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _unfinished(run: Path) -> None:
+    results = json.loads((run / "results.json").read_text())
+    results["recipe"]["rounds"] = 3
+    (run / "results.json").write_text(json.dumps(results))
+
+
+@pytest.mark.parametrize("harm, expected", [
+    (lambda run: (run / "results.json").unlink(), "results.json' is missing: pass the run folder"),
+    (_unfinished, "has finished 1 of its 3 rounds: finish it first with fedlight fit --recipe"),
+    (lambda run: (run / "checkpoints/last.pt").unlink(), "has no checkpoint"),
+    (_damaged, "last.pt' fails its sha256 check"),
+], ids=["no results", "unfinished", "no checkpoint", "damaged checkpoint"])
+def test_export_refuses_in_one_line(tiny_run: Path, tmp_path: Path, capsys, harm, expected: str) -> None:
+    run = tmp_path / "copy"
+    shutil.copytree(tiny_run, run)
+    harm(run)
+    assert main(["export", str(run), "--out", str(tmp_path / "e.pt")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and expected in err and str(run) in err, err
+    assert not (tmp_path / "e.pt").exists()
+
+
+def test_load_encoder_refuses_a_file_that_is_no_export(tiny_run: Path, tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"last.pt' is no fedlight encoder export \(a run checkpoint\)"):
+        fedlight.load_encoder(tiny_run / "checkpoints/last.pt")
+    (tmp_path / "notes.pt").write_text("not a model")
+    with pytest.raises(UserError, match="notes.pt' does not load"):
+        fedlight.load_encoder(tmp_path / "notes.pt")
+    with pytest.raises(UserError, match="missing.pt' cannot be read"):
+        fedlight.load_encoder(tmp_path / "missing.pt")
+
+
+@pytest.mark.parametrize("store", ["memory", "disk"])
+def test_lg_fedavg_exports_each_clients_local_layers(tmp_path: Path, store: str) -> None:
+    """LG-FedAvg's CIFAR split: the convolutions global, fc1 and fc2 each client's own, wherever the store keeps them."""
+    run = _recipe(tmp_path, tmp_path / "lg", "model.backbone=lenet5", "clients.num=3", "rounds=2",
+                  "method={name: lg, objective: supervised, global_layers: [backbone.conv1, backbone.conv2], "
+                  "warmup_rounds: 1}", f"run.client_state={store}")
+    out = tmp_path / "lg.pt"
+    assert main(["export", str(run), "--out", str(out)]) == 0
+    ckpt = torch.load(run / "checkpoints/last.pt", weights_only=True)
+    stored = ckpt["clients"] if store == "memory" else {
+        int(p.name[1:p.name.index("-")]): torch.load(p, weights_only=True)
+        for p in sorted((run / "checkpoints/clients").glob("c*-r*.pt"), key=lambda p: p.name.split("-")[1])}
+    parts = fedlight.load_local_parts(out)
+    assert sorted(parts) == [0, 1, 2]
+    for client, part in parts.items():
+        assert set(part) == {f"{layer}.{p}" for layer in ("fc1", "fc2") for p in ("weight", "bias")}
+        encoder = fedlight.load_encoder(out, client=client)
+        for key, value in encoder.backbone.state_dict().items():
+            source = ckpt["global"] if key.startswith("conv") else stored[client]
+            assert torch.equal(value, source[f"objective.backbone.{key}"]), (client, key)
+    assert not torch.equal(parts[0]["fc1.weight"], parts[1]["fc1.weight"])
+    with pytest.raises(UserError, match=r"tensors such as 'fc1.weight' of their own.*client=N \(N in 0, 1, 2\)"):
+        fedlight.load_encoder(out)
+    with pytest.raises(UserError, match="no local part of client 7; clients with one: 0, 1, 2"):
+        fedlight.load_encoder(out, client=7)
+    if store == "disk":  # a recorded client state file damaged since: named, nothing written
+        victim = max((run / "checkpoints/clients").glob("c1-r*.pt"))
+        victim.write_bytes(victim.read_bytes()[:-10])
+        with pytest.raises(UserError, match=f"client state file '{victim}' fails its sha256 check"):
+            export_encoder(run, tmp_path / "again.pt")
+        assert not (tmp_path / "again.pt").exists()
