@@ -102,7 +102,7 @@ def check_overrides(overrides: list[str], axes: list[Axis], arms: list[Arm] = ()
         for text in arm.overrides:
             key = parse_override(text)[0]
             if key in grid_keys | shared | {"run.dir", "arm"}:
-                raise UserError(f"{arm.who}'s override '{text}' sets '{key}', which the sweep sets for every arm "
+                raise UserError(f"override '{text}' of {arm.who} sets '{key}', which the sweep sets for every arm "
                                 "(--grid, an override or its own); drop one of them")
 
 
