@@ -2,7 +2,8 @@
 ``--arm NAME[=ITEM,ITEM,...]``, each item one of
 
 - ``GROUP:CHOICE``: a whole section from a config group (``method:moon``, ``server:scaffold``;
-  ``fedlight.config.groups``), the recipe's settings carried into it or refused in one line;
+  ``fedlight.config.groups``), the recipe's settings carried into it or refused in one line
+  (``fedlight.sweep.carry``);
 - ``~GROUP.KEY``: a setting of the recipe's ``method`` / ``server`` not to carry (Hydra's delete);
 - ``KEY=VALUE``: an override of this arm only;
 - a recipe (a path, or the name of a shipped one): the arm's own, instead of the one ``--recipe`` gives.
@@ -21,11 +22,12 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from fedlight.config.bundled import resolve_recipe
-from fedlight.config.groups import GROUPS, Choice, chosen_section, parse_choice
+from fedlight.config.groups import GROUPS, Choice, parse_choice
 from fedlight.config.loader import compose, override_layers, parse_override, recipe_layers, resolve
 from fedlight.config.schema import Recipe
 from fedlight.config.structured import to_recipe
 from fedlight.errors import UserError
+from fedlight.sweep.carry import chosen_section
 from fedlight.sweep.grid import Axis, split_values
 
 ARM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")  # what a run name keeps as written

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from fedlight.config import Recipe, load_recipe
 from fedlight.config.files import output_folder_problem
 from fedlight.config.loader import parse_override
 from fedlight.engine.state.run_files import write_json
@@ -124,8 +125,13 @@ def run_sweep(recipe: str | list[str], grid: list[str], seeds: int, out: str, op
     arm_list = parse_arms(recipes, list(arms))
     if not recipes and not arm_list:
         raise UserError("give the sweep a recipe: --recipe RECIPE (or --arm NAME=RECIPE,...)")
-    runs = arm_list or [Arm("", recipes[0])]  # the recipe alone: tasks without an arm
-    base = Path(runs[0].recipe).resolve()
+    base = Path(arm_list[0].recipe if arm_list else recipes[0]).resolve()
+    by_name = {arm.name: arm for arm in arm_list}
+
+    def load(arm: str | None, extra: list[str]) -> Recipe:
+        """The recipe of a task of ``arm`` (None: the sweep has no arms) with the ``extra`` overrides."""
+        return load_recipe(base, extra) if arm is None else by_name[arm].load(extra)
+
     out_dir = Path(out).resolve()
     overrides = list(overrides)
     blocked = output_folder_problem(out_dir)
@@ -139,10 +145,9 @@ def run_sweep(recipe: str | list[str], grid: list[str], seeds: int, out: str, op
     check_overrides(overrides, axes, arm_list)
     if seeds < 1:
         raise UserError(f"--seeds {seeds}: give at least 1")
-    first = runs[0].load(overrides)
+    first = load(arm_list[0].name if arm_list else None, overrides)
     seed_list = [first.seed + i for i in range(seeds)]  # the (first) recipe's seed, then the next ones
     tasks = expand(axes, seed_list, arm_axes(arm_list, axes, overrides))
-    by_name = {arm.name: arm for arm in arm_list}
     old = mf.read_manifest(out_dir)
     version = mf.FORMAT if old is None else old["fedlight_sweep"]
     names = run_names(tasks)
@@ -153,8 +158,7 @@ def run_sweep(recipe: str | list[str], grid: list[str], seeds: int, out: str, op
     for task in tasks:
         run_dir = mf.run_path(out_dir, names[task.index])
         try:  # what fit would refuse, each task refuses here, before anything is written
-            arm = by_name.get(task.arm, runs[0])
-            resolved = arm.load([*overrides, *task.overrides, f"run.dir={run_dir}"])
+            resolved = load(task.arm, [*overrides, *task.overrides, f"run.dir={run_dir}"])
             if not is_finished(run_dir, resolved.rounds):  # a finished task says so without importing torch
                 check_task(resolved, loader)
         except UserError as exc:

@@ -1,7 +1,8 @@
 """Run names of a sweep's tasks, made of their grid values: ``alpha=0.1_seed=0``, not ``0003``.
 
-A name lists the task's arm (``arm=moon``, where the sweep has arms), each grid key (its last dotted part, or the whole key where two keys share
-that part) with the task's value, then the seed, joined by ``_``. So TensorBoard pointed at
+A name lists the task's arm (``arm=moon``, where the sweep has arms), each grid key (its last
+dotted part, or the whole key where two keys share that part) with the task's value, then the
+seed, joined by ``_``. So TensorBoard pointed at
 ``<out>/runs`` labels every curve by what it varies. Names are filesystem-safe (ASCII
 letters, digits and ``._=+-`` only; anything else becomes ``-``), at most ``MAX_LENGTH``
 characters, and unique within the sweep.
