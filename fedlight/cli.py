@@ -76,7 +76,12 @@ def _parser() -> argparse.ArgumentParser:
                      help="write it as a self-contained recipe file to edit and run from any folder (--overwrite "
                           "replaces one there), and stop")
     sweep = sub.add_parser("sweep", help="a recipe x a grid x seeds: one SLURM array job, or processes here")
-    sweep.add_argument("--recipe", required=True, help="base recipe YAML file")
+    sweep.add_argument("--recipe", action="append", default=[], dest="recipes",
+                       help="base recipe YAML file (or a shipped recipe's name); given several times, an arm each")
+    sweep.add_argument("--arm", action="append", default=[], metavar="NAME[=ITEM,...]",
+                       help="an arm to compare (repeatable); items: method:CHOICE / server:CHOICE (configs/method, "
+                            "configs/server), ~method.KEY (a setting not to carry), KEY=VALUE, a recipe; "
+                            "e.g. --arm scaffold=method:scaffold,server:scaffold")
     sweep.add_argument("overrides", nargs="*", help="dotted key=value overrides every task shares, as fit takes them")
     sweep.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                        help="a recipe key and its values (repeatable), e.g. partition.alpha=0.01,1,100")
@@ -134,12 +139,14 @@ def _glue_dash_values(argv: list[str]) -> list[str]:
 
 
 def _sweep(args: argparse.Namespace) -> int:
+    from fedlight.config.bundled import resolve_recipe
     from fedlight.sweep.command import SweepOptions, run_sweep
 
     options = SweepOptions(args.executor, args.submit, args.resubmit_failed, args.slurm_args, args.max_running,
                            args.parallel)
     try:
-        outcome = run_sweep(args.recipe, args.grid, args.seeds, args.out, options, args.overrides)
+        outcome = run_sweep([resolve_recipe(r) for r in args.recipes], args.grid, args.seeds, args.out, options,
+                            args.overrides, arms=args.arm)
     except KeyboardInterrupt:  # --executor local: Ctrl-C or SIGTERM, passed on to the tasks as SIGTERM
         if args.executor != "local":
             raise

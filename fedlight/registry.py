@@ -29,8 +29,8 @@ from fedlight.methods.federated_module import FederatedModule, OptimizerSpec
 from fedlight.methods.wrapper import ObjectiveWrapper
 from fedlight.server.aggregator import Aggregator
 
-__all__ = ["BACKBONES", "METHODS", "PLUGINS", "SCHEDULES", "SERVERS", "build_method", "build_plugins", "build_server",
-           "resolved_settings", "validate"]
+__all__ = ["BACKBONES", "METHODS", "PLUGINS", "SCHEDULES", "SERVERS", "accepted_keys", "build_method", "build_plugins",
+           "build_server", "is_wrapper", "resolved_settings", "validate"]
 
 # the server a method needs when the recipe's server does not fit it
 REQUIRED_SERVER = {"scaffold": "scaffold"}
@@ -52,8 +52,8 @@ def hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls.__init__, include_extras=True)
 
 
-def _options(section: str, spec: dict[str, Any], table: dict[str, type]) -> list[tuple[type, dict[str, Any]]]:
-    """[(class, kwargs)] for the section, outermost first (a wrapper, then its objective)."""
+def _chain(section: str, spec: dict[str, Any], table: dict[str, type]) -> list[type]:
+    """The classes the section builds, outermost first (a wrapper, then its objective)."""
     name = spec.get("name")
     check_name(f"{section}.name", name, table)
     chain = [table[name]]
@@ -63,6 +63,26 @@ def _options(section: str, spec: dict[str, Any], table: dict[str, type]) -> list
             valid = ", ".join(sorted(k for k, c in table.items() if not issubclass(c, ObjectiveWrapper)))
             raise UserError(f"{section}.objective {inner!r} is not a local objective; valid: {valid}")
         chain.append(table[inner])
+    return chain
+
+
+def is_wrapper(method_name: str) -> bool:
+    """Whether ``method.name`` names a wrapper (fedprox, scaffold, lg, fedbn, ...) of ``method.objective``."""
+    check_name("method.name", method_name, METHODS)
+    return issubclass(METHODS[method_name], ObjectiveWrapper)
+
+
+def accepted_keys(section: str, spec: dict[str, Any]) -> list[str]:
+    """The option keys (besides ``name`` and a wrapper's ``objective``) that a ``method`` or ``server``
+    section naming ``spec['name']`` (and ``spec['objective']``) takes, sorted."""
+    return sorted({p for cls in _chain(section, spec, METHODS if section == "method" else SERVERS)
+                   for p in _params(cls)})
+
+
+def _options(section: str, spec: dict[str, Any], table: dict[str, type]) -> list[tuple[type, dict[str, Any]]]:
+    """[(class, kwargs)] for the section, outermost first (a wrapper, then its objective)."""
+    name = spec.get("name")
+    chain = _chain(section, spec, table)
     kwargs: list[dict[str, Any]] = [{} for _ in chain]
     reserved = {"name", "objective"} if len(chain) > 1 else {"name"}
     for key, value in spec.items():

@@ -29,7 +29,8 @@ from fedlight.config.schema import Recipe
 from fedlight.config.structured import new_config, to_recipe, user_error
 from fedlight.errors import UserError
 
-__all__ = ["compose", "load_recipe", "override_layer", "parse_override", "yaml_value"]
+__all__ = ["Replace", "compose", "load_recipe", "override_layer", "override_layers", "parse_override", "recipe_layers",
+           "resolve", "yaml_value"]
 
 RECIPE_FIX = "fix the recipe file"
 # a run folder's recipe.yaml records under this key what the run's classes were built with; it sets
@@ -100,6 +101,11 @@ def override_layer(text: str) -> dict[str, Any]:
     return OmegaConf.to_container(layer)
 
 
+class Replace(dict):
+    """A layer's section that replaces the section before it, keys and all, even where it names the
+    same class (a config group's choice, ``fedlight.config.groups``)."""
+
+
 def _renamed(config: DictConfig, layer: Mapping, named: set[str], defaults: DictConfig | None,
              prefix: str = "") -> None:
     """Reset each section of ``config`` to its default where ``layer`` names a different class
@@ -109,7 +115,7 @@ def _renamed(config: DictConfig, layer: Mapping, named: set[str], defaults: Dict
         if not isinstance(value, Mapping) or not isinstance(config.get(key) if key in config else None, DictConfig):
             continue
         default = defaults[key] if isinstance(defaults, DictConfig) and key in defaults else None
-        if "name" in value and path in named and config[key].get("name") != value["name"]:
+        if isinstance(value, Replace) or ("name" in value and path in named and config[key].get("name") != value["name"]):
             config[key] = copy.deepcopy(default) if isinstance(default, DictConfig) else {}
         else:
             _renamed(config[key], value, named, default, path + ".")
@@ -153,7 +159,7 @@ def compose(layers: list[tuple[Mapping, str]]) -> DictConfig:
         _renamed(config, layer, named, defaults)
         for key, value in layer.items():  # key by key: a refused section is named even where OmegaConf names none
             try:
-                config.merge_with({key: value})
+                config.merge_with({key: dict(value) if isinstance(value, Replace) else value})  # OmegaConf: no subclass
             except OmegaConfBaseException as exc:
                 raise user_error(exc, where, key) from None
     return config
@@ -172,13 +178,17 @@ def resolve(config: DictConfig) -> dict[str, Any]:
 
 
 def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
-    """Compose, override, resolve and type-check a recipe file.
+    """Compose, override (``override_layers``), resolve and type-check a recipe file."""
+    return to_recipe(resolve(compose([*recipe_layers(path), *override_layers(overrides)])))
 
-    ``overrides`` that name a class (``method.name=byol``) apply first, so the keys given for the
-    new class land in a fresh section.
-    """
-    path = Path(path)
+
+def recipe_layers(path: str | Path) -> list[tuple[dict[str, Any], str]]:
+    """The layers of the recipe file at ``path``: its name (the file's stem), its fragments, its own keys."""
+    return [({"name": Path(path).stem}, "the recipe's file name"), *_fragments(Path(path))]
+
+
+def override_layers(overrides: list[str]) -> list[tuple[dict[str, Any], str]]:
+    """``key=value`` overrides as layers, those naming a class (``method.name=byol``) first, so the keys
+    given for the new class land in a fresh section."""
     ordered = sorted(overrides, key=lambda text: text.partition("=")[0].rpartition(".")[2] != "name")
-    layers = [({"name": path.stem}, "the recipe's file name"), *_fragments(path),
-              *[(override_layer(text), f"override '{text}'") for text in ordered]]
-    return to_recipe(resolve(compose(layers)))
+    return [(override_layer(text), f"override '{text}'") for text in ordered]

@@ -219,6 +219,9 @@ class Recipe:
     """A resolved recipe: everything one ``fedlight fit`` needs."""
 
     name: str = "run"
+    # the sweep arm this run belongs to (``fedlight sweep --arm NAME=...``; a label: nothing reads it but
+    # ``fedlight report``, which groups runs by it)
+    arm: str | None = None
     seed: int = check(seed_value, 0)
     rounds: int = check(positive, 10)
     data: DataConfig = field(default_factory=DataConfig)

@@ -17,12 +17,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from fedlight.config import load_recipe
+from fedlight.config import Recipe, load_recipe
 from fedlight.config.files import output_folder_problem
 from fedlight.config.loader import parse_override
 from fedlight.engine.state.run_files import write_json
 from fedlight.errors import UserError, UserErrors
 from fedlight.sweep import manifest as mf
+from fedlight.sweep.arms import Arm, arm_axes, parse_arms
 from fedlight.sweep.grid import OWNED, Axis, Task, expand, parse_grid
 from fedlight.sweep.local import Failure, LocalTask, run_local
 from fedlight.sweep.names import run_names
@@ -89,15 +90,23 @@ class SweepOutcome:
     failed: list[Failure]
 
 
-def check_overrides(overrides: list[str], axes: list[Axis]) -> None:
-    """Refuse an override of a key the sweep sets (``run.dir``) or that a ``--grid`` also sets."""
+def check_overrides(overrides: list[str], axes: list[Axis], arms: list[Arm] = ()) -> None:
+    """Refuse an override of a key the sweep sets (``run.dir``, ``arm`` with arms) or that a ``--grid``
+    also sets; and an arm's override of a key the sweep's overrides set for every arm."""
     grid_keys = {a.key for a in axes}
     for text in overrides:
         key = parse_override(text)[0]  # fit's own parser: the same syntax, the same errors
-        if key == "run.dir":
-            raise UserError(f"override '{text}': {OWNED['run.dir']}; drop it")
+        if key == "run.dir" or (key == "arm" and arms):
+            raise UserError(f"override '{text}': {OWNED[key]}; drop it")
         if key in grid_keys:
             raise UserError(f"override '{text}' sets the --grid key '{key}'; give its values in --grid only")
+    shared = {parse_override(text)[0] for text in overrides}
+    for arm in arms:
+        for text in arm.overrides:
+            key = parse_override(text)[0]
+            if key in grid_keys | shared | {"run.dir", "arm"}:
+                raise UserError(f"override '{text}' of {arm.who} sets '{key}', which the sweep sets for every arm "
+                                "(--grid, an override or its own); drop one of them")
 
 
 def problem_line(message: str, tasks: list[Task], shown: int = 3) -> str:
@@ -108,10 +117,23 @@ def problem_line(message: str, tasks: list[Task], shown: int = 3) -> str:
     return f"{'task' if len(tasks) == 1 else 'tasks'} {named}{more}: {message}"
 
 
-def run_sweep(recipe: str, grid: list[str], seeds: int, out: str, options: SweepOptions = SweepOptions(),
-              overrides: list[str] = (), echo: Callable[[str], None] = print) -> SweepOutcome:
-    """Write (or refresh) the sweep in ``out``; submit it (SLURM, ``submit_now``) or run it (local)."""
-    base = Path(recipe).resolve()
+def run_sweep(recipe: str | list[str], grid: list[str], seeds: int, out: str, options: SweepOptions = SweepOptions(),
+              overrides: list[str] = (), echo: Callable[[str], None] = print, arms: list[str] = ()) -> SweepOutcome:
+    """Write (or refresh) the sweep in ``out``; submit it (SLURM, ``submit_now``) or run it (local).
+
+    ``recipe``: one recipe, or several (an arm each); ``arms``: ``--arm NAME[=ITEM,...]`` options
+    (``fedlight.sweep.arms``)."""
+    recipes = [recipe] if isinstance(recipe, str) else list(recipe)
+    arm_list = parse_arms(recipes, list(arms))
+    if not recipes and not arm_list:
+        raise UserError("give the sweep a recipe: --recipe RECIPE (or --arm NAME=RECIPE,...)")
+    base = Path(arm_list[0].recipe if arm_list else recipes[0]).resolve()
+    by_name = {arm.name: arm for arm in arm_list}
+
+    def load(arm: str | None, extra: list[str]) -> Recipe:
+        """The recipe of a task of ``arm`` (None: the sweep has no arms) with the ``extra`` overrides."""
+        return load_recipe(base, extra) if arm is None else by_name[arm].load(extra)
+
     out_dir = Path(out).resolve()
     overrides = list(overrides)
     blocked = output_folder_problem(out_dir)
@@ -122,12 +144,12 @@ def run_sweep(recipe: str, grid: list[str], seeds: int, out: str, options: Sweep
         raise UserError(problem)
     extra_sbatch = split_slurm_args(options.slurm_args)
     axes = parse_grid(grid)
-    check_overrides(overrides, axes)
+    check_overrides(overrides, axes, arm_list)
     if seeds < 1:
         raise UserError(f"--seeds {seeds}: give at least 1")
-    first = load_recipe(base, overrides)
-    seed_list = [first.seed + i for i in range(seeds)]  # the recipe's seed, then the next ones
-    tasks = expand(axes, seed_list)
+    first = load(arm_list[0].name if arm_list else None, overrides)
+    seed_list = [first.seed + i for i in range(seeds)]  # the (first) recipe's seed, then the next ones
+    tasks = expand(axes, seed_list, arm_axes(arm_list, axes, overrides))
     old = mf.read_manifest(out_dir)
     version = mf.FORMAT if old is None else old["fedlight_sweep"]
     names = run_names(tasks)
@@ -138,7 +160,7 @@ def run_sweep(recipe: str, grid: list[str], seeds: int, out: str, options: Sweep
     for task in tasks:
         run_dir = mf.run_path(out_dir, names[task.index])
         try:  # what fit would refuse, each task refuses here, before anything is written
-            resolved = load_recipe(base, [*overrides, *task.overrides, f"run.dir={run_dir}"])
+            resolved = load(task.arm, [*overrides, *task.overrides, f"run.dir={run_dir}"])
             if not is_finished(run_dir, resolved.rounds):  # a finished task says so without importing torch
                 for warning in check_task(resolved, loader):
                     clamped.setdefault(warning, []).append(task)
@@ -152,6 +174,8 @@ def run_sweep(recipe: str, grid: list[str], seeds: int, out: str, options: Sweep
         raise UserErrors([problem_line(message, failing) for message, failing in problems.items()])
     grid_record = [{"key": a.key, "values": list(a.raw)} for a in axes]
     manifest = mf.new_manifest(base, overrides, grid_record, seed_list, entries, version)
+    if arm_list:
+        manifest["arms"] = [arm.record() for arm in arm_list]
     if old is not None:
         mf.check_same_sweep(old, manifest, out_dir, plain)
         manifest["submissions"] = old.get("submissions", [])

@@ -18,7 +18,8 @@ from fedlight.config.schema import Recipe
 from fedlight.errors import UserError
 
 # keys the sweep sets itself
-OWNED = {"seed": "use --seeds N instead of --grid seed=...", "run.dir": "the sweep puts each run under --out"}
+OWNED = {"seed": "use --seeds N instead of --grid seed=...", "run.dir": "the sweep puts each run under --out",
+         "arm": "name arms with --arm NAME=... (or give several --recipe)"}
 
 
 @dataclass(frozen=True)
@@ -32,15 +33,17 @@ class Axis:
 
 @dataclass(frozen=True)
 class Task:
-    """One point of the grid with one seed: its index and the overrides that make it."""
+    """One point of the grid with one seed (and arm): its index and the overrides that make it."""
 
     index: int
     settings: tuple[tuple[str, str], ...]  # (key, raw value) per grid axis
     seed: int
+    arm: str | None = None  # the recipe key ``arm``, set by its override (fedlight.sweep.arms)
 
     @property
     def overrides(self) -> list[str]:
-        return [f"{k}={v}" for k, v in self.settings] + [f"seed={self.seed}"]
+        arm = [f"arm={self.arm}"] if self.arm is not None else []
+        return arm + [f"{k}={v}" for k, v in self.settings] + [f"seed={self.seed}"]
 
 
 def split_values(text: str) -> list[str]:
@@ -102,9 +105,14 @@ def parse_grid(texts: list[str]) -> list[Axis]:
     return axes
 
 
-def expand(axes: list[Axis], seeds: list[int]) -> list[Task]:
-    """Every grid point x every seed, in a fixed order (last axis fastest, seeds innermost)."""
+def expand(axes: list[Axis], seeds: list[int], arms: list[tuple[str, list[Axis]]] = ()) -> list[Task]:
+    """Every grid point x every seed, in a fixed order (last axis fastest, seeds innermost); with
+    ``arms`` (name, the axes that apply to it), arm by arm, each over its own axes."""
     if not seeds:
         raise UserError("--seeds must be at least 1")
-    points = itertools.product(*[[(a.key, r) for r in a.raw] for a in axes])
-    return [Task(i, point, seed) for i, (point, seed) in enumerate(itertools.product(list(points), seeds))]
+    tasks: list[Task] = []
+    for arm, arm_axes in arms or [(None, axes)]:
+        points = itertools.product(*[[(a.key, r) for r in a.raw] for a in arm_axes])
+        tasks += [Task(len(tasks) + i, point, seed, arm)
+                  for i, (point, seed) in enumerate(itertools.product(list(points), seeds))]
+    return tasks

@@ -1,7 +1,8 @@
 """Run names of a sweep's tasks, made of their grid values: ``alpha=0.1_seed=0``, not ``0003``.
 
-A name lists each grid key (its last dotted part, or the whole key where two keys share
-that part) with the task's value, then the seed, joined by ``_``. So TensorBoard pointed at
+A name lists the task's arm (``arm=moon``, where the sweep has arms), each grid key (its last
+dotted part, or the whole key where two keys share that part) with the task's value, then the
+seed, joined by ``_``. So TensorBoard pointed at
 ``<out>/runs`` labels every curve by what it varies. Names are filesystem-safe (ASCII
 letters, digits and ``._=+-`` only; anything else becomes ``-``), at most ``MAX_LENGTH``
 characters, and unique within the sweep.
@@ -37,9 +38,10 @@ def safe_name(text: str) -> str:
 
 def run_names(tasks: list[Task]) -> dict[int, str]:
     """Every task's run name, by task index (deterministic for the same command)."""
-    keys = [key for key, _ in tasks[0].settings] if tasks else []
+    keys = list(dict.fromkeys(key for t in tasks for key, _ in t.settings))  # arms may vary fewer keys
     labels = key_labels(keys)
-    names = {t.index: safe_name("_".join([*(f"{labels[k]}={v}" for k, v in t.settings), f"seed={t.seed}"]))
+    arm = lambda t: [f"arm={t.arm}"] if t.arm is not None else []  # noqa: E731
+    names = {t.index: safe_name("_".join([*arm(t), *(f"{labels[k]}={v}" for k, v in t.settings), f"seed={t.seed}"]))
              for t in tasks}
     # values alike once made safe get the task index; no other name can end in "_task<i>" (each
     # ends in its seed or, cut, in a digest), and safe_name keeps the longer one within MAX_LENGTH
