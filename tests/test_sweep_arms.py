@@ -34,10 +34,22 @@ def test_fedavg_scaffold_moon_in_one_command(tmp_path: Path, capsys) -> None:
     assert [a["name"] for a in json.loads((out / "manifest.json").read_text())["arms"]] == ["fedavg", "scaffold", "moon"]
 
     local = tmp_path / "here"
-    assert main([*ALGORITHMS, "--seeds", "1", "--out", str(local), "--executor", "local", "--parallel", "2", *TINY]) == 0
-    assert "3 to run now" in capsys.readouterr().out
+    # two rounds: in round 1 MOON (no previous model) and SCAFFOLD (zero control variates) are FedAvg exactly
+    two_rounds = [o for o in TINY if o != "rounds=1"] + ["rounds=2"]
+    assert main([*ALGORITHMS, "--seeds", "3", "--out", str(local), "--executor", "local", "--parallel", "2",
+                 *two_rounds]) == 0
+    assert "9 to run now" in capsys.readouterr().out
     runs = {arm: json.loads((local / "runs" / f"arm={arm}_seed=0" / "results.json").read_text())
             for arm in ("fedavg", "scaffold", "moon")}
+    # the README's next command: every arm against FedAvg, paired by seed
+    assert main(["report", str(local), "--metric", "knn_acc", "--reference", "fedavg"]) == 0
+    compare = (local / "compare.md").read_text()
+    rows = {arm: [c.strip() for c in next(line for line in compare.splitlines() if line.startswith(f"| {arm} | 3 |"))
+                  .split("|")[1:-1]] for arm in ("scaffold", "moon")}
+    for cells in rows.values():  # pairs, difference, 95% interval, verdict, seeds to decide
+        assert cells[3] == "3" and cells[5].startswith("[") and cells[6] in ("ahead", "behind", "can't tell")
+    assert rows["moon"][4] != "+0.00"  # MOON's second round differs from FedAvg's
+    assert rows["moon"][-1].startswith("about ") or rows["moon"][6] != "can't tell"  # seeds to decide where it can't
     for arm, results in runs.items():
         assert results["recipe"]["arm"] == arm and results["final"] is not None
     fedavg, scaffold, moon = (runs[a]["recipe"] for a in ("fedavg", "scaffold", "moon"))
