@@ -25,8 +25,8 @@ B = ClientPayload(1, 1.0, {"w": torch.tensor([0.3, 0.4]), "n": torch.tensor(8)})
 
 
 def _server(**kw) -> DPFedAvg:
-    server = DPFedAvg(**{"clip": 1.0, "noise_multiplier": 1e-12, **kw}, num_clients=2)
-    server.check_clients(2)
+    server = DPFedAvg(**{"clip": 1.0, "noise_multiplier": 1e-12, **kw})
+    server.check_clients(2, 2)
     return server
 
 
@@ -38,8 +38,8 @@ def test_updates_are_clipped_to_c_and_averaged_over_the_round_with_equal_weights
 
 def test_the_servers_noise_has_standard_deviation_z_c_over_m() -> None:
     big = {"w": torch.zeros(200_000)}
-    out = DPFedAvg(clip=2.0, noise_multiplier=1.5, num_clients=3)
-    out.check_clients(3)
+    out = DPFedAvg(clip=2.0, noise_multiplier=1.5)
+    out.check_clients(3, 3)
     noisy = out.finalize(big, [ClientPayload(c, 1.0, {"w": torch.zeros(200_000)}) for c in range(3)])["w"]
     assert noisy.std().item() == pytest.approx(1.5 * 2.0 / 3, rel=0.01)  # z C / m = 1
     assert abs(noisy.mean().item()) < 0.01
@@ -67,6 +67,23 @@ def test_epsilon_is_the_rdp_of_the_gaussian_mechanism_converted_at_delta() -> No
     assert epsilon(1.0, z, rounds, delta) == pytest.approx(by_hand, rel=1e-9)
     assert epsilon(0.1, z, rounds, delta) < epsilon(1.0, z, rounds, delta)  # sampling amplifies privacy
     assert epsilon(1.0, z, 0, delta) == 0.0
+
+
+@pytest.mark.parametrize("clients, q", [
+    (["clients.num=10"], 1.0),  # plain: every client, every round
+    (["clients.num=10", "clients.fraction=0.5", "clients.sampling=poisson"], 0.5),
+    (["clients.num=10", "partition.public_client=0"], 1.0),  # the 9 that train all join every round
+    (["clients.num=10", "partition.public_client=0", "clients.fraction=0.5", "clients.sampling=poisson"], 4 / 9),
+])
+def test_epsilon_is_opacus_accountant_at_the_rate_the_engine_samples_the_trainable_clients(
+        tiny_recipe: Path, clients: list[str], q: float) -> None:
+    # q = round(fraction x 9) / 9 with a public client, which never trains: not / 10 (27.56 for 30.13 at q = 1)
+    from opacus.accountants import RDPAccountant
+    server = check_recipe(load_recipe(tiny_recipe, [*FAST, *clients, "server={name: dp_fedavg, noise_multiplier: 1.0}"]))
+    accountant = RDPAccountant()
+    for _ in range(20):
+        accountant.step(noise_multiplier=1.0, sample_rate=q)
+    assert server.metrics(20)["dp_epsilon"] == pytest.approx(accountant.get_epsilon(delta=1e-5), rel=1e-12)
 
 
 def test_a_dp_run_logs_epsilon_every_round_and_resumes_bit_for_bit(tmp_path: Path, tiny_recipe: Path) -> None:

@@ -75,9 +75,11 @@ class Aggregator:
     needs_payloads = False
     accounts_privacy = False
 
-    def check_clients(self, per_round: int) -> None:
+    def check_clients(self, per_round: int, population: int) -> None:
         """Before any training: raise a UserError if the rule cannot work on the ``per_round``
-        clients a round samples (e.g. Krum's f Byzantine clients need ``per_round >= 2f + 3``)."""
+        clients a round samples (e.g. Krum's f Byzantine clients need ``per_round >= 2f + 3``)
+        out of the ``population`` it samples them from (every client that trains: all but the
+        public client; DP-FedAvg's sampling rate is ``per_round / population``)."""
 
     def accumulate(self, acc: State | None, payload: State, weight: float) -> State:
         """Fold one client's ``payload`` (with its ``weight``, e.g. sample count) into ``acc``."""

@@ -22,7 +22,8 @@ multiplier to z_Delta = (z^-2 - (2 sigma_b)^-2)^(-1/2) (Andrew et al., Theorem 1
 round costs what one Gaussian mechanism of multiplier z costs.
 
 Accounting: Opacus's RDP accountant (the sampled Gaussian mechanism, Mironov et al. 2019) with
-sampling rate q = m / K over the K clients, one step a round; epsilon at ``delta`` after each
+sampling rate q = m / K over the K clients that train (``check_clients``' population: a
+``partition.public_client`` never trains, so it is not one of them), one step a round; epsilon at ``delta`` after each
 round is the history's ``dp_epsilon``. That analysis models Poisson sampling, and fedlight's
 sampling matches it: with ``clients.fraction=1`` every client takes part in every round (q = 1);
 below 1 the recipe must set ``clients.sampling=poisson`` (each client joins a round with
@@ -89,7 +90,7 @@ class DPFedAvg(Aggregator):
         target_quantile: gamma, the share of updates left unclipped (0.5).
         clip_lr: eta_C, the geometric step of C (0.2).
         count_noise: sigma_b, the clipped count's noise (None: m / 20, the paper's choice).
-        num_clients: K (the engine's); seed: the run seed (the engine's: the noise is keyed by seed and round).
+        seed: the run seed (the engine's: the noise is keyed by seed and round).
     """
 
     needs_payloads = True
@@ -98,16 +99,16 @@ class DPFedAvg(Aggregator):
     def __init__(self, clip: Annotated[float, positive] = 1.0, noise_multiplier: Annotated[float, positive] = 1.0,
                  delta: Annotated[float, probability] = 1e-5, adaptive: bool = False,
                  target_quantile: Annotated[float, probability] = 0.5, clip_lr: Annotated[float, positive] = 0.2,
-                 count_noise: Annotated[float, positive] | None = None, num_clients: int = 1, seed: int = 0) -> None:
+                 count_noise: Annotated[float, positive] | None = None, seed: int = 0) -> None:
         self.clip, self.z, self.delta, self.adaptive = clip, noise_multiplier, delta, adaptive
         self.target_quantile, self.clip_lr, self.count_noise = target_quantile, clip_lr, count_noise
-        self.num_clients, self.seed = num_clients, seed
-        self.per_round, self.rounds = num_clients, 0
+        self.seed, self.per_round, self.population, self.rounds = seed, 1, 1, 0
 
-    def check_clients(self, per_round: int) -> None:
-        """Record m, the clients a round samples (the noise's denominator and the accountant's rate);
-        raise a UserError where adaptive clipping's count noise leaves the updates no privacy."""
-        self.per_round = per_round  # the expected round size under Poisson sampling
+    def check_clients(self, per_round: int, population: int) -> None:
+        """Record m, the clients a round samples (the noise's denominator), and K, the trainable clients
+        the engine samples them from (the accountant's rate is m / K); raise a UserError where adaptive
+        clipping's count noise leaves the updates no privacy."""
+        self.per_round, self.population = per_round, population  # m: the expected round size under Poisson sampling
         try:  # one line now rather than after a round's training
             import opacus  # noqa: F401
         except ImportError:
@@ -145,7 +146,7 @@ class DPFedAvg(Aggregator):
 
     def metrics(self, rounds: int) -> dict[str, float]:
         """``dp_epsilon`` after ``rounds`` rounds at ``delta``, and ``dp_clip``, the current C."""
-        q = min(1.0, self.per_round / max(1, self.num_clients))
+        q = min(1.0, self.per_round / self.population)
         return {"dp_epsilon": epsilon(q, self.z, rounds, self.delta), "dp_clip": self.clip}
 
     def state_dict(self) -> dict[str, Any]:
