@@ -11,12 +11,13 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from fedlight.cli import main
 from fedlight.config import load_recipe
 from fedlight.engine.loop.sampling import sample_clients
 from fedlight.engine.run.fit import check_recipe, fit
 from fedlight.errors import UserError
 from fedlight.server.aggregator import ClientPayload
-from fedlight.server.dp_fedavg import RDP_ORDERS, DPFedAvg, epsilon, update_multiplier
+from fedlight.server.dp_fedavg import NOISE_MULTIPLIER_MIN, RDP_ORDERS, DPFedAvg, epsilon, update_multiplier
 
 FAST = ["clients.num=4", "eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0", "model.backbone=tiny_cnn"]
 GLOBAL = {"w": torch.zeros(2), "n": torch.tensor(7)}
@@ -79,7 +80,7 @@ def test_epsilon_is_opacus_accountant_at_the_rate_the_engine_samples_the_trainab
         tiny_recipe: Path, clients: list[str], q: float) -> None:
     # q = round(fraction x 9) / 9 with a public client, which never trains: not / 10 (27.56 for 30.13 at q = 1)
     from opacus.accountants import RDPAccountant
-    server = check_recipe(load_recipe(tiny_recipe, [*FAST, *clients, "server={name: dp_fedavg, noise_multiplier: 1.0}"]))
+    server = check_recipe(load_recipe(tiny_recipe, [*FAST, *clients, "server={name: dp_fedavg}"]))  # z = 1
     accountant = RDPAccountant()
     for _ in range(20):
         accountant.step(noise_multiplier=1.0, sample_rate=q)
@@ -107,6 +108,32 @@ def test_adaptive_noise_without_room_for_the_updates_is_refused_before_training(
     with pytest.raises(UserError, match="server.noise_multiplier=3.0 leaves no privacy"):
         check_recipe(load_recipe(tiny_recipe, [*FAST, "server={name: dp_fedavg, noise_multiplier: 3.0, "
                                                       "adaptive: true}"]))
+
+
+@pytest.mark.parametrize("server, says", [
+    ("{name: dp_fedavg, delta: 1}", "'server.delta' must be in (0, 1)"),  # epsilon -2.80 before
+    ("{name: dp_fedavg, delta: 0}", "'server.delta' must be in (0, 1)"),  # epsilon inf before
+    ("{name: dp_fedavg, noise_multiplier: 1.0e-300}", "'server.noise_multiplier' must be >= 1e-06"),  # a traceback
+    ("{name: dp_fedavg, target_quantile: 0.3}", "server.target_quantile acts only with server.adaptive=true"),
+    ("{name: dp_fedavg, adaptive: false, clip_lr: 0.5}", "server.clip_lr acts only with server.adaptive=true"),
+])
+def test_a_dp_setting_the_accountant_cannot_use_is_one_line_before_training(tmp_path: Path, tiny_recipe: Path,
+                                                                            capsys, server: str, says: str) -> None:
+    run = tmp_path / "refused"
+    code = main(["fit", "--recipe", str(tiny_recipe), *FAST, "rounds=1", f"server={server}", f"run.dir={run}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and says in err and "Traceback" not in err, err
+    assert not run.exists()
+
+
+def test_the_smallest_noise_multiplier_allowed_still_has_a_finite_epsilon(tiny_recipe: Path) -> None:
+    # the accountant overflows near z = 1e-151 (inf at q = 1, no answer at all at q < 1 by 1e-155)
+    poisson = ["clients.num=10", "clients.fraction=0.3", "clients.sampling=poisson"]
+    dp = f"server={{name: dp_fedavg, noise_multiplier: {NOISE_MULTIPLIER_MIN}, delta: 1.0e-12}}"
+    server = check_recipe(load_recipe(tiny_recipe, [*FAST, *poisson, dp]))
+    assert math.isfinite(server.metrics(10**6)["dp_epsilon"])
+    adaptive = "server={name: dp_fedavg, adaptive: true, target_quantile: 0.3, clip_lr: 0.5, count_noise: 1.0}"
+    assert check_recipe(load_recipe(tiny_recipe, [*FAST, adaptive])).target_quantile == 0.3  # with its flag: taken
 
 
 def test_poisson_sampling_draws_each_client_with_probability_m_over_k() -> None:

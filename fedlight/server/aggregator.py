@@ -62,11 +62,14 @@ class Aggregator:
             client sampling: below ``clients.fraction=1`` the recipe must set
             ``clients.sampling=poisson``, and a round in which nobody answered calls ``finalize``
             too (with no payloads, or None), since that round's release must be noised as well.
+        option_needs: ``{option: flag}``: options that act only with a boolean option on (DP-FedAvg's
+            ``target_quantile`` with ``adaptive``); a recipe that sets one with its flag off is refused.
         trains_once: with ``keeps_models_local``, a client trains only until it has a model of
             its own (its first answered round); later rounds only evaluate it.
     """
 
     trains_once = False
+    option_needs: dict[str, str] = {}
 
     communicates = True
     uses_public_set = False

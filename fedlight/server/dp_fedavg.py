@@ -40,13 +40,24 @@ from typing import Annotated, Any
 
 import torch
 
-from fedlight.config.checks import positive, probability
+from fedlight.config.checks import open_unit, positive, probability
 from fedlight.errors import UserError
 from fedlight.seeding import torch_generator
 from fedlight.server.aggregator import Aggregator, ClientPayload, State
 
 DP_INSTALL = "pip install 'fedlight[dp]'"
 RDP_ORDERS = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64))  # Opacus's default alphas
+# The accountant's RDP grows as rounds x order / z^2: it overflows float64 near z = 1e-151 (at 1e-155 Opacus
+# returns inf at q = 1 and never returns at q < 1). 1e-6 leaves 145 orders of magnitude for any rounds and
+# delta (epsilon about 5e11 a round: no privacy, yet finite), and still allows a negligible-noise ablation.
+NOISE_MULTIPLIER_MIN = 1e-6
+
+
+def accountable(z: float) -> str | None:
+    """A noise multiplier the RDP accountant gives a finite epsilon for: >= ``NOISE_MULTIPLIER_MIN``."""
+    return None if z >= NOISE_MULTIPLIER_MIN else (
+        f"must be >= {NOISE_MULTIPLIER_MIN:g} (below it the privacy accountant overflows; such noise gives no "
+        "privacy anyway)")
 
 
 def clip(update: State, norm: float, bound: float) -> State:
@@ -84,10 +95,10 @@ class DPFedAvg(Aggregator):
 
     Args:
         clip: C, the clipping norm of a client's update (its starting value with ``adaptive``).
-        noise_multiplier: z; the server's noise has standard deviation z C / m.
-        delta: the delta epsilon is reported at (1e-5; below 1 / K is the usual choice).
+        noise_multiplier: z, at least ``NOISE_MULTIPLIER_MIN``; the server's noise has standard deviation z C / m.
+        delta: the delta epsilon is reported at, in (0, 1) (1e-5; below 1 / K is the usual choice).
         adaptive: follow a quantile of the update norms with C (Andrew et al. 2021).
-        target_quantile: gamma, the share of updates left unclipped (0.5).
+        target_quantile: gamma, the share of updates left unclipped (0.5); it, clip_lr and count_noise only with adaptive.
         clip_lr: eta_C, the geometric step of C (0.2).
         count_noise: sigma_b, the clipped count's noise (None: m / 20, the paper's choice).
         seed: the run seed (the engine's: the noise is keyed by seed and round).
@@ -95,9 +106,10 @@ class DPFedAvg(Aggregator):
 
     needs_payloads = True
     accounts_privacy = True
+    option_needs = {"target_quantile": "adaptive", "clip_lr": "adaptive", "count_noise": "adaptive"}
 
-    def __init__(self, clip: Annotated[float, positive] = 1.0, noise_multiplier: Annotated[float, positive] = 1.0,
-                 delta: Annotated[float, probability] = 1e-5, adaptive: bool = False,
+    def __init__(self, clip: Annotated[float, positive] = 1.0, noise_multiplier: Annotated[float, accountable] = 1.0,
+                 delta: Annotated[float, open_unit] = 1e-5, adaptive: bool = False,
                  target_quantile: Annotated[float, probability] = 0.5, clip_lr: Annotated[float, positive] = 0.2,
                  count_noise: Annotated[float, positive] | None = None, seed: int = 0) -> None:
         self.clip, self.z, self.delta, self.adaptive = clip, noise_multiplier, delta, adaptive
