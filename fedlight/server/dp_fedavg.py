@@ -98,7 +98,7 @@ class DPFedAvg(Aggregator):
         noise_multiplier: z, at least ``NOISE_MULTIPLIER_MIN``; the server's noise has standard deviation z C / m.
         delta: the delta epsilon is reported at, in (0, 1) (1e-5; below 1 / K is the usual choice).
         adaptive: follow a quantile of the update norms with C (Andrew et al. 2021).
-        target_quantile: gamma, the share of updates left unclipped (0.5); it, clip_lr and count_noise only with adaptive.
+        target_quantile: gamma, the share of updates left unclipped (0.5); with clip_lr and count_noise, adaptive only.
         clip_lr: eta_C, the geometric step of C (0.2).
         count_noise: sigma_b, the clipped count's noise (None: m / 20, the paper's choice).
         seed: the run seed (the engine's: the noise is keyed by seed and round).
