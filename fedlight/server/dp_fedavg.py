@@ -15,7 +15,9 @@ Each round, with m the clients a round samples, C the clipping norm and z the no
 
 the fixed-denominator estimator (every client weighs the same; McMahan et al.'s f~_f with equal
 weights), so the sum's sensitivity is C. Integer buffers (BatchNorm's batch counters) are not
-released: they keep the global model's values. With ``adaptive``, C follows the ``target_quantile``
+released: they keep the global model's values. A BatchNorm ``running_var`` the noise made negative
+is clamped at 0 after the release (post-processing, free of privacy cost): a negative variance makes
+the layer's outputs NaN in evaluation, which no probe can score. With ``adaptive``, C follows the ``target_quantile``
 of the update norms: b~ = (#{k: ||Delta_k|| <= C} + N(0, sigma_b^2)) / m and
 C <- C exp(-clip_lr (b~ - target_quantile)); the count's noise is paid for by raising the updates'
 multiplier to z_Delta = (z^-2 - (2 sigma_b)^-2)^(-1/2) (Andrew et al., Theorem 1), so the
@@ -149,7 +151,10 @@ class DPFedAvg(Aggregator):
         out = dict(global_state)
         for k in floats:
             noise = torch.randn(g[k].shape, generator=gen, dtype=torch.float64) * sigma
-            out[k] = (g[k] + total[k] / m + noise).to(global_state[k].device, global_state[k].dtype)
+            released = g[k] + total[k] / m + noise
+            if k.endswith("running_var"):  # a BatchNorm variance pushed below 0 makes every output NaN
+                released = released.clamp_min(0)  # post-processing: no privacy cost
+            out[k] = released.to(global_state[k].device, global_state[k].dtype)
         if self.adaptive:  # the noisy share of unclipped updates moves C towards the target quantile
             share = (unclipped + float(torch.randn((), generator=gen, dtype=torch.float64)) * self._count_noise()) / m
             self.clip *= math.exp(-self.clip_lr * (share - self.target_quantile))
