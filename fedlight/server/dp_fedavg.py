@@ -6,7 +6,11 @@ with Adaptive Clipping", NeurIPS 2021, Algorithm 1).
 Threat model: the server is trusted. It sees every client's update in the clear; what it
 releases, the sequence of global models, is (epsilon, delta)-DP with respect to adding or
 removing one client's whole data (client-level, not example-level, privacy). A client is one
-participant; nothing protects a client from the server or from a malicious peer.
+participant; nothing protects a client from the server or from a malicious peer. A simulation, not a
+secure implementation: the noise comes from a torch generator seeded by (seed, round), which anyone
+with the recipe can replay, and floating-point attacks on Gaussian sampling are not addressed. What
+the engine logs beside the models (which clients were sampled and answered, their losses and update
+norms, the probe's accuracies on training images) is outside the accounted release (README).
 
 Each round, with m the clients a round samples, C the clipping norm and z the noise multiplier:
 
