@@ -21,16 +21,16 @@ the fixed-denominator estimator (every client weighs the same; McMahan et al.'s 
 weights), so the sum's sensitivity is C. Integer buffers (BatchNorm's batch counters) are not
 released: they keep the global model's values. A BatchNorm ``running_var`` the noise made negative
 is clamped at 0 after the release (post-processing, free of privacy cost): a negative variance makes
-the layer's outputs NaN in evaluation, which no probe can score. With ``adaptive``, C follows the ``target_quantile``
-of the update norms: b~ = (#{k: ||Delta_k|| <= C} + N(0, sigma_b^2)) / m and
+the layer's outputs NaN in evaluation, which no probe can score. With ``adaptive``, C follows the
+``target_quantile`` of the update norms: b~ = (#{k: ||Delta_k|| <= C} + N(0, sigma_b^2)) / m and
 C <- C exp(-clip_lr (b~ - target_quantile)); the count's noise is paid for by raising the updates'
 multiplier to z_Delta = (z^-2 - (2 sigma_b)^-2)^(-1/2) (Andrew et al., Theorem 1), so the
 round costs what one Gaussian mechanism of multiplier z costs.
 
 Accounting: Opacus's RDP accountant (the sampled Gaussian mechanism, Mironov et al. 2019) with
 sampling rate q = m / K over the K clients that train (``check_clients``' population: a
-``partition.public_client`` never trains, so it is not one of them), one step a round; epsilon at ``delta`` after each
-round is the history's ``dp_epsilon``. That analysis models Poisson sampling, and fedlight's
+``partition.public_client`` never trains, so it is not one of them), one step a round; epsilon at
+``delta`` after each round is the history's ``dp_epsilon``. That analysis models Poisson sampling, and fedlight's
 sampling matches it: with ``clients.fraction=1`` every client takes part in every round (q = 1);
 below 1 the recipe must set ``clients.sampling=poisson`` (each client joins a round with
 probability q = m / K, m = round(fraction K); ``check_recipe`` refuses a fixed-size sample, which
