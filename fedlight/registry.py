@@ -169,6 +169,10 @@ def check_method_state(method: dict[str, Any], backbone: str) -> None:
 def build_server(server: dict[str, Any], num_clients: int, seed: int = 0) -> Aggregator:
     """The aggregator named by ``server.name`` (given ``num_clients`` and the run ``seed`` where it asks)."""
     ((cls, kwargs),) = _options("server", server, SERVERS)
+    for key, flag in getattr(cls, "option_needs", {}).items():  # an option its flag would leave silently unused
+        if key in kwargs and not kwargs.get(flag, _params(cls)[flag].default):
+            raise UserError(f"server.{key} acts only with server.{flag}=true; set server.{flag}=true or drop "
+                            f"server.{key}")
     asked = inspect.signature(cls.__init__).parameters
     kwargs.update({k: v for k, v in {"num_clients": num_clients, "seed": seed}.items() if k in asked})
     with SERVERS.building(server["name"], f"server.name={server['name']}"):

@@ -11,12 +11,13 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from fedlight.cli import main
 from fedlight.config import load_recipe
 from fedlight.engine.loop.sampling import sample_clients
 from fedlight.engine.run.fit import check_recipe, fit
 from fedlight.errors import UserError
 from fedlight.server.aggregator import ClientPayload
-from fedlight.server.dp_fedavg import RDP_ORDERS, DPFedAvg, epsilon, update_multiplier
+from fedlight.server.dp_fedavg import NOISE_MULTIPLIER_MIN, RDP_ORDERS, DPFedAvg, epsilon, update_multiplier
 
 FAST = ["clients.num=4", "eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0", "model.backbone=tiny_cnn"]
 GLOBAL = {"w": torch.zeros(2), "n": torch.tensor(7)}
@@ -25,8 +26,8 @@ B = ClientPayload(1, 1.0, {"w": torch.tensor([0.3, 0.4]), "n": torch.tensor(8)})
 
 
 def _server(**kw) -> DPFedAvg:
-    server = DPFedAvg(**{"clip": 1.0, "noise_multiplier": 1e-12, **kw}, num_clients=2)
-    server.check_clients(2)
+    server = DPFedAvg(**{"clip": 1.0, "noise_multiplier": 1e-12, **kw})
+    server.check_clients(2, 2)
     return server
 
 
@@ -38,8 +39,8 @@ def test_updates_are_clipped_to_c_and_averaged_over_the_round_with_equal_weights
 
 def test_the_servers_noise_has_standard_deviation_z_c_over_m() -> None:
     big = {"w": torch.zeros(200_000)}
-    out = DPFedAvg(clip=2.0, noise_multiplier=1.5, num_clients=3)
-    out.check_clients(3)
+    out = DPFedAvg(clip=2.0, noise_multiplier=1.5)
+    out.check_clients(3, 3)
     noisy = out.finalize(big, [ClientPayload(c, 1.0, {"w": torch.zeros(200_000)}) for c in range(3)])["w"]
     assert noisy.std().item() == pytest.approx(1.5 * 2.0 / 3, rel=0.01)  # z C / m = 1
     assert abs(noisy.mean().item()) < 0.01
@@ -69,6 +70,23 @@ def test_epsilon_is_the_rdp_of_the_gaussian_mechanism_converted_at_delta() -> No
     assert epsilon(1.0, z, 0, delta) == 0.0
 
 
+@pytest.mark.parametrize("clients, q", [
+    (["clients.num=10"], 1.0),  # plain: every client, every round
+    (["clients.num=10", "clients.fraction=0.5", "clients.sampling=poisson"], 0.5),
+    (["clients.num=10", "partition.public_client=0"], 1.0),  # the 9 that train all join every round
+    (["clients.num=10", "partition.public_client=0", "clients.fraction=0.5", "clients.sampling=poisson"], 4 / 9),
+])
+def test_epsilon_is_opacus_accountant_at_the_rate_the_engine_samples_the_trainable_clients(
+        tiny_recipe: Path, clients: list[str], q: float) -> None:
+    # q = round(fraction x 9) / 9 with a public client, which never trains: not / 10 (27.56 for 30.13 at q = 1)
+    from opacus.accountants import RDPAccountant
+    server = check_recipe(load_recipe(tiny_recipe, [*FAST, *clients, "server={name: dp_fedavg}"]))  # z = 1
+    accountant = RDPAccountant()
+    for _ in range(20):
+        accountant.step(noise_multiplier=1.0, sample_rate=q)
+    assert server.metrics(20)["dp_epsilon"] == pytest.approx(accountant.get_epsilon(delta=1e-5), rel=1e-12)
+
+
 def test_a_dp_run_logs_epsilon_every_round_and_resumes_bit_for_bit(tmp_path: Path, tiny_recipe: Path) -> None:
     dp = [*FAST, "server={name: dp_fedavg, clip: 0.5, noise_multiplier: 1.0, adaptive: true, count_noise: 1.0}"]
     run = tmp_path / "straight"
@@ -86,10 +104,47 @@ def test_a_dp_run_logs_epsilon_every_round_and_resumes_bit_for_bit(tmp_path: Pat
     assert resumed["history"][-1]["dp_clip"] == res["history"][-1]["dp_clip"] != 0.5  # C was adapted and restored
 
 
+def test_a_noisy_model_of_three_clients_is_evaluated_on_finite_features(tmp_path: Path, tiny_recipe: Path) -> None:
+    # noise z C / m = 0.33 a coordinate pushed some BatchNorm running_var below 0: NaN features, which the
+    # probe scored at chance here (10%) and with Fashion-MNIST's sizes failed in L-BFGS ("cannot be converted
+    # to type float without overflow"); clamped at 0 after the release, the model is evaluated
+    dp = [*FAST, "model.backbone=small_cnn", "clients.num=3", "rounds=1", "server={name: dp_fedavg}"]
+    res = fit(load_recipe(tiny_recipe, [*dp, f"run.dir={tmp_path / 'dp'}"]))
+    released = torch.load(tmp_path / "dp/checkpoints/last.pt", weights_only=True)["global"]
+    assert all(v.min() >= 0 for k, v in released.items() if k.endswith("running_var"))
+    assert res["history"][0]["knn_acc"] > 0.5  # NaN features: every vote for class 0, chance (0.1)
+
+
 def test_adaptive_noise_without_room_for_the_updates_is_refused_before_training(tiny_recipe: Path) -> None:
     with pytest.raises(UserError, match="server.noise_multiplier=3.0 leaves no privacy"):
         check_recipe(load_recipe(tiny_recipe, [*FAST, "server={name: dp_fedavg, noise_multiplier: 3.0, "
                                                       "adaptive: true}"]))
+
+
+@pytest.mark.parametrize("server, says", [
+    ("{name: dp_fedavg, delta: 1}", "'server.delta' must be in (0, 1)"),  # epsilon -2.80 before
+    ("{name: dp_fedavg, delta: 0}", "'server.delta' must be in (0, 1)"),  # epsilon inf before
+    ("{name: dp_fedavg, noise_multiplier: 1.0e-300}", "'server.noise_multiplier' must be >= 1e-06"),  # a traceback
+    ("{name: dp_fedavg, target_quantile: 0.3}", "server.target_quantile acts only with server.adaptive=true"),
+    ("{name: dp_fedavg, adaptive: false, clip_lr: 0.5}", "server.clip_lr acts only with server.adaptive=true"),
+])
+def test_a_dp_setting_the_accountant_cannot_use_is_one_line_before_training(tmp_path: Path, tiny_recipe: Path,
+                                                                            capsys, server: str, says: str) -> None:
+    run = tmp_path / "refused"
+    code = main(["fit", "--recipe", str(tiny_recipe), *FAST, "rounds=1", f"server={server}", f"run.dir={run}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and says in err and "Traceback" not in err, err
+    assert not run.exists()
+
+
+def test_the_smallest_noise_multiplier_allowed_still_has_a_finite_epsilon(tiny_recipe: Path) -> None:
+    # the accountant overflows near z = 1e-151 (inf at q = 1, no answer at all at q < 1 by 1e-155)
+    poisson = ["clients.num=10", "clients.fraction=0.3", "clients.sampling=poisson"]
+    dp = f"server={{name: dp_fedavg, noise_multiplier: {NOISE_MULTIPLIER_MIN}, delta: 1.0e-12}}"
+    server = check_recipe(load_recipe(tiny_recipe, [*FAST, *poisson, dp]))
+    assert math.isfinite(server.metrics(10**6)["dp_epsilon"])
+    adaptive = "server={name: dp_fedavg, adaptive: true, target_quantile: 0.3, clip_lr: 0.5, count_noise: 1.0}"
+    assert check_recipe(load_recipe(tiny_recipe, [*FAST, adaptive])).target_quantile == 0.3  # with its flag: taken
 
 
 def test_poisson_sampling_draws_each_client_with_probability_m_over_k() -> None:

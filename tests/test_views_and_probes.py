@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 import torch
 
 from fedlight.data.views import ViewMaker, ViewParams
@@ -48,6 +49,18 @@ def test_knn_and_probe_on_separable_features() -> None:
     feats = centers[y] + 0.1 * torch.randn(90, 8, generator=g)
     assert knn_accuracy(feats[:60], y[:60], feats[60:], y[60:], 3, k=5) == 1.0
     assert linear_probe_accuracy(feats[:60], y[:60], feats[60:], y[60:], 3, steps=50) == 1.0
+
+
+def test_non_finite_features_are_refused_not_scored_at_chance() -> None:
+    # a DP model with a negative BatchNorm variance had NaN features: kNN voted class 0 (chance), L-BFGS
+    # raised "value cannot be converted to type float without overflow"
+    y = torch.arange(90) % 3
+    feats = torch.nn.functional.one_hot(y, 8).float()
+    feats[5, 0] = float("nan")
+    with pytest.raises(ValueError, match="features are not finite"):
+        knn_accuracy(feats[:60], y[:60], feats[60:], y[60:], 3, k=5)
+    with pytest.raises(ValueError, match="features are not finite"):
+        linear_probe_accuracy(feats[:60], y[:60], feats[60:], y[60:], 3, steps=50)
 
 
 def test_knn_hand_computed_vote() -> None:

@@ -39,6 +39,11 @@ def decay(v: Any) -> str | None:
     return None if 0 <= v < 1 else "must be in [0, 1)"
 
 
+def open_unit(v: Any) -> str | None:
+    """A probability that must be neither 0 nor 1 (DP's delta: 0 promises nothing finite, 1 nothing at all): (0, 1)."""
+    return None if 0 < v < 1 else "must be in (0, 1)"
+
+
 def below_half(v: Any) -> str | None:
     """A share trimmed from each side of a sorted list, leaving its middle: [0, 0.5)."""
     return None if 0 <= v < 0.5 else "must be in [0, 0.5)"

@@ -35,6 +35,14 @@ def _class_share(fraction: float, n: int) -> int:
     return max(1, int(round(fraction * n)))
 
 
+def _check_finite(*features: torch.Tensor) -> None:
+    """Raise a ValueError where a feature is NaN or infinite: no probe can score such a model (a NaN
+    kNN vote goes to class 0, L-BFGS overflows), so the run says so instead of a chance accuracy."""
+    if not all(bool(torch.isfinite(f).all()) for f in features):
+        raise ValueError("the model's features are not finite (NaN or inf): its weights or normalisation "
+                         "statistics (e.g. a BatchNorm running_var below 0) are not a usable model")
+
+
 def _accuracy(pred: torch.Tensor, target: torch.Tensor, num_classes: int) -> float:
     metric = MulticlassAccuracy(num_classes=num_classes, average="micro").to(pred.device)
     return float(metric(pred, target))
@@ -59,6 +67,7 @@ def knn_accuracy(train_feats: torch.Tensor, train_labels: torch.Tensor, test_fea
     # and it sums one-hot (B, k, C) x weights over k in another order than ``scatter_add_``, so the
     # class scores differ in their last bits and a near-tie can flip. Ours keeps the stored
     # histories' numbers (tests/test_views_and_probes.py: agreement without ties, the tie rule).
+    _check_finite(train_feats, test_feats)
     bank = F.normalize(train_feats, dim=1)
     k = min(k, len(bank))
     preds = []
@@ -84,6 +93,7 @@ def linear_probe_accuracy(train_feats: torch.Tensor, train_labels: torch.Tensor,
         steps: L-BFGS iterations.
         weight_decay: L2 penalty on the weights.
     """
+    _check_finite(train_feats, test_feats)
     mean = train_feats.mean(0)
     # one labelled example has no spread (std would be NaN and L-BFGS overflow): centred, not scaled
     std = train_feats.std(0).clamp_min(1e-6) if len(train_feats) > 1 else torch.ones_like(mean)

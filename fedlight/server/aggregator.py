@@ -62,11 +62,14 @@ class Aggregator:
             client sampling: below ``clients.fraction=1`` the recipe must set
             ``clients.sampling=poisson``, and a round in which nobody answered calls ``finalize``
             too (with no payloads, or None), since that round's release must be noised as well.
+        option_needs: ``{option: flag}``: options that act only with a boolean option on (DP-FedAvg's
+            ``target_quantile`` with ``adaptive``); a recipe that sets one with its flag off is refused.
         trains_once: with ``keeps_models_local``, a client trains only until it has a model of
             its own (its first answered round); later rounds only evaluate it.
     """
 
     trains_once = False
+    option_needs: dict[str, str] = {}
 
     communicates = True
     uses_public_set = False
@@ -75,9 +78,11 @@ class Aggregator:
     needs_payloads = False
     accounts_privacy = False
 
-    def check_clients(self, per_round: int) -> None:
+    def check_clients(self, per_round: int, population: int) -> None:
         """Before any training: raise a UserError if the rule cannot work on the ``per_round``
-        clients a round samples (e.g. Krum's f Byzantine clients need ``per_round >= 2f + 3``)."""
+        clients a round samples (e.g. Krum's f Byzantine clients need ``per_round >= 2f + 3``)
+        out of the ``population`` it samples them from (every client that trains: all but the
+        public client; DP-FedAvg's sampling rate is ``per_round / population``)."""
 
     def accumulate(self, acc: State | None, payload: State, weight: float) -> State:
         """Fold one client's ``payload`` (with its ``weight``, e.g. sample count) into ``acc``."""

@@ -27,7 +27,7 @@ class Bulyan(Aggregator):
     def __init__(self, f: Annotated[int, non_negative] = 1) -> None:
         self.f = f
 
-    def check_clients(self, per_round: int) -> None:
+    def check_clients(self, per_round: int, population: int) -> None:
         if per_round < 4 * self.f + 3:
             raise UserError(f"server.name=bulyan with server.f={self.f} needs 4f + 3 = {4 * self.f + 3} clients a "
                             f"round, the recipe samples {per_round}; lower server.f or sample more clients "

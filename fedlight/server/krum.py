@@ -33,7 +33,7 @@ class Krum(Aggregator):
     def __init__(self, f: Annotated[int, non_negative] = 1, m: Annotated[int, positive] = 1) -> None:
         self.f, self.m = f, m
 
-    def check_clients(self, per_round: int) -> None:
+    def check_clients(self, per_round: int, population: int) -> None:
         if per_round < 2 * self.f + 3 or self.m > per_round - self.f:
             raise UserError(f"server.name=krum with server.f={self.f} server.m={self.m} needs 2f + 3 <= n and "
                             f"m <= n - f for the n={per_round} clients a round samples; lower server.f or server.m "

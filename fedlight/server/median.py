@@ -52,7 +52,7 @@ class TrimmedMean(CoordinateRule):
     def __init__(self, trim: Annotated[float, below_half] = 0.1) -> None:
         self.trim = trim
 
-    def check_clients(self, per_round: int) -> None:
+    def check_clients(self, per_round: int, population: int) -> None:
         if self.trim > 0 and math.floor(self.trim * per_round) == 0:
             raise UserError(f"server.trim={self.trim} trims floor({self.trim} x {per_round}) = 0 of the {per_round} "
                             f"clients a round samples (a plain mean); raise server.trim to at least "
