@@ -16,6 +16,9 @@ import yaml
 from fedlight.cli import main
 from fedlight.config import load_recipe
 from fedlight.engine.run.fit import fit
+from fedlight.engine.run.same_experiment import check_same_experiment
+from fedlight.engine.state.run_files import RECIPE
+from fedlight.errors import UserError
 
 HAVE = {name: importlib.util.find_spec(name) is not None for name in ("wandb", "mlflow")}
 FAST = ["eval.probe_epochs=2", "eval.projector_samples=0", "local.batch_size=32"]
@@ -127,6 +130,14 @@ def test_wandb_offline_runs_share_an_id_and_hold_the_history_values(logged_run: 
     for step, scalars in want.items():
         assert {k: by_step[step][k] for k in scalars} == pytest.approx(scalars, rel=1e-6), step
     assert config["method/name"] == "simclr"
+
+
+def test_loggers_are_not_the_experiment_but_the_learning_rate_is(logged_run: dict[str, Any]) -> None:
+    """``--resume`` may add or drop a logger (it changes no number); it still refuses another ``local.lr``."""
+    saved = yaml.safe_load((logged_run["dir"] / RECIPE).read_text())
+    check_same_experiment(logged_run["dir"], {**saved, "loggers": ["csv"]})
+    with pytest.raises(UserError, match="local.lr"):
+        check_same_experiment(logged_run["dir"], {**saved, "loggers": ["csv"], "local": {**saved["local"], "lr": 0.5}})
 
 
 def test_a_run_without_tensorboard_writes_no_tensorboard_folder(tiny_recipe: Path) -> None:

@@ -17,9 +17,9 @@ from fedlight.engine.state.run_files import RECIPE
 from fedlight.errors import UserError
 
 # recipe keys (or sections) a resumed run may change: rounds may grow, faults and the rendezvous's
-# deadline model the cluster and run says where the run lives (a moved folder resumes), none of
-# them is the experiment
-NOT_THE_EXPERIMENT = ("rounds", "faults", "run", "fabric.rendezvous_timeout_min")
+# deadline model the cluster, run says where the run lives (a moved folder resumes) and loggers
+# where its scalars go (a logger added at a resume starts there), none of them is the experiment
+NOT_THE_EXPERIMENT = ("rounds", "faults", "run", "fabric.rendezvous_timeout_min", "loggers")
 # recipe.yaml's record of what the run's classes were built with (``registry.resolved_settings``);
 # where both runs hold one, the sections of constructor options are compared through it
 RESOLVED = "resolved"
