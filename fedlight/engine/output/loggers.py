@@ -24,7 +24,6 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable
 
-import matplotlib.pyplot as plt
 from lightning.fabric.loggers import Logger, TensorBoardLogger
 from lightning.pytorch.loggers import CSVLogger, MLFlowLogger, WandbLogger
 from matplotlib.figure import Figure
@@ -48,6 +47,8 @@ class PictureSink:
     def _drop(*args: Any, **kwargs: Any) -> None:
         for value in (*args, *kwargs.values()):
             if isinstance(value, Figure):
+                import matplotlib.pyplot as plt  # here: fedlight.engine.output.tensorboard picks its backend
+
                 plt.close(value)
 
 
@@ -122,10 +123,11 @@ def mlflow_logger(run_dir: Path, rounds_done: int) -> Logger:
     from mlflow.tracking import MlflowClient
 
     os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-    uri = f"file:{(run_dir / 'mlruns').resolve()}"
-    experiment = MlflowClient(uri).get_experiment_by_name(PROJECT) if (run_dir / "mlruns").is_dir() else None
-    runs = MlflowClient(uri).search_runs([experiment.experiment_id], max_results=1) if experiment else []
-    return FolderMLFlowLogger(experiment_name=PROJECT, run_name=run_dir.name, tracking_uri=uri,
+    store = (run_dir / "mlruns").resolve()
+    client = MlflowClient(f"file:{store}")
+    experiment = client.get_experiment_by_name(PROJECT) if store.is_dir() else None
+    runs = client.search_runs([experiment.experiment_id], max_results=1) if experiment else []
+    return FolderMLFlowLogger(experiment_name=PROJECT, run_name=run_dir.name, tracking_uri=f"file:{store}",
                               run_id=runs[0].info.run_id if runs else None)
 
 
