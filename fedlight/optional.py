@@ -2,16 +2,21 @@
 that installs them.
 
 scikit-learn is the ``sklearn`` extra (``pyproject.toml``): only CF-CL's K-means
-(``exchange.policy=smart``) and the diabetes table with its fairness probe use it.
+(``exchange.policy=smart``) and the diabetes table with its fairness probe use it. wandb and
+mlflow are the ``loggers`` extra: only a run whose ``loggers`` name them imports them.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 from fedlight.errors import UserError
 
 SKLEARN_INSTALL = "pip install 'fedlight[sklearn]'"
+LOGGERS_INSTALL = "pip install 'fedlight[loggers]'"
+# a logger of the recipe's ``loggers`` -> the module it needs beyond fedlight's own dependencies
+LOGGER_MODULES = {"wandb": "wandb", "mlflow": "mlflow"}
 
 
 def require_sklearn(needed_by: str) -> None:
@@ -24,3 +29,16 @@ def require_sklearn(needed_by: str) -> None:
         importlib.import_module("sklearn")
     except ImportError:
         raise UserError(f"{needed_by} needs scikit-learn, which is not installed; {SKLEARN_INSTALL}") from None
+
+
+def require_loggers(names: list[str]) -> None:
+    """Raise a one-line UserError naming the first of the recipe's ``loggers`` whose package is not
+    installed, and the extra that installs it; looked up without importing (wandb takes seconds).
+
+    Called where the recipe is checked, so such a run stops before anything is trained or written.
+    """
+    for name in names:
+        module = LOGGER_MODULES.get(name)
+        if module is not None and importlib.util.find_spec(module) is None:
+            raise UserError(f"loggers: {name} needs the {module} package, which is not installed; {LOGGERS_INSTALL} "
+                            f"(or drop {name} from loggers)")

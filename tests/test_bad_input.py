@@ -68,8 +68,10 @@ def _invalid_for(hint: Any, check: Any) -> st.SearchStrategy:
     base = args[0] if typing.get_origin(hint) not in (Literal, list) and args else hint
     if typing.get_origin(base) is Literal:
         return st.one_of(WORDS.filter(lambda w: w not in typing.get_args(base)), NON_SCALARS)
-    if typing.get_origin(base) is list:
-        return st.one_of(WORDS, st.lists(WORDS, min_size=1, max_size=2))
+    if typing.get_origin(base) is list:  # a word alone, or words none of a list of choices takes
+        (item,) = typing.get_args(base)
+        choices = typing.get_args(item) if typing.get_origin(item) is Literal else ()
+        return st.one_of(WORDS, st.lists(WORDS.filter(lambda w: w not in choices), min_size=1, max_size=2))
     if base is bool:  # OmegaConf reads an integer as a bool (0 is false), as Python does
         return st.one_of(WORDS.filter(lambda w: w.lower() not in ("true", "false", "yes", "no", "on", "off", "y", "n")),
                          NON_SCALARS)

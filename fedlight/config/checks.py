@@ -73,6 +73,12 @@ def non_empty(v: Any) -> str | None:
     return None if len(v) else "must not be empty"
 
 
+def distinct(v: Any) -> str | None:
+    """A list that names each entry at most once (e.g. the run's loggers)."""
+    twice = sorted({x for x in v if v.count(x) > 1})
+    return f"names {', '.join(twice)} more than once" if twice else None
+
+
 SEED_MAX = 2**63 - 1  # the largest seed an int64 holds: the columns (TensorBoard's hparams, CSV readers) that record it
 DIRICHLET_MIN = 1e-3  # below it numpy's Dirichlet draws underflow to one client per class (float64)
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fedlight.config.checks import (at_least, concentration, decay, fraction, non_negative, positive, probabilities,
-                                    probability, seed_value)
+from fedlight.config.checks import (at_least, concentration, decay, distinct, fraction, non_negative, positive,
+                                    probabilities, probability, seed_value)
 
 
 def check(fn: Any, default: Any = None, **kw: Any) -> Any:
@@ -242,6 +242,11 @@ class Recipe:
     eval: EvalConfig = field(default_factory=EvalConfig)
     fabric: FabricConfig = field(default_factory=FabricConfig)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
+    # where each round's scalars and the run's hparams go (fedlight/engine/output/loggers.py): Lightning's
+    # TensorBoard (also the pictures), CSV, Weights & Biases (offline) or MLflow (a file store) logger,
+    # each writing in the run folder from rank 0; wandb and mlflow need `pip install 'fedlight[loggers]'`
+    loggers: list[Literal["tensorboard", "csv", "wandb", "mlflow"]] = check(
+        distinct, default_factory=lambda: ["tensorboard"])
     run: RunConfig = field(default_factory=RunConfig)
 
     @property

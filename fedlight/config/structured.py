@@ -6,8 +6,9 @@ to its field's type (``1`` -> ``1.0`` for a float, ``"5"`` -> ``5`` for an int),
 ``${data.root}`` interpolations resolve. What OmegaConf does not do stays here and in
 ``coerce``:
 
-- choices: OmegaConf 2.3 has no ``Literal`` type, so a choice field is a ``str`` node in the
-  config and its value is checked against the choices when the ``Recipe`` is built;
+- choices: OmegaConf 2.3 has no ``Literal`` type, so a choice field is a ``str`` node (a list of
+  choices a list of ``str``) in the config and its value is checked against the choices when the
+  ``Recipe`` is built;
 - the range markers (``schema.check`` metadata, ``fedlight.config.checks``), finite numbers and
   names without NUL characters;
 - one-line errors: OmegaConf's exceptions become a ``UserError`` naming the key and the fix.
@@ -37,6 +38,8 @@ def _omegaconf_hint(hint: Any) -> Any:
     args = typing.get_args(hint)
     if type(None) in args and any(typing.get_origin(a) is Literal for a in args):
         return str | None
+    if typing.get_origin(hint) is list and typing.get_origin(args[0]) is Literal:
+        return list[str]
     if dataclasses.is_dataclass(hint):
         return schema_class(hint)
     return hint

@@ -21,6 +21,7 @@ class RoundOptions:
         lr, lr_schedule, lr_decay: the local learning rate and its per-round schedule.
         workers: worker models per process (clients trained side by side).
         projector_samples: test images in the final TensorBoard embedding.
+        loggers: where the scalars and hparams go (``fedlight.engine.output.loggers``).
         client_state: the client-state store, ``memory`` or ``disk`` (``store.choose_store``).
         state_cache_mb: the disk store's cache bound in MiB.
         record: the resolved recipe as a plain mapping, written to results.json and TensorBoard
@@ -37,6 +38,7 @@ class RoundOptions:
     lr_decay: float = 0.0
     workers: int = 1
     projector_samples: int = 0
+    loggers: tuple[str, ...] = ("tensorboard",)
     client_state: Literal["memory", "disk"] = "memory"
     state_cache_mb: int = 256
     record: dict[str, Any] = field(default_factory=dict)

@@ -1,8 +1,10 @@
-"""What a run shows as it goes (rank 0): TensorBoard scalars and pictures, ``comm.csv``.
+"""What a run shows as it goes (rank 0): its loggers' scalars, TensorBoard's pictures, ``comm.csv``.
 
 The round loop's own scalars (time, loss, learning rate, bytes, probe and kNN) and the
 histogram of the clients' update norms are logged here; every plug-in adds its own through
-``RoundPlugin.log_open``, ``log_round`` and ``log_clients``.
+``RoundPlugin.log_open``, ``log_round`` and ``log_clients``. The scalars and the hparams go to
+every logger the recipe's ``loggers`` name (``fedlight.engine.output.loggers``), the pictures to
+TensorBoard alone.
 
 The accuracies are ``accuracy/*`` (``ACCURACY``): TensorBoard lists tag groups alphabetically,
 so they come first; the random-init encoder's are their step 0, each evaluation's the round's
@@ -16,7 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-from lightning.fabric.loggers import TensorBoardLogger
+from lightning.fabric.loggers import Logger, TensorBoardLogger
 
 from fedlight.data.partition import class_counts
 from fedlight.data.sources import ImageData
@@ -24,11 +26,12 @@ from fedlight.engine.loop.comm_ledger import CommLedger
 from fedlight.engine.loop.evaluator import METRICS
 from fedlight.engine.loop.interfaces import ACCURACY
 from fedlight.engine.loop.interfaces import Report, RoundPlugin
+from fedlight.engine.output.loggers import PictureSink, open_loggers
 from fedlight.engine.output.tensorboard import partition_figure, used_hparams
 
 
 class RunLog:
-    """The TensorBoard logger and ``comm.csv`` of a run folder (a no-op off rank 0).
+    """The loggers and ``comm.csv`` of a run folder (a no-op off rank 0).
 
     Args:
         run_dir: the run folder.
@@ -36,21 +39,23 @@ class RunLog:
         data: the federation's images (the partition's picture, the final embedding's test images).
         parts: every client's sample indices into ``data.train_x``.
         enabled: whether this process writes (rank 0).
+        loggers: the loggers' names (``fedlight.engine.output.loggers.BUILDERS``).
     """
 
     def __init__(self, run_dir: Path, plugins: list[RoundPlugin], data: ImageData, parts: list[torch.Tensor],
-                 enabled: bool = True) -> None:
+                 enabled: bool = True, loggers: tuple[str, ...] = ("tensorboard",)) -> None:
         self.run_dir, self.plugins, self.data, self.parts, self.enabled = run_dir, plugins, data, parts, enabled
-        self.logger: TensorBoardLogger | None = None
+        self.names = loggers
+        self.loggers: list[Logger] = []  # those open (rank 0, between ``open`` and ``finish``)
+        self.logger: TensorBoardLogger | PictureSink | None = None  # the pictures' (the parts draw on it)
 
     def open(self, rounds_done: int, ledger: list[list], baseline: dict[str, Any] | None) -> None:
         """Open the logs of a run that has completed ``rounds_done`` rounds; a fresh run also shows
         the partition's (K, C) class counts and the ``baseline`` (random-init) accuracies at step 0."""
         if not self.enabled:
             return
-        # purge_step drops events a killed run logged after its last checkpoint
-        self.logger = TensorBoardLogger(str(self.run_dir), name="tensorboard", version="",
-                                        default_hp_metric=False, purge_step=rounds_done + 1)
+        self.loggers = open_loggers(self.names, self.run_dir, rounds_done)
+        self.logger = next((lg for lg in self.loggers if isinstance(lg, TensorBoardLogger)), PictureSink())
         (self.run_dir / "comm.csv").write_text(CommLedger.CSV_HEADER + CommLedger.csv_lines(ledger))
         fresh = rounds_done == 0
         if fresh:
@@ -60,7 +65,7 @@ class RunLog:
         for plugin in self.plugins:
             plugin.log_open(self.logger, self.run_dir, fresh)
         if fresh:
-            self.logger.log_metrics({f"{ACCURACY}/{k}": v for k, v in baseline.items() if v is not None}, step=0)
+            self._log_metrics({f"{ACCURACY}/{k}": v for k, v in baseline.items() if v is not None}, step=0)
 
     def round(self, row: dict[str, Any], ledger_rows: list[list], reports: list[Report]) -> None:
         """The scalars and pictures of a finished round's history ``row`` and its clients' ``reports``
@@ -80,7 +85,7 @@ class RunLog:
                    **{f"{ACCURACY}/{k}": v for k, v in row.items() if k.startswith(METRICS) and v is not None}}
         for plugin in self.plugins:
             scalars.update(plugin.log_round(self.logger, row))
-        self.logger.log_metrics(scalars, step=row["round"])
+        self._log_metrics(scalars, step=row["round"])
         with open(self.run_dir / "comm.csv", "a") as f:
             f.write(CommLedger.csv_lines(ledger_rows))
 
@@ -93,9 +98,14 @@ class RunLog:
         if self.logger is None:
             return
         part_keys = [key for plugin in self.plugins for key in plugin.option_keys()]
-        self.logger.log_hyperparams(used_hparams(record, part_keys),
-                                    metrics={f"final/{k}": v for k, v in final.items() if v is not None}, step=step)
-        n = min(samples, len(self.data.test_x))
+        hparams, finals = used_hparams(record, part_keys), {f"final/{k}": v for k, v in final.items() if v is not None}
+        for logger in self.loggers:  # TensorBoard shows the final metrics beside the hparams
+            if isinstance(logger, TensorBoardLogger):
+                logger.log_hyperparams(hparams, metrics=finals, step=step)
+            else:
+                logger.log_hyperparams(hparams)
+                logger.log_metrics(finals, step=step)
+        n = min(samples, len(self.data.test_x)) if isinstance(self.logger, TensorBoardLogger) else 0
         if n:
             images = self.data.test_x[:n]
             self.logger.experiment.add_embedding(
@@ -103,7 +113,12 @@ class RunLog:
                 label_img=images.float().div(255), global_step=step, tag="final_global_encoder")
         self.finish("success")
 
+    def _log_metrics(self, scalars: dict[str, float], step: int) -> None:
+        for logger in self.loggers:
+            logger.log_metrics(scalars, step=step)
+
     def finish(self, status: str) -> None:
-        """Flush and close TensorBoard (``success``, ``preempted``, ``failed``)."""
-        if self.logger is not None:
-            self.logger.finalize(status)
+        """Flush and close the loggers (``success``, ``preempted``, ``failed``)."""
+        for logger in self.loggers:
+            logger.finalize(status)
+        self.loggers = []

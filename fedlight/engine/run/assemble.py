@@ -86,6 +86,7 @@ def part_options(recipe: Recipe, aggregator: Aggregator) -> PartOptions:
                           poisson=recipe.clients.sampling == "poisson", eval_every=recipe.eval.every, lr=l.lr,
                           lr_schedule=l.lr_schedule, lr_decay=l.lr_decay,
                           workers=recipe.fabric.workers, projector_samples=recipe.eval.projector_samples,
+                          loggers=tuple(recipe.loggers),
                           state_cache_mb=recipe.run.state_cache_mb, record=asdict(recipe))
     policy, exchange, stream = recipe.exchange.policy, None, None
     if policy != "none" and name != "exchange":

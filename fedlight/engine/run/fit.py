@@ -33,6 +33,7 @@ from fedlight.engine.state.run_files import CHECKPOINT, RECIPE, write_yaml
 from fedlight.errors import UserError, warnings_if_it_works
 from fedlight.eval.probes import labelled_count
 from fedlight.methods.federated_module import FederatedModule, OptimizerSpec
+from fedlight.optional import require_loggers
 from fedlight.seeding import derive_seed, numpy_rng
 from fedlight.server.aggregator import Aggregator
 
@@ -127,6 +128,7 @@ def check_recipe(recipe: Recipe) -> Aggregator:
     server = registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client,
                                recipe.seed)
     check_public_balanced(recipe, server)
+    require_loggers(recipe.loggers)
     check_name("model.backbone", recipe.model.backbone, registry.BACKBONES)
     registry.check_method_state(recipe.method, recipe.model.backbone)
     registry.check_plugins(recipe.plugins)

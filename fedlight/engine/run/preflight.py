@@ -16,17 +16,19 @@ from fedlight.config.schema import Recipe
 from fedlight.data.locate import check_data_root
 from fedlight.engine.run import launch
 from fedlight.engine.run.run_folder import check_run_dir
+from fedlight.optional import require_loggers
 
 
 def preflight(recipe: Recipe, resume: bool, overwrite: bool) -> None:
     """Raise the UserError ``fit`` would raise for ``recipe``'s data or run folder, reading only.
 
     Raises:
-        UserError: an unknown ``method.name``, ``server.name`` or ``model.backbone``, the data is not
-            under ``data.root``, or the run folder is refused (rank 0 only: the ranks it starts may
-            look while it is already writing there).
+        UserError: an unknown ``method.name``, ``server.name`` or ``model.backbone``, a logger whose
+            package is not installed, the data is not under ``data.root``, or the run folder is refused
+            (rank 0 only: the ranks it starts may look while it is already writing there).
     """
     check_names(recipe.method, recipe.server, recipe.model.backbone, recipe.plugins)
+    require_loggers(recipe.loggers)
     d = recipe.data
     check_data_root(d.name, d.root, d.download)
     if not launch.is_child():  # rank 0 owns the run folder (it alone claims it)

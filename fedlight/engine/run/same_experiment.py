@@ -19,10 +19,11 @@ from fedlight.errors import UserError
 # recipe keys (or sections) a resumed run may change, none of which changes what a round computes:
 # rounds may grow, faults.max_bad_clients only decides whether a round with diverged clients stops
 # the run (they are excluded either way; RELIABILITY.md's continue-after-a-stop raises it), the
-# rendezvous's deadline models the cluster and run says where the run lives (a moved folder resumes).
+# rendezvous's deadline models the cluster, run says where the run lives (a moved folder resumes)
+# and loggers where its scalars go (a logger added at a resume starts there).
 # Every other faults.* key is the experiment: the attack and its attackers, the simulated dropout,
 # stragglers and divergence decide which clients answer, how long they train and what they send.
-NOT_THE_EXPERIMENT = ("rounds", "faults.max_bad_clients", "run", "fabric.rendezvous_timeout_min")
+NOT_THE_EXPERIMENT = ("rounds", "faults.max_bad_clients", "run", "fabric.rendezvous_timeout_min", "loggers")
 # recipe.yaml's record of what the run's classes were built with (``registry.resolved_settings``);
 # where both runs hold one, the sections of constructor options are compared through it
 RESOLVED = "resolved"

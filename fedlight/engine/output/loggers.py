@@ -1,0 +1,141 @@
+"""The run's Lightning loggers (the recipe's ``loggers``), each writing in the run folder, and how a
+resumed run appends to what its earlier starts wrote.
+
+==============  ===============================================  ==========================================
+name            Lightning class                                  where, in the run folder
+==============  ===============================================  ==========================================
+``tensorboard`` ``lightning.fabric.loggers.TensorBoardLogger``   ``tensorboard/`` (also the pictures)
+``csv``         ``lightning.pytorch.loggers.CSVLogger``          ``csv/metrics.csv``, ``csv/hparams.yaml``
+``wandb``       ``lightning.pytorch.loggers.WandbLogger``        ``wandb/offline-run-<time>-<id>/`` (offline)
+``mlflow``      ``lightning.pytorch.loggers.MLFlowLogger``       ``mlruns/`` (a ``file:`` store)
+==============  ===============================================  ==========================================
+
+A resumed run drops what was logged after its checkpoint (TensorBoard's ``purge_step``, the CSV's
+later rows) and goes on in the same files, W&B run id and MLflow run. Nothing leaves the machine:
+W&B runs offline (``wandb sync <run folder>/wandb/offline-run-*`` uploads it later) and MLflow's
+store is a folder (``mlflow ui --backend-store-uri <run folder>/mlruns``).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+from lightning.fabric.loggers import Logger, TensorBoardLogger
+from lightning.pytorch.loggers import CSVLogger, MLFlowLogger, WandbLogger
+from matplotlib.figure import Figure
+
+PROJECT = "fedlight"  # the W&B project and the MLflow experiment of every run
+
+
+class PictureSink:
+    """What the parts draw on when the run's loggers leave TensorBoard out: its ``experiment`` takes
+    every TensorBoard call (``add_figure``, ``add_histogram``, ...) and keeps nothing, closing the
+    matplotlib figures it is handed."""
+
+    @property
+    def experiment(self) -> PictureSink:
+        return self
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return self._drop
+
+    @staticmethod
+    def _drop(*args: Any, **kwargs: Any) -> None:
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, Figure):
+                import matplotlib.pyplot as plt  # here: fedlight.engine.output.tensorboard picks its backend
+
+                plt.close(value)
+
+
+class OfflineWandbLogger(WandbLogger):
+    """Lightning's W&B logger that also closes its run when the run log does (Lightning leaves that to
+    the process's exit, too late for the next run in the same process)."""
+
+    def finalize(self, status: str) -> None:
+        super().finalize(status)
+        if self._experiment is not None:
+            if status == "preempted":
+                self._experiment.mark_preempting()
+            self._experiment.finish(exit_code=0 if status in ("success", "preempted") else 1)
+            self._experiment = None
+
+
+class FolderMLFlowLogger(MLFlowLogger):
+    """Lightning's MLflow logger, with a preempted run marked KILLED (MLflow's name for it) rather than
+    handed to MLflow as an unknown status, and the hparams of a resumed run logged again as MLflow allows."""
+
+    def log_hyperparams(self, params: dict[str, Any]) -> None:
+        """MLflow keeps a parameter's first value: a resumed run logs its new ones, and the current values of
+        those that changed (``rounds`` grown) as tags of the same name."""
+        logged = self.experiment.get_run(self.run_id).data.params
+        super().log_hyperparams({k: v for k, v in params.items() if k not in logged})
+        for key, value in params.items():
+            if key in logged and logged[key] != str(value)[:250]:  # Lightning's cut of a value
+                self.experiment.set_tag(self.run_id, key, str(value))
+
+    def finalize(self, status: str) -> None:
+        super().finalize("KILLED" if status == "preempted" else status)
+
+
+def tensorboard_logger(run_dir: Path, rounds_done: int) -> Logger:
+    """``tensorboard/``; ``purge_step`` drops the events a killed run logged after its last checkpoint."""
+    return TensorBoardLogger(str(run_dir), name="tensorboard", version="", default_hp_metric=False,
+                             purge_step=rounds_done + 1)
+
+
+def csv_logger(run_dir: Path, rounds_done: int) -> Logger:
+    """``csv/metrics.csv`` (a row a step, written at once) and ``csv/hparams.yaml``; a resumed run logs
+    the earlier rows up to ``rounds_done`` again first (Lightning's writer starts the file anew)."""
+    folder = run_dir / "csv"
+    kept = []
+    if (folder / "metrics.csv").is_file():
+        with open(folder / "metrics.csv", newline="") as f:
+            kept = [row for row in csv.DictReader(f) if int(row["step"]) <= rounds_done]
+        shutil.rmtree(folder)  # no "logs directory exists" warning: its rows are logged again below
+    logger = CSVLogger(str(run_dir), name="csv", version="", flush_logs_every_n_steps=1)
+    for row in kept:
+        step = int(row.pop("step"))
+        logger.log_metrics({k: float(v) for k, v in row.items() if v != ""}, step=step)
+    return logger
+
+
+def wandb_logger(run_dir: Path, rounds_done: int) -> Logger:
+    """An offline W&B run under ``wandb/``; a resumed run goes on under the same run id (a new
+    ``offline-run-*`` folder, merged into one run by ``wandb sync``)."""
+    import wandb
+
+    earlier = sorted((run_dir / "wandb").glob("offline-run-*"))
+    run_id = earlier[-1].name.rsplit("-", 1)[-1] if earlier else None  # None: W&B draws one
+    return OfflineWandbLogger(name=run_dir.name, save_dir=str(run_dir), offline=True, project=PROJECT, id=run_id,
+                              resume="allow" if earlier else None,
+                              settings=wandb.Settings(console="off", silent=True, x_disable_stats=True))
+
+
+def mlflow_logger(run_dir: Path, rounds_done: int) -> Logger:
+    """An MLflow run in the file store ``mlruns/`` (MLflow 3 keeps that store only when
+    ``MLFLOW_ALLOW_FILE_STORE`` is set: set here unless the environment says otherwise); a resumed run
+    goes on in the store's run."""
+    from mlflow.tracking import MlflowClient
+
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    store = (run_dir / "mlruns").resolve()
+    client = MlflowClient(f"file:{store}")
+    experiment = client.get_experiment_by_name(PROJECT) if store.is_dir() else None
+    runs = client.search_runs([experiment.experiment_id], max_results=1) if experiment else []
+    return FolderMLFlowLogger(experiment_name=PROJECT, run_name=run_dir.name, tracking_uri=f"file:{store}",
+                              run_id=runs[0].info.run_id if runs else None)
+
+
+BUILDERS: dict[str, Callable[[Path, int], Logger]] = {
+    "tensorboard": tensorboard_logger, "csv": csv_logger, "wandb": wandb_logger, "mlflow": mlflow_logger}
+
+
+def open_loggers(names: tuple[str, ...], run_dir: Path, rounds_done: int) -> list[Logger]:
+    """The loggers ``names`` (the recipe's ``loggers``) of the run folder ``run_dir``, whose run has
+    completed ``rounds_done`` rounds (0: a fresh run)."""
+    return [BUILDERS[name](run_dir, rounds_done) for name in names]

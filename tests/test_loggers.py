@@ -1,0 +1,163 @@
+"""The recipe's ``loggers``: CSV, W&B (offline) and MLflow (a file store) get every per-round scalar,
+the same values as results.json's history, in the run folder, and a resumed run appends to them."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import yaml
+
+from fedlight.cli import main
+from fedlight.config import load_recipe
+from fedlight.engine.run.fit import fit
+from fedlight.engine.run.same_experiment import check_same_experiment
+from fedlight.engine.state.run_files import RECIPE
+from fedlight.errors import UserError
+
+HAVE = {name: importlib.util.find_spec(name) is not None for name in ("wandb", "mlflow")}
+FAST = ["eval.probe_epochs=2", "eval.projector_samples=0", "local.batch_size=32"]
+ROUND_SCALARS = {"accuracy/linear_probe_acc": "linear_probe_acc", "accuracy/knn_acc": "knn_acc",
+                 "train/loss": "train_loss", "train/lr": "lr", "comm/bytes_up": "bytes_up",
+                 "time/round_seconds": "seconds"}
+
+
+def needs(name: str) -> pytest.MarkDecorator:
+    return pytest.mark.skipif(not HAVE[name], reason=f"{name} is not installed: pip install 'fedlight[loggers]'")
+
+
+@pytest.fixture(scope="module")
+def logged_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """2 rounds with every logger installed here, then ``--resume`` to 3 rounds; results.json and the run folder."""
+    from conftest import REPO, TINY
+
+    tmp = tmp_path_factory.mktemp("loggers")
+    recipe = tmp / "tiny.yaml"
+    recipe.write_text(TINY.format(repo=REPO))
+    names = ["tensorboard", "csv", *(name for name in ("wandb", "mlflow") if HAVE[name])]
+    args = [f"loggers=[{','.join(names)}]", *FAST, f"run.dir={tmp / 'run'}"]
+    fit(load_recipe(recipe, ["rounds=2", *args]))
+    results = fit(load_recipe(recipe, ["rounds=3", *args]), resume=True)
+    return {"results": results, "dir": tmp / "run"}
+
+
+def expected(results: dict[str, Any]) -> dict[int, dict[str, float]]:
+    """Each step's scalars as results.json has them: the random-init encoder's at 0, each round's after."""
+    steps = {0: {f"accuracy/{k}": v for k, v in results["baseline"].items() if v is not None}}
+    for row in results["history"]:
+        steps[row["round"]] = {tag: row[column] for tag, column in ROUND_SCALARS.items()}
+    return steps
+
+
+def test_csv_has_each_step_once_with_the_history_values(logged_run: dict[str, Any]) -> None:
+    with open(logged_run["dir"] / "csv/metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    results, by_step = logged_run["results"], {}
+    for row in rows:
+        if not any(k.startswith("final/") and v for k, v in row.items()):
+            assert int(row["step"]) not in by_step, f"step {row['step']} logged twice"
+            by_step[int(row["step"])] = {k: float(v) for k, v in row.items() if v and k != "step"}
+    want = expected(results)
+    assert sorted(by_step) == [0, 1, 2, 3]  # the resumed start appended round 3 to rounds 0-2
+    for step, scalars in want.items():
+        assert {k: by_step[step][k] for k in scalars} == pytest.approx(scalars, rel=1e-6), step
+    finals = [row for row in rows if row.get("final/knn_acc")]
+    assert [int(row["step"]) for row in finals] == [2, 3]  # each start's last round, as TensorBoard's hparams
+    assert float(finals[-1]["final/knn_acc"]) == pytest.approx(results["final"]["knn_acc"])
+    hparams = yaml.safe_load((logged_run["dir"] / "csv/hparams.yaml").read_text())
+    assert hparams["method/name"] == "simclr" and hparams["rounds"] == 3
+
+
+@needs("mlflow")
+def test_mlflow_file_store_has_one_run_with_the_history_values(logged_run: dict[str, Any]) -> None:
+    runs = [p.parent for p in (logged_run["dir"] / "mlruns").glob("*/*/meta.yaml")]
+    assert len(runs) == 1  # the resumed start went on in the same run
+    run = runs[0]
+    for step, scalars in expected(logged_run["results"]).items():
+        for tag, value in scalars.items():
+            lines = [line.split() for line in (run / "metrics" / tag).read_text().splitlines()]
+            logged = {int(s): float(v) for _, v, s in lines}
+            assert len(logged) == len(lines), f"{tag}: a step logged twice"
+            assert logged[step] == pytest.approx(value, rel=1e-6), (tag, step)
+    assert (run / "params/method/name").read_text() == "simclr"
+    assert (run / "params/rounds").read_text() == "2" and (run / "tags/rounds").read_text() == "3"
+    assert "status: 3" in (run / "meta.yaml").read_text()  # FINISHED
+
+
+def wandb_records(path: Path, block: int = 32768) -> Iterator[Any]:
+    """The protobuf records of a ``.wandb`` file (LevelDB's log format after a 7-byte header)."""
+    from wandb.proto import wandb_internal_pb2
+
+    data, pos, chunks = path.read_bytes(), 7, b""
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # a block's zero-filled tail
+            pos += block - pos % block
+            continue
+        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
+        chunks, pos = chunks + data[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind in (1, 4):  # a record's full or last chunk
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(chunks)
+            chunks = b""
+            yield record
+
+
+@needs("wandb")
+def test_wandb_offline_runs_share_an_id_and_hold_the_history_values(logged_run: dict[str, Any]) -> None:
+    folders = sorted((logged_run["dir"] / "wandb").glob("offline-run-*"))
+    ids = {folder.name.rsplit("-", 1)[-1] for folder in folders}
+    assert len(folders) == 2 and len(ids) == 1  # the resumed start: a second folder of the same run
+    rows, config = [], {}
+    for folder in folders:
+        for record in wandb_records(folder / f"run-{folder.name.rsplit('-', 1)[-1]}.wandb"):
+            kind = record.WhichOneof("record_type")
+            if kind == "history":
+                rows.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item})
+            elif kind == "config":
+                config.update({i.key: json.loads(i.value_json) for i in record.config.update})
+    by_step = {}
+    for row in rows:
+        if "final/knn_acc" not in row:
+            assert row["trainer/global_step"] not in by_step, row
+            by_step[row["trainer/global_step"]] = row
+    want = expected(logged_run["results"])
+    assert sorted(by_step) == sorted(want) == [0, 1, 2, 3]
+    for step, scalars in want.items():
+        assert {k: by_step[step][k] for k in scalars} == pytest.approx(scalars, rel=1e-6), step
+    assert config["method/name"] == "simclr"
+
+
+def test_loggers_are_not_the_experiment_but_the_learning_rate_is(logged_run: dict[str, Any]) -> None:
+    """``--resume`` may add or drop a logger (it changes no number); it still refuses another ``local.lr``."""
+    saved = yaml.safe_load((logged_run["dir"] / RECIPE).read_text())
+    check_same_experiment(logged_run["dir"], {**saved, "loggers": ["csv"]})
+    with pytest.raises(UserError, match="local.lr"):
+        check_same_experiment(logged_run["dir"], {**saved, "loggers": ["csv"], "local": {**saved["local"], "lr": 0.5}})
+
+
+def test_a_run_without_tensorboard_writes_no_tensorboard_folder(tiny_recipe: Path) -> None:
+    """The parts' pictures (the partition, the update norms' histogram) go nowhere, and nothing fails."""
+    results = fit(load_recipe(tiny_recipe, ["loggers=[csv]", "rounds=1", *FAST]))
+    run = tiny_recipe.parent / "run"
+    assert not (run / "tensorboard").exists()
+    with open(run / "csv/metrics.csv", newline="") as f:
+        knn = [float(row["accuracy/knn_acc"]) for row in csv.DictReader(f) if row["accuracy/knn_acc"]]
+    assert knn == pytest.approx([results["baseline"]["knn_acc"], results["history"][0]["knn_acc"]])
+
+
+@pytest.mark.parametrize("override, named", [
+    ("loggers=[tensorboard,wandb]", "loggers: wandb needs the wandb package, which is not installed; "
+                                    "pip install 'fedlight[loggers]'"),
+    ("loggers=[csv,csv]", "recipe key 'loggers' names csv more than once")])
+def test_a_bad_logger_stops_in_one_line_before_the_run_folder(tiny_recipe: Path, capsys, monkeypatch,
+                                                               override: str, named: str) -> None:
+    monkeypatch.setitem(sys.modules, "wandb", None)  # as if not installed: find_spec answers None
+    code = main(["fit", "--recipe", str(tiny_recipe), override])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and named in err, err
+    assert not (tiny_recipe.parent / "run").exists()
