@@ -11,7 +11,7 @@ import matplotlib.image
 import pytest
 
 from fedlight.cli import main
-from fedlight.report.groups import group_label, group_runs, grouping_keys
+from fedlight.report.arm_groups import group_label, group_runs, grouping_keys
 from fedlight.report.runs import find_runs, varying_keys
 from fedlight.report.write import mean_std
 
@@ -300,7 +300,7 @@ def test_a_group_that_ends_below_its_random_init_is_flagged(tmp_path: Path) -> N
 
 
 def test_legend_names_are_the_keys_last_part_unless_two_share_it() -> None:
-    from fedlight.report.groups import legend_names
+    from fedlight.report.arm_groups import legend_names
 
     assert group_label(["partition.alpha", "method.name"], (0.1, "byol")) == "alpha = 0.1, name = byol"
     assert legend_names(["method.mu", "server.mu", "seed"]) == ["method.mu", "server.mu", "seed"]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from fedlight import stats
 from fedlight.errors import UserError
 from fedlight.eval import metric_names
-from fedlight.report.groups import Group, group_label
+from fedlight.report.arm_groups import Group, group_label
 from fedlight.report.tables import Cell, markdown_table, seed_means
 
 VERDICT = {stats.HOLDS: "ahead", stats.FAILS: "behind", stats.OPEN: "can't tell"}

@@ -1,7 +1,7 @@
 """Plots of a report, each as PNG and SVG: for every metric, accuracy vs round and accuracy vs bytes.
 
 One line per group, named by its keys' values as a reader says them (``alpha = 0.1``, the
-key's last part unless two keys share it; an arm by its name: ``fedlight.report.groups``):
+key's last part unless two keys share it; an arm by its name: ``fedlight.report.arm_groups``):
 the mean over the group's seeds (the shaded band: ± one sample standard deviation, n - 1,
 where there are two or more seeds, as the legend says) at the rounds every seed evaluated,
 starting from round 0, the random-init model (``results.json``'s ``baseline``, 0 bytes sent).
@@ -21,7 +21,7 @@ import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from fedlight.eval import metric_names  # noqa: E402
-from fedlight.report.groups import Group, group_label  # noqa: E402
+from fedlight.report.arm_groups import Group, group_label  # noqa: E402
 from fedlight.report.runs import Run  # noqa: E402
 
 KINDS = ("round", "bytes")

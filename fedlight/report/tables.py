@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedlight.eval import metric_names
-from fedlight.report.groups import ABSENT
+from fedlight.report.arm_groups import ABSENT
 from fedlight.report.runs import Run
 
 

@@ -2,7 +2,7 @@
 ``report.tex`` and two plots per metric (PNG and SVG).
 
 Runs are grouped by ``--group-by KEYS`` (default: their arms, or every recipe key that varies
-and defines the experiment: ``fedlight.report.groups``). Each group's row gives, per final
+and defines the experiment: ``fedlight.report.arm_groups``). Each group's row gives, per final
 metric (``--metric NAME`` picks some), the mean and the sample standard deviation (n - 1) over
 its seeds, in percent, beside the random-init value (flagged where the group ends below it),
 and the bytes communicated per run (up + down + device to device + LG-FedAvg's new-test
@@ -20,7 +20,7 @@ from fedlight.config.files import output_folder_problem
 from fedlight.errors import UserError
 from fedlight.eval import metric_names
 from fedlight.report.compare import compare_text
-from fedlight.report.groups import ABSENT, group_runs, grouping_keys
+from fedlight.report.arm_groups import ABSENT, group_runs, grouping_keys
 from fedlight.report.plots import plot_files, write_plots
 from fedlight.report.runs import Run, find_runs
 from fedlight.report.tables import Cell, GroupTable, markdown_table, md_cell
