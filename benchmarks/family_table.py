@@ -16,7 +16,8 @@ from pathlib import Path
 
 import rule_v3
 
-HEADER = ("| claim | paper's numbers | fedlight (CPU twin, rule v3) | raw verdict | Holm-adjusted verdict | block |\n"
+HEADER = ("| claim | paper's numbers | fedlight (CPU twin, rule v3) | raw verdict | Holm-adjusted verdict | "
+          "`bash benchmarks/claims.sh` |\n"
           "|---|---|---|---|---|---|")
 
 

@@ -109,7 +109,8 @@ def rows_text(rows: dict[str, dict], o: Options) -> str:
     ref = "chance" if o.chance is not None else "floor"
     return "; ".join(f"{k} {r['mean']:.2f} +- {r['sd']:.2f} ({ref} {r['floor']:.2f}"
                      + ("" if "trained" not in r else f", lift >= {r['lift_low']:.2f}"
-                        + ("" if r["trained"] else ", not trained")) + ")" for k, r in rows.items())
+                        + ("" if r["trained"] else ", not trained")) + (", the control" if k in o.controls else "")
+                     + ")" for k, r in rows.items())
 
 
 def mean_claim(block: str, claim: list[str], sides: list[list[str]], table: dict[str, list[dict]],

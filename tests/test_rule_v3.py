@@ -39,7 +39,7 @@ def test_a_control_that_did_not_train_voids_the_claim() -> None:
     o = Options(min_lift=5, controls=("fedavg",))
     r = claim("moon", ">", "fedavg", table, o)
     assert r.verdict == "void: control fedavg did not train" and r.p is None
-    assert "not trained" in r.text
+    assert "not trained, the control)" in r.text
 
 
 def test_beating_a_comparator_that_never_trained_shows_nothing() -> None:

@@ -316,13 +316,13 @@ def check_run_dir(path: Path, recipe: dict[str, Any], resume: bool, overwrite: b
 def _check_flags_and_disk(path: Path, resume: bool, overwrite: bool, min_free_mb: int) -> None:
     if resume and overwrite:
         raise UserError("--resume and --overwrite contradict each other; pass only one")
+    too_long = length_problem(path)  # first: a name too long for the file system cannot even be looked at
+    if too_long:
+        raise UserError(f"run.dir {too_long}; set run.dir to a shorter path")
     for stray in (path / REPLACED, path / MOVING):  # names a replacement moves a run through: folders of its own
         if stray.is_symlink() or stray.exists() and not stray.is_dir():
             raise UserError(f"run folder '{path}' holds '{stray}', which is not a folder fedlight made to keep "
                             "a replaced run in; move or delete it and rerun")
-    too_long = length_problem(path)
-    if too_long:
-        raise UserError(f"run.dir {too_long}; set run.dir to a shorter path")
     check_free_space(path, min_free_mb)
 
 
