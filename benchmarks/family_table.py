@@ -29,7 +29,7 @@ def table(root: Path, family: int | None = None) -> str:
         raise SystemExit(f"{root}: no claims-v3-*.jsonl below it; run a block's reproduce.py --rule v3 first")
     adjusted = rule_v3.adjust(records, family)
     tested = sum(r.p is not None for r in records)
-    size = family or tested
+    size = family - sum(r.verdict.startswith(rule_v3.VOID) for r in records) if family else tested
     lines = [HEADER, *(rule_v3.markdown(r, a) for r, a in zip(records, adjusted))]
     return "\n".join(lines) + (f"\n\nHolm over a family of {size} tested claims (family-wise 5%), {tested} of them "
                                f"on disk (the others count as p = 1); {len(records) - tested} rows not tested.\n")

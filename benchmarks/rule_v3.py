@@ -186,12 +186,14 @@ def read(path: Path) -> list[Record]:
 
 def adjust(records: list[Record], family: int | None = None) -> list[str]:
     """Every record's verdict after Holm over the tested ones (void, counted and beside rows keep
-    theirs). ``family``: the pre-registered number of tested claims; those not run yet count as
-    p = 1, which can only make an interim adjusted verdict more cautious than the final one."""
+    theirs). ``family``: the number of claims registered; a void one leaves the family, and those
+    not run yet count as p = 1, which can only make an interim adjusted verdict more cautious than
+    the final one (Holm's adjusted p-values never fall as an input p-value rises)."""
     tested = [i for i, r in enumerate(records) if r.p is not None]
-    missing = (family or len(tested)) - len(tested)
+    void = sum(r.verdict.startswith(VOID) for r in records)
+    missing = (family or len(tested) + void) - len(tested) - void
     if missing < 0:
-        raise SystemExit(f"{len(tested)} tested claims on disk, more than the family of {family} registered")
+        raise SystemExit(f"{len(tested) + void} claims on disk, more than the family of {family} registered")
     tests = [stats.Test(records[i].verdict, records[i].p) for i in tested] + [stats.Test(stats.OPEN, 1.0)] * missing
     kept = stats.adjusted_verdicts(tests)
     out = [r.verdict for r in records]

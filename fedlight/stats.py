@@ -16,7 +16,8 @@ Everything here is a Student-t statement about ``mean(d)``; the seeds are the sa
 - ``rounds_sign_test``: rounds to reach a target when some seeds never reach it (censored): an
   exact sign test on which arm got there first, which needs no value for a censored seed.
 - ``lift`` / ``trained``: a row's gain over its own random-init value, seed by seed.
-- ``seeds_needed``: the power calculation, from an upper confidence bound on a pilot's sd.
+- ``seeds_needed``: the seeds whose interval reaches a half-width wanted (a precision target, not a
+  power calculation), from an upper confidence bound on a pilot's sd.
 
 scipy is used for the t, chi-square and binomial distributions; nothing here needs torch.
 """
@@ -82,7 +83,8 @@ def paired(a: Sequence[float], b: Sequence[float] | float = 0.0, level: float = 
     number shared by every seed).
 
     Raises:
-        ValueError: sides of different lengths, not 1-d, or fewer than ``MIN_SEEDS`` seeds.
+        ValueError: sides of different lengths, not 1-d, fewer than ``MIN_SEEDS`` seeds, or a
+            value that is not finite.
     """
     a = np.asarray(a, dtype=float)
     b = np.broadcast_to(np.asarray(b, dtype=float), a.shape) if np.ndim(b) == 0 else np.asarray(b, dtype=float)
@@ -90,6 +92,8 @@ def paired(a: Sequence[float], b: Sequence[float] | float = 0.0, level: float = 
         raise ValueError(f"need two equal-length 1-d arrays of per-seed values, got {a.shape} and {b.shape}")
     if len(a) < MIN_SEEDS:
         raise ValueError(f"a paired comparison needs at least {MIN_SEEDS} seeds, got {len(a)}")
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):  # a NaN would make every p NaN, read as "does not hold"
+        raise ValueError("a per-seed value is not finite (NaN or inf); leave that seed out of both sides")
     d = a - b
     n, mean, sd = len(d), float(d.mean()), float(d.std(ddof=1))
     half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)

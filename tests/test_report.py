@@ -348,6 +348,16 @@ def test_runs_that_differ_only_in_how_they_ran_are_one_group(tmp_path: Path) -> 
     assert "| partition.alpha | seeds |" in text and "| 0.1 | 3 |" in text and "| 1.0 | 1 |" in text
 
 
+def test_runs_outside_a_sweeps_arms_are_grouped_by_what_varies(tmp_path: Path) -> None:
+    """Every run records ``arm`` (None outside a sweep's arms) and ``loggers``: neither splits a group."""
+    for seed, (alpha, loggers) in enumerate([(0.1, ["tensorboard"]), (0.1, ["csv"]), (1.0, ["tensorboard"])]):
+        _write_run(tmp_path / f"runs/{seed}", alpha, seed, 0.5, 0.4, 1000, arm=None, loggers=loggers)
+    runs = find_runs([tmp_path / "runs"])
+    keys = grouping_keys(runs, None)
+    assert keys == ["partition.alpha"]
+    assert [group_label(keys, values) for values, _ in group_runs(runs, keys)] == ["alpha = 0.1", "alpha = 1.0"]
+
+
 def test_a_key_a_group_does_not_define_is_never_shown_as_none(tmp_path: Path) -> None:
     """Today a BYOL group read 'name = byol, temperature = None' with a '-' cell."""
     _write_run(tmp_path / "runs/0", 0.1, 0, 0.5, 0.4, 1000, method={"name": "simclr", "temperature": 0.5})

@@ -36,6 +36,8 @@ def test_paired_refuses_unpaired_or_too_few_seeds() -> None:
         stats.paired([1.0, 2.0], [0.0, 0.0])
     with pytest.raises(ValueError, match="equal-length"):
         stats.paired([1.0, 2.0, 3.0], [0.0, 0.0])
+    with pytest.raises(ValueError, match="not finite"):  # NaN p-values would read as "does not hold"
+        stats.paired([1.0, 2.0, math.nan], [0.0, 0.0, 0.0])
 
 
 def test_directional_verdicts_and_their_p_value() -> None:

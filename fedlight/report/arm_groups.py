@@ -2,7 +2,8 @@
 
 Runs are grouped by the recipe keys that define what was measured, never by how it was run:
 the seed (the sample), ``fabric.*`` (devices, threads, workers), ``run.*`` (folder, state
-store, budgets) and where the data lives (``data.root``, ``data.download``). Runs whose
+store, budgets), where the data lives (``data.root``, ``data.download``) and where the scalars
+go (``loggers``). Runs whose
 recipes carry a top-level ``arm`` (a sweep's arms) are grouped by it, and by any experiment
 key that still varies inside an arm. A group is named by its values as a reader says them
 (``alpha = 0.1``; an arm by its name), leaving out every key its recipe does not define: a
@@ -18,7 +19,7 @@ from fedlight.report.runs import Run, varying_keys
 
 ARM = "arm"
 # how a run executed, not what it measured: runs that differ only here are one arm
-EXECUTION_KEYS = ("seed", "data.root", "data.download")
+EXECUTION_KEYS = ("seed", "data.root", "data.download", "loggers")
 EXECUTION_SECTIONS = ("fabric.", "run.")
 
 Group = tuple[tuple[Any, ...], list[Run]]
@@ -42,7 +43,7 @@ def experiment_keys(runs: list[Run]) -> list[str]:
 def default_keys(runs: list[Run]) -> list[str]:
     """``arm`` and the experiment keys that vary inside an arm where every run names its arm, else
     the experiment keys that vary."""
-    if not runs or not all(ARM in r.keys for r in runs):
+    if not runs or not all(r.keys.get(ARM) is not None for r in runs):  # a run outside a sweep's arms records none
         return experiment_keys(runs)
     arms: dict[Any, list[Run]] = {}
     for run in runs:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -113,11 +114,12 @@ class GroupTable:
 
 def seed_means(runs: list[Run], metric: str) -> dict[int, float]:
     """Seed -> the final ``metric`` of that seed's runs (their mean where a group ran a seed twice, e.g. on
-    two devices, so each seed counts once), in seed order; seeds without a value left out."""
+    two devices, so each seed counts once), in seed order; seeds without a finite value left out."""
     values: dict[int, list[float]] = {}
     for run in runs:
-        if metric in run.final:
-            values.setdefault(run.seed, []).append(run.final[metric])
+        value = run.final.get(metric)
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            values.setdefault(run.seed, []).append(value)
     return {seed: statistics.fmean(v) for seed, v in sorted(values.items())}
 
 

@@ -78,9 +78,13 @@ def _finished_results(run_dir: Path) -> dict[str, Any]:
     except (OSError, ValueError) as exc:
         why = "missing" if isinstance(exc, FileNotFoundError) else "unreadable"
         raise UserError(f"'{path}' is {why}: pass the run folder (run.dir) of a run fedlight fit finished") from None
-    done, rounds = results.get("rounds_completed"), results.get("recipe", {}).get("rounds")
-    if done != rounds:
-        raise UserError(f"run folder '{run_dir}' has finished {done} of its {rounds} rounds: finish it first with "
+    if not isinstance(results, dict) or not isinstance(results.get("recipe"), dict):
+        raise UserError(f"'{path}' is not a fedlight results.json: pass the run folder (run.dir) of a run fedlight "
+                        "fit finished")
+    done, rounds = results.get("rounds_completed"), results["recipe"].get("rounds")
+    if done != rounds or results.get("final") is None:  # all rounds but no final evaluation: killed during it
+        raise UserError(f"run folder '{run_dir}' has finished {done} of its {rounds} rounds"
+                        f"{' but not its final evaluation' if done == rounds else ''}: finish it first with "
                         f"fedlight fit --recipe {run_dir / 'recipe.yaml'} --resume")
     return results
 

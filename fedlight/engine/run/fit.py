@@ -135,7 +135,8 @@ def check_recipe(recipe: Recipe) -> Aggregator:
     options = part_options(recipe, server)  # each part checks its own options; assemble, that they go together
     options.faults.check_attackers(attackable_clients(recipe, server))
     per_round, trainable = round_size(recipe, server), trainable_clients(recipe)
-    server.check_clients(per_round, trainable)  # e.g. Krum's f; DP-FedAvg's sampling rate
+    with registry.SERVERS.building(recipe.server["name"], "server.name"):  # a plug-in's check that raises: one line
+        server.check_clients(per_round, trainable)  # e.g. Krum's f; DP-FedAvg's sampling rate
     if server.accounts_privacy and per_round < trainable and recipe.clients.sampling != "poisson":
         raise UserError(f"server.name={recipe.server['name']}'s privacy accountant models Poisson client sampling, "
                         f"but clients.fraction={recipe.clients.fraction:g} samples a fixed-size set of {per_round} of "
