@@ -86,6 +86,8 @@ def test_arms_carry_settings_and_grid_only_the_arms_that_take_a_key(tmp_path: Pa
     (["--arm", "moon=method:mooon"], "unknown method choice 'mooon'; valid: "),
     (["--arm", "moon=model:moon_cnn"], "'model:moon_cnn' names no config group; groups: method, server"),
     (["--arm", "a", "--arm", "a=method:moon"], "two arms are named 'a'"),
+    (["--arm", "null=method:moon"], "not a number or a YAML word such as null or true"),
+    (["--arm", "1e3"], "not a number or a YAML word such as null or true"),
     (["--arm", "a=method:moon,method:scaffold"], "gives two method choices; keep one"),
     (["--arm", "a=~method.mu"], "arm 'a': ~method.mu drops nothing: the recipe sets no method.mu"),
     (["--arm", "a", "--grid", "method.name=moon,supervised"], "--grid method.name with arms: choose the method per arm"),

@@ -31,6 +31,14 @@ from fedlight.sweep.carry import chosen_section
 from fedlight.sweep.grid import Axis, split_values
 
 ARM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")  # what a run name keeps as written
+YAML_WORDS = {"null", "none", "true", "false", "yes", "no", "on", "off", "nan", "inf"}  # read as no string
+
+
+def check_arm_name(name: str, where: str) -> None:
+    """Refuse a name a run name cannot keep as written, or one YAML reads as a keyword, number or null."""
+    if not ARM_NAME.fullmatch(name) or name.lower() in YAML_WORDS or re.fullmatch(r"[0-9.+-]+(e[0-9+-]+)?", name):
+        raise UserError(f"{where}: an arm's name is letters, digits and ._+-, not a number or a YAML word such as "
+                        "null or true (e.g. --arm moon=method:moon)")
 
 
 @dataclass(frozen=True)
@@ -85,8 +93,7 @@ def parse_arm(text: str, base: str | None) -> Arm:
     """
     name, _, rest = text.partition("=")
     where = f"--arm '{text}'"
-    if not ARM_NAME.fullmatch(name):
-        raise UserError(f"{where}: an arm's name is letters, digits and ._+- (e.g. --arm moon=method:moon)")
+    check_arm_name(name, where)
     recipes, choices, drops, overrides = [], [], [], []
     for item in (i.strip() for i in split_values(rest)) if rest else ():
         if not item:
@@ -121,6 +128,8 @@ def parse_arms(recipes: list[str], texts: list[str]) -> list[Arm]:
         return []
     base = recipes[0] if len(recipes) == 1 else None
     arms = [Arm(Path(r).stem, r) for r in recipes if base is None] + [parse_arm(t, base) for t in texts]
+    for arm in arms[:len(recipes) if base is None else 0]:
+        check_arm_name(arm.name, f"--recipe {arm.recipe} (its file name names the arm)")
     names = [a.name for a in arms]
     twice = next((n for n in names if names.count(n) > 1), None)
     if twice:
