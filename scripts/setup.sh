@@ -6,7 +6,7 @@
 #               system Python is left untouched) holding fedlight and its dependencies
 #               (`pip install -e .`), and Debian's dataset-fashion-mnist (Fashion-MNIST under
 #               /usr/share/datasets/fashion-mnist, apt-get as root; otherwise a hint).
-#   test:       the same plus the dev extra (pytest, hypothesis, scikit-learn) and, as root with
+#   test:       the same plus the dev extra (pytest, hypothesis, scikit-learn, Opacus, W&B, MLflow) and, as root with
 #               apt-get, Debian's slurm-wlm and munge, which only the real-SLURM tests use (a
 #               two-node cluster on this host; tests/test_slurm.py is skipped without them).
 #
@@ -80,8 +80,8 @@ case "$PYTHON" in
   */*) folder=$(cd "$(dirname "$PYTHON")" 2>/dev/null && pwd) || refuse "PYTHON=$PYTHON: cannot enter its folder"
        PYTHON="$folder/$(basename "$PYTHON")" ;;
 esac
-extra=; modules="fedlight lightning lightly torchmetrics torchvision tensorboard matplotlib tqdm omegaconf"
-if [ "$target" = test ]; then extra='[dev]'; modules="$modules sklearn pytest hypothesis opacus"; fi
+extra=; modules="fedlight lightning lightly torchmetrics torchvision tensorboard matplotlib tqdm omegaconf scipy"
+if [ "$target" = test ]; then extra='[dev]'; modules="$modules sklearn pytest hypothesis opacus wandb mlflow"; fi
 # (re)install when a module is missing or the installed fedlight is not this checkout (PYTHONPATH aside); find_spec
 # locates a module without importing it (importing torch and Lightning alone takes seconds)
 here=$(pwd)
