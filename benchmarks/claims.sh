@@ -397,7 +397,9 @@ if want v3_table; then
   python benchmarks/family_table.py runs/v3 --family 30 --out benchmarks/results/v3-table.md  # the 30 of REPRODUCTION.md
 fi
 
-# every finished v3 run (results.json carries its commit, UTC times and device), for the next machine
+# every finished v3 run (results.json carries its commit, UTC times and device), and every finished
+# v3 pilot run, for the next machine: tar -xJf each in the repository root puts them back
 if want v3_archive; then
   bash benchmarks/archive_runs.sh runs/v3 benchmarks/results/v3-runs.tar.xz
+  bash benchmarks/archive_runs.sh runs/pilot_v3 benchmarks/results/v3-pilot-runs.tar.xz
 fi
