@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 import rule_v3
-from rule_v3 import BESIDE
+from rule_v3 import BESIDE, rounds_to_reach
 from verdict import OPS, compare, verdict
 
 CHANCE_AUC = 0.5  # the floor of an AUC whose random-init value a run does not measure
@@ -140,13 +140,6 @@ def row_floor(runs: list[dict], metric: str) -> float:
         return CHANCE_AUC * 100
     raise SystemExit(f"{metric}: a row has no random-init value in results.json's baseline; "
                      "rule v2 judges no claim without a floor")
-
-
-def rounds_to_reach(runs: list[dict], metric: str, target: float) -> np.ndarray:
-    """Per seed, the first round whose ``metric`` is at least ``target``; one past the last round
-    for a run that never reaches it (the rounds it was given are a lower bound)."""
-    return np.array([next((h["round"] for h in res["history"] if h.get(metric) is not None and h[metric] >= target),
-                          res["rounds_completed"] + 1) for res in runs], dtype=float)
 
 
 def rounds_claim_row(claim: list[str], table: dict[str, list[dict]], metric: str, target: float, out: Path) -> str:

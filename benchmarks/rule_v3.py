@@ -135,15 +135,19 @@ def mean_claim(block: str, claim: list[str], sides: list[list[str]], table: dict
                   None if void else test.p, rows)
 
 
+def rounds_to_reach(runs: list[dict], metric: str, target: float, never: float | None = None) -> np.ndarray:
+    """Per seed, the first round whose ``metric`` is at least ``target`` (shape (S,)); for a run that
+    never reaches it, ``never`` (rule v3: inf, censored), or one past its last round (rule v2)."""
+    return np.array([next((h["round"] for h in res["history"] if h.get(metric) is not None and h[metric] >= target),
+                          res["rounds_completed"] + 1 if never is None else never) for res in runs], dtype=float)
+
+
 def rounds_claim(block: str, claim: list[str], table: dict[str, list[dict]], metric: str, target: float,
                  o: Options) -> Record:
     """``rounds(A) < rounds(B)``: the rounds each seed takes to reach ``target``, censored where never."""
     a, op, b, *paper = claim
     labels = [a[7:-1], b[7:-1]]
-    def reach(runs: list[dict]) -> np.ndarray:
-        return np.array([next((h["round"] for h in res["history"] if h.get(metric) is not None and h[metric] >= target),
-                              np.inf) for res in runs])
-    ra, rb = reach(table[labels[0]]), reach(table[labels[1]])
+    ra, rb = (rounds_to_reach(table[k], metric, target, never=np.inf) for k in labels)
     s = stats.rounds_sign_test(ra, rb)
     test = stats.sign_verdict(s, 1 if op == "<" else -1)
     shown = "; ".join(f"{k} " + ", ".join("never" if np.isinf(v) else str(int(v)) for v in r)
