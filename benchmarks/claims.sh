@@ -351,6 +351,12 @@ if [ -z "$ARGS" ] || want v3_sofed; then  # n = 24; sofed_long's twin (kNN on ev
     --learns sofed-lazy50 --min-lift 3.74 "${SOFED_ROWS[@]}"
 fi
 
+if [ -z "$ARGS" ] || want v3_lg_rotated; then  # n = 23; sized by the 5-seed pilot v3_pilot_lg_rotated
+  R3=(--seeds $(v3seeds 23) --out runs/v3/lg_rotated --block v3_lg_rotated --control fedavg-p --learns fedavg-p "${TABLE3[@]}")
+  $V "${R3[@]}" --learns lg-p0 --min-lift 21.73 "${TABLE3_NORMAL[@]}"  # FedAvg at p = 0 forgets by design: not checked
+  $V "${R3[@]}" --learns lg-p --min-lift 22.69 "${TABLE3_ROTATED[@]}"
+fi
+
 # v3 pilots for MOON (issue 40): a cheaper twin trained to a plateau, on pilot seeds no verdict reads.
 # Twin T5: moon_fmnist with 5 parties over 10,000 images (2,000 a party, as the v2 twin's 10 over
 # 20,000), every round evaluated for 60 rounds, so any R <= 60 reads from the same runs (no lr

@@ -94,6 +94,13 @@ CLAIMS = [
     Claim("v3_sofed", "Table I: FedU-IS > FedSimCLR-IS", "fedu-is", "fedsimclr-is", "knn_acc", 77.71 - 73.39,
           f"{V2}/sofed"),
     Claim("v3_sofed", "Table VI: lazy T = 50 ~ full scoring (2)", "sofed-lazy50", "sofed", "knn_acc", 0.0, f"{V2}/sofed"),
+    # LG Table 3's unchanged twin: v3's own 5-seed pilot (v2 ran 4 seeds and kept no runs)
+    Claim("v3_lg_rotated", "Table 3: p = 0, LG > FedAvg on normal data", "lg-p0", "fedavg-p0", "normal_acc", None,
+          "runs/pilot_v3/lg_rotated"),
+    Claim("v3_lg_rotated", "Table 3: FedAvg p > 0 > FedAvg p = 0 on normal data", "fedavg-p", "fedavg-p0", "normal_acc",
+          None, "runs/pilot_v3/lg_rotated"),
+    Claim("v3_lg_rotated", "Table 3: p > 0, LG > FedAvg on rotated data", "lg-p", "fedavg-p", "rotated_acc", None,
+          "runs/pilot_v3/lg_rotated"),
     # v2's confirm_lg_fair (n = 12) and confirm_flesd_sec3 (n = 6): runs not kept, intervals printed
     Claim("v3_lg_fair", "adversary AUC lower with the term", "lg_fair", "lg_fair_noadv", "adv_auc", None, None,
           (-47.43, -43.05, 12)),
@@ -151,6 +158,8 @@ CONTROLS = [
     Control("v3_lg_fair", "class_acc", "lg_fair_noadv", None, (68.09, 47.35)),
     Control("v3_flesd_sec3", "knn_acc", "ssl100", None, (65.05, 56.31)),
     Control("v3_sofed", "knn_acc", "fedsimclr-is", f"{V2}/sofed"),
+    Control("v3_lg_rotated", "normal_acc", "fedavg-p", "runs/pilot_v3/lg_rotated"),
+    Control("v3_lg_rotated", "rotated_acc", "fedavg-p", "runs/pilot_v3/lg_rotated"),
     Control("v3_flesd_sec3", "linear_probe_acc", "ssl100", None, (80.35, 78.61)),
 ]
 
