@@ -120,7 +120,7 @@ def _bar(desc: str, file: TextIO | None, shown: bool, total: int | None = None, 
 
 
 def _advance(bar: tqdm) -> None:
-    """One unit more on ``bar``, never past its total (a straggler's or L-BFGS's plans are upper bounds)."""
+    """One unit more on ``bar``, never past its total (L-BFGS's line search may go past its plan)."""
     if bar.total is None or bar.n < bar.total:
         bar.update(1)
 
