@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from fedlight.errors import UserError
-from fedlight.extensions import Table, a_callable, describe, subclass_of
+from fedlight.extensions import Table, a_callable, describe, describe_name, subclass_of
 
 # local objectives; ``fedprox``, ``scaffold``, ``lg`` and ``fedbn`` wrap the objective named by ``method.objective``
 METHODS: Table[Any] = Table("fedlight.methods", {
@@ -67,8 +67,17 @@ def check_names(method: dict[str, Any], server: dict[str, Any], backbone: str, p
         check_name("plugins key", name, PLUGINS)
 
 
-def describe_all() -> str:
-    """Every name with its one-line description (``fedlight methods``), read from the sources:
-    neither torch nor the parts are imported."""
-    return describe({"methods": METHODS, "aggregators": SERVERS, "backbones": BACKBONES, "client schedules": SCHEDULES,
-                     "round plug-ins": PLUGINS})
+def _tables() -> dict[str, Table[Any]]:
+    return {"methods": METHODS, "aggregators": SERVERS, "backbones": BACKBONES, "client schedules": SCHEDULES,
+            "round plug-ins": PLUGINS}
+
+
+def describe_all(columns: int | None = None) -> str:
+    """Every name with the first sentence of its description (``fedlight methods``), wrapped to
+    ``columns`` (None: one line each), read from the sources: neither torch nor the parts are imported."""
+    return describe(_tables(), columns)
+
+
+def describe_one(name: str, columns: int | None = None) -> str:
+    """The whole description of ``name`` (``fedlight methods NAME``); a UserError for an unknown name."""
+    return describe_name(_tables(), name, columns)

@@ -12,6 +12,7 @@ import difflib
 import logging
 import os
 import shlex
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -111,6 +112,7 @@ def _parser() -> argparse.ArgumentParser:
                              "(TOST; fix M before the runs)")
     methods = sub.add_parser("methods", help="list every method, aggregator, backbone, client schedule and round "
                              "plug-in, fedlight's and those other packages add through entry points")
+    methods.add_argument("name", nargs="?", metavar="NAME", help="show the whole description of this one")
     recipes = sub.add_parser("recipes", help="list the recipes fedlight ships, each with its first comment line; "
                              "run one from any folder with fedlight fit --recipe NAME")
     export = sub.add_parser("export", help="write a finished run's trained encoder to one file that "
@@ -174,9 +176,10 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _methods(args: argparse.Namespace) -> int:
-    from fedlight.catalog import describe_all
+    from fedlight.catalog import describe_all, describe_one
 
-    print(describe_all())
+    columns = shutil.get_terminal_size().columns if sys.stdout.isatty() else None  # a pipe gets one line each
+    print(describe_all(columns) if args.name is None else describe_one(args.name, columns))
     return 0
 
 

@@ -22,6 +22,8 @@ import ast
 import importlib
 import importlib.metadata
 import importlib.util
+import re
+import textwrap
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Callable, Generic, TypeVar
@@ -164,15 +166,57 @@ def _kind(obj: Any) -> str:
     return f"the class {obj.__name__}" if isinstance(obj, type) else f"a {type(obj).__name__}"
 
 
-def describe(tables: dict[str, Table[Any]]) -> str:
-    """Every name of every table with its one-line description (``fedlight methods``)."""
-    lines = []
+def first_sentence(text: str) -> str:
+    """``text`` up to its first full stop that ends a sentence: one followed by a capital, outside
+    parentheses and ``code`` (``et al. 2018``, ``e.g. the``, ``(Sec. IV)`` end none)."""
+    for match in re.finditer(r"\.\s+(?=[A-Z])", text):
+        before = text[:match.start()]
+        if before.count("(") == before.count(")") and before.count("``") % 2 == 0:
+            return before + "."
+    return text
+
+
+def entry_text(head: str, text: str, columns: int | None) -> str:
+    """``head`` then ``text``, wrapped to ``columns`` under itself (None: one line, as a pipe or grep wants)."""
+    if columns is None:
+        return head + text
+    return textwrap.fill(text, max(columns, len(head) + 40), initial_indent=head, subsequent_indent=" " * len(head),
+                         break_long_words=False, break_on_hyphens=False)
+
+
+def _origin(table: Table[Any], name: str) -> str:
+    return "" if table.origin(name) == "fedlight" else f"  [{table.origin(name)}]"
+
+
+def describe(tables: dict[str, Table[Any]], columns: int | None = None) -> str:
+    """Every name of every table with the first sentence of its description (``fedlight methods``),
+    wrapped to ``columns`` (None: one line each)."""
+    lines, shortened = [], False
     for title, table in tables.items():
         lines.append(f"{title} ({table.group}):")
         width = max(map(len, table), default=0)
         if not width:
             lines.append("  none installed")
         for name in table:
-            origin = "" if table.origin(name) == "fedlight" else f"  [{table.origin(name)}]"
-            lines.append(f"  {name:<{width}}  {table.description(name)}{origin}")
+            text = table.description(name)
+            shortened |= first_sentence(text) != text
+            lines.append(entry_text(f"  {name:<{width}}  ", first_sentence(text) + _origin(table, name), columns))
+    if shortened:
+        lines.append("(each description's first sentence; fedlight methods NAME shows all of it)")
     return "\n".join(lines)
+
+
+def describe_name(tables: dict[str, Table[Any]], name: str, columns: int | None = None) -> str:
+    """The whole description of ``name`` in every table that has it (``scaffold`` is a method and an
+    aggregator), wrapped to ``columns`` (None: one line each).
+
+    Raises:
+        UserError: no table has ``name``.
+    """
+    found = [(title, table) for title, table in tables.items() if name in table]
+    if not found:
+        every = sorted({n for table in tables.values() for n in table})
+        raise UserError(f"fedlight methods {name}: nothing is named so; valid names: {', '.join(every)}")
+    return "\n".join(f"{name} ({title}, {table.group}):\n"
+                     + entry_text("  ", table.description(name) + _origin(table, name), columns)
+                     for title, table in found)

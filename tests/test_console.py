@@ -83,7 +83,107 @@ def test_the_clients_bar_counts_up_to_what_the_round_deals() -> None:
     ticks.expect(3)  # e.g. two sampled clients and a new device
     ticks()
     ticks()
-    assert (bar.n, bar.total) == (2, 3)
+    assert (bar.n, bar.total, bar.unit) == (2, 3, "clients")
+
+
+def _terminal_bars(total: int = 2) -> tuple[RoundBars, io.StringIO]:
+    screen = io.StringIO()
+    return RoundBars(done=0, total=total, enabled=True, every=1e9, terminal=True, file=screen), screen
+
+
+def test_a_round_bar_on_a_terminal_counts_finished_steps_with_finished_clients_beside() -> None:
+    """The bar opens at 0 of the round's planned steps, moves with each step, and says how many
+    clients are done beside it: 2 clients x 8 steps, on one worker."""
+    bars, screen = _terminal_bars()
+    with bars.round(0) as tick:
+        tick.expect(2)
+        assert (tick.bar.n, tick.bar.total, tick.bar.unit) == (0, 2, "clients")
+        tick.plan(16)
+        assert (tick.bar.n, tick.bar.total, tick.bar.unit) == (0, 16, "steps")
+        seen = []
+        for client in range(2):
+            for _ in range(8):
+                step_done()
+                seen.append(tick.bar.n)
+            tick()
+            assert tick.beside() == f"clients {client + 1}/2"
+        assert seen == list(range(1, 17))
+        assert (tick.bar.n, bars.clock.clients_done, bars.clock.steps_done) == (16, 2, 16)
+        assert tick.bar.postfix.startswith("clients 2/2, run ETA ")  # a finished client redraws at once
+    drawn = screen.getvalue()  # what tqdm drew: each reset, and (at most every 0.1 s) each unit
+    assert "round 1:   0%|" in drawn and "| 0/16 steps" in drawn and "| 16/16 steps" in drawn
+    assert "it/s" not in drawn and "steps/s" not in drawn  # no rate of units
+
+
+def test_a_round_without_planned_steps_counts_finished_clients() -> None:
+    bars, _ = _terminal_bars()
+    with bars.round(0) as tick:
+        tick.expect(4)
+        tick.plan(None)  # a schedule that cannot tell its steps
+        step_done()
+        assert (tick.bar.n, tick.bar.total, tick.beside()) == (0, 4, "steps 1")
+        tick()
+        tick()
+        assert (tick.bar.n, tick.bar.total) == (2, 4)
+        for _ in range(3):  # never past the total
+            tick()
+        assert tick.bar.n == 4
+
+
+def test_an_evaluation_bar_on_a_terminal_has_each_phases_total_and_the_run_eta() -> None:
+    bars, screen = _terminal_bars()
+    bars.clock.end_round(10.0)  # a round timed: the ETA is known (10 s a round)
+    totals = []
+
+    def evaluation(phases):
+        for name, total, unit in (("features", 3, "batches"), ("linear probe", 5, "evaluations"), ("kNN", 2, "chunks")):
+            phases(name, total, unit)
+            assert (phases.bar.n, phases.bar.total, phases.bar.unit, phases.name) == (0, total, unit, name)
+            for _ in range(total - (name == "linear probe")):  # L-BFGS stopped one evaluation early
+                phases.advance()
+            totals.append((phases.bar.n, phases.at()))
+            assert phases.bar.postfix.startswith("run ETA ")
+        return "done"
+
+    assert bars.evaluate("round 1", evaluation) == "done"
+    assert totals == [(3, "features 3/3 batches"), (4, "linear probe 4/5 evaluations"), (2, "kNN 2/2 chunks")]
+    drawn = screen.getvalue()
+    assert "evaluating round 1: features:   0%|" in drawn and "| 0/3 batches" in drawn and "| 0/2 chunks" in drawn
+    assert "run ETA 10 s" in drawn and "it/s" not in drawn
+
+
+def test_a_clients_evaluation_names_the_client_before_each_phase() -> None:
+    bars, _ = _terminal_bars()
+    names = []
+
+    def evaluation(phases):
+        for i in range(2):
+            inner = phases.within(f"client {i + 1}/2, ")
+            inner("kNN", 1, "chunks")
+            names.append(phases.bar.desc)
+
+    bars.evaluate("round 1", evaluation)
+    assert names == ["evaluating round 1: client 1/2, kNN", "evaluating round 1: client 2/2, kNN"]
+
+
+def test_the_rounds_bar_counts_finished_rounds_and_shows_the_run_eta() -> None:
+    bars, screen = _terminal_bars(total=3)
+    assert (bars.bar.n, bars.bar.total) == (0, 3)
+    for round_ in bars:
+        bars.show({"round": round_ + 1, "train_loss": 1.5, "seconds": 4.0}, {"linear_probe_acc": 0.25})
+        assert bars.bar.n == round_ + 1
+    assert bars.bar.postfix == "loss 1.500, probe 0.250, run ETA 0 s"
+    bars.close()
+    assert "3/3 rounds" in screen.getvalue()
+
+
+def test_a_resumed_run_says_from_where_off_a_terminal_too(capsys) -> None:
+    bars = RoundBars(done=3, total=10, enabled=True, resumed=True)
+    assert list(bars) == list(range(3, 10))
+    RoundBars(done=0, total=10, enabled=True, resumed=True)  # stopped inside round 1
+    RoundBars(done=3, total=10, enabled=False, resumed=True)  # another rank
+    assert capsys.readouterr() == ("", "fedlight: resumed from its checkpoint after round 3/10\n"
+                                       "fedlight: resumed from its checkpoint in round 1/10\n")
 
 
 class _Clock:
@@ -125,20 +225,26 @@ def test_steps_and_clients_off_a_terminal_print_a_line_when_the_run_was_silent(c
         step_done()
     step_done()
     err = capsys.readouterr().err.splitlines()
-    assert err[0] == "fedlight: round 1/2: client 1/2, step 0/4; run ETA ?"
-    assert err[-1].startswith("fedlight: round 1/2: client 1/2, step 2/4; run ETA ")
+    assert err[0] == "fedlight: round 1/2: 1/2 clients and 0/4 steps done; run ETA ?"
+    assert err[-1].startswith("fedlight: round 1/2: 1/2 clients and 2/4 steps done; run ETA ")
     assert len(err) == 3 and bars.clock.steps_done == 2
 
 
-def test_an_evaluation_names_its_parts_and_the_random_init_one_is_announced(capsys) -> None:
+def test_an_evaluation_names_its_phases_and_the_random_init_one_is_announced(capsys) -> None:
     bars = RoundBars(done=0, total=2, enabled=True, every=1e9)  # no line for silence
-    assert bars.evaluate("the random-init encoder", lambda part: part("features") or 7) == 7
-    bars.evaluate("round 1", lambda part: part("kNN"))
-    assert capsys.readouterr().err == ("fedlight: evaluating the random-init encoder (features, linear probe, kNN) "
+    assert bars.evaluate("the random-init model", lambda phases: phases("features", 4) or 7) == 7
+    bars.evaluate("round 1", lambda phases: phases("kNN", 1, "chunks"))
+    assert capsys.readouterr().err == ("fedlight: evaluating the random-init model (features, linear probe, kNN) "
                                        "before round 1\n")
     quiet = RoundBars(done=0, total=2, enabled=True, every=0.0)
-    quiet.evaluate("round 1", lambda part: part("linear probe"))
-    assert capsys.readouterr().err == "fedlight: evaluating round 1: linear probe; run ETA ?\n"
+
+    def probe(phases):
+        phases("linear probe", 125, "evaluations")
+        phases.advance()
+
+    quiet.evaluate("round 1", probe)
+    assert capsys.readouterr().err == ("fedlight: evaluating round 1: linear probe 0/125 evaluations; run ETA ?\n"
+                                       "fedlight: evaluating round 1: linear probe 1/125 evaluations; run ETA ?\n")
 
 
 def _steps(bars: RoundBars, steps: int, seconds_each: float) -> None:
@@ -168,15 +274,31 @@ def test_duration_reads_as_a_person_would() -> None:
     assert [duration(s) for s in (4.2, 600, 11_400)] == ["4 s", "10 min", "3 h 10 min"]
 
 
-def test_a_real_run_counts_the_steps_its_schedule_planned(tiny_recipe, monkeypatch) -> None:
-    """The local loops' steps reach the round's progress, as many as the epoch schedule planned."""
+def test_a_real_run_counts_the_steps_its_schedule_planned_and_each_evaluation_phase(tiny_recipe, monkeypatch) -> None:
+    """The local loops' steps reach the round's progress, as many as the epoch schedule planned; each
+    phase of a real evaluation has a total, and its feature batches and kNN chunks reach it."""
     from fedlight.config import load_recipe
+    from fedlight.engine.output.progress import EvalPhases
     from fedlight.engine.run.fit import fit
 
-    seen = []
-    real_show = RoundBars.show
+    seen, phases = [], []
+    real_show, real_start = RoundBars.show, EvalPhases.__call__
     monkeypatch.setattr(RoundBars, "show",
                         lambda self, row, last: seen.append((self.clock.steps_done, self.clock.steps))
                         or real_show(self, row, last))
+
+    def start(self, name, total=None, unit="batches"):
+        if phases and phases[-1][0] is self:
+            phases[-1][3] = self.done  # the phase before ends with this many units done
+        phases.append([self, name, total, None])
+        real_start(self, name, total, unit)
+
+    monkeypatch.setattr(EvalPhases, "__call__", start)
     fit(load_recipe(tiny_recipe, ["eval.probe_epochs=2", "data.subset=300"]))
     assert len(seen) == 2 and all(done == planned > 0 for done, planned in seen), seen
+    names = [name for _, name, _, _ in phases]
+    assert names == ["features", "linear probe", "kNN"] * 3  # the random-init model, rounds 1 and 2
+    ended = [(name, total, units) for _, name, total, units in phases if units is not None]  # all but the last
+    assert [(name, total) for name, total, _ in ended[:2]] == [("features", 2 + 2), ("linear probe", 2)]  # 300 + 300 images
+    for name, total, units in ended:  # labelled and test images, 256 a batch; L-BFGS: 5/4 of 2 iterations planned
+        assert units == total if name != "linear probe" else 1 <= units <= total, (name, total, units)

@@ -196,6 +196,31 @@ def test_descriptions_read_from_the_sources_are_the_docstrings() -> None:
             assert from_source, f"{table.group} {name} has no docstring"
 
 
+def test_fedlight_methods_shows_first_sentences_wrapped_and_one_name_in_full(capsys) -> None:
+    """Long descriptions (Bulyan's is 400 characters) are cut to their first sentence and, on a terminal,
+    wrapped under their name; ``fedlight methods NAME`` shows all of it; an unknown name is one line, exit 2."""
+    from fedlight.catalog import SERVERS, describe_all
+    from fedlight.cli import main
+    from fedlight.extensions import first_sentence
+
+    assert first_sentence("Median (Yin et al. 2018, Sec. 3): robust, e.g. for f < n/2. Needs ``n. B``. More.") == (
+        "Median (Yin et al. 2018, Sec. 3): robust, e.g. for f < n/2.")
+    assert first_sentence("One sentence without a stop") == "One sentence without a stop"
+    lines = describe_all(columns=80).splitlines()
+    assert max(map(len, lines)) <= 80 and lines[-1].startswith("(each description's first sentence;")
+    bulyan = lines.index(next(line for line in lines if line.startswith("  bulyan ")))
+    assert lines[bulyan + 1].startswith(" " * 16) and "Needs" not in "".join(lines)  # under the text; cut
+    assert main(["methods"]) == 0  # not a terminal: one line each, for grep
+    assert "  bulyan        Bulyan over Krum: take" in capsys.readouterr().out
+    assert main(["methods", "bulyan"]) == 0
+    assert capsys.readouterr().out == f"bulyan (aggregators, fedlight.aggregators):\n  {SERVERS.description('bulyan')}\n"
+    assert len(SERVERS.description("bulyan")) > 300 and "Needs ``n >= 4f + 3``" in SERVERS.description("bulyan")
+    assert main(["methods", "bulyn"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fedlight: error: fedlight methods bulyn: nothing is named so; valid names: ") and \
+        err.count("\n") == 1
+
+
 def test_an_undeclared_module_is_one_line_from_check_recipe_before_any_data(tiny_recipe: Path, monkeypatch) -> None:
     """A method whose sub-module is in none of shared / private / transient modules is refused by
     ``check_recipe`` in one line naming the module and the fix (before: a bare assert after the data

@@ -98,6 +98,7 @@ def test_sigterm_between_two_clients_checkpoints_the_half_round(tmp_path: Path, 
         trained.append(1)
         if len(trained) == 3:
             os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1.0)  # a slow client: its second of round 2 is in the first process only
         return train_client(*args, **kwargs)
 
     monkeypatch.setattr(epochs, "train_client", train_then_signal)
@@ -119,6 +120,9 @@ def test_sigterm_between_two_clients_checkpoints_the_half_round(tmp_path: Path, 
     fit(load_recipe(recipe, [*FAST, f"run.dir={run}"]), resume=True)
     assert len(resumed) == 1 + 3 * 2  # client 1 of round 2, then rounds 3-5: not a restart from round 1
     _assert_same_run(run, straight_run)
+    split = json.loads((run / "results.json").read_text())["history"][1]  # round 2, in both processes
+    assert split["seconds"] >= split["train_seconds"] >= 1.0  # the round's time counts its part before the stop
+    assert split["seconds"] >= split["eval_seconds"] + 1.0
 
 
 def test_ctrl_c_mid_round_says_one_line_exits_130_and_its_command_resumes_bit_exact(tmp_path: Path, straight) -> None:

@@ -12,7 +12,7 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 
 from fedlight.config import load_recipe
 from fedlight.config.schema import Recipe
-from fedlight.engine.output.tensorboard import flatten, used_hparams
+from fedlight.engine.output.tensorboard import flatten, run_hparams, used_hparams
 from fedlight.engine.run.fit import fit
 from fedlight.server.ops import update_norm
 
@@ -46,6 +46,18 @@ def test_hparams_follow_the_values_that_make_a_key_read() -> None:
     assert {"partition/shards_per_client", "local/momentum", "local/lr_decay", "stream/velocity", "stream/stc",
             "buffer/size"} <= set(hp)
     assert not {"partition/alpha", "buffer/policy"} & set(hp)
+
+
+def test_a_run_that_lists_its_hparams_logs_those_alone() -> None:
+    """A sweep's run lists what varies across the sweep (``run.hparams``); a key its recipe lacks (an
+    arm's method without ``mu``) is left out, a section stands for its keys; unset, the keys it uses."""
+    record = asdict(Recipe())
+    record["run"]["hparams"] = ["partition.alpha", "method.mu", "method.name", "seed", "clients"]
+    assert run_hparams(record, ["local.epochs"]) == {"partition/alpha": 0.5, "method/name": "simclr", "seed": 0,
+                                                     "clients/num": 10, "clients/fraction": 1.0,
+                                                     "clients/sampling": "fixed"}
+    record["run"]["hparams"] = None
+    assert run_hparams(record, ["local.epochs"]) == used_hparams(record, ["local.epochs"])
 
 
 def _hparam_keys(acc: EventAccumulator) -> set[str]:

@@ -7,6 +7,8 @@ a value must meet are declared next to the field as ``metadata={"check": ...}``.
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -201,9 +203,22 @@ class FaultsConfig:
     attackers_per_round: bool = False  # re-draw the attackers each round (else one fixed set)
 
 
+def recipe_keys(keys: list[str]) -> str | None:
+    """Dotted recipe keys or whole sections (``local.lr``, ``clients``), e.g. the hparams a run lists."""
+    for key in keys:
+        problem = key_problem(key)
+        if problem:
+            return f"lists '{key}', which is no recipe key ({problem})"
+    return None
+
+
 @dataclass
 class RunConfig:
     dir: str | None = None
+    # the recipe keys (or sections) the run's hparams list in TensorBoard and the other loggers; a sweep sets
+    # the ones it varies, with method.name and seed (fedlight/sweep/tensorboard_view.py); unset: every key the
+    # run uses (fedlight/engine/output/tensorboard.py)
+    hparams: list[str] | None = check(recipe_keys, None)
     min_free_mb: int = check(non_negative, 256)  # refuse to start with less free disk (checkpoints x 2 + events)
     # where clients' private state lives (engine/loop/client_store.py): auto = in memory while every client's
     # state fits in state_cache_mb, else on disk (a file per client and round, checkpoints grow with the round)
@@ -252,3 +267,24 @@ class Recipe:
     @property
     def run_dir(self) -> str:
         return self.run.dir or f"runs/{self.name}"
+
+
+def key_problem(key: str, sections: bool = True) -> str | None:
+    """Why dotted ``key`` names no recipe key (None if it does; with ``sections``, a whole section such as
+    ``clients`` counts). Keys under ``method``, ``server`` and ``plugins`` are any here: the chosen class
+    checks them (``fedlight.registry``)."""
+    cls: Any = Recipe
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        fields = sorted(f.name for f in dataclasses.fields(cls))
+        if part not in fields:
+            where = ".".join(parts[:i])
+            return f"valid keys{f' under {where}' if where else ''}: {', '.join(fields)}"
+        cls = typing.get_type_hints(cls)[part]
+        if typing.get_origin(cls) is dict:  # method.* / server.* / plugins.*: any key, typed by the class
+            if sections or i + 1 < len(parts):
+                return None
+            return f"'{key}' is a section: name one of its keys, e.g. {key}.name"
+        if not dataclasses.is_dataclass(cls) and i + 1 < len(parts):
+            return f"'{'.'.join(parts[:i + 1])}' is a value, not a section"
+    return f"'{key}' is a section: name one of its keys" if dataclasses.is_dataclass(cls) and not sections else None

@@ -6,6 +6,8 @@ Both take precomputed features, so the caller decides which encoder and which im
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -48,9 +50,17 @@ def _accuracy(pred: torch.Tensor, target: torch.Tensor, num_classes: int) -> flo
     return float(metric(pred, target))
 
 
+KNN_CHUNK = 1024  # test points a kNN step compares with the whole bank at once
+
+
+def knn_chunks(queries: int, chunk: int = KNN_CHUNK) -> int:
+    """The steps ``knn_accuracy`` takes over ``queries`` test points (its progress total)."""
+    return -(-queries // chunk)
+
+
 def knn_accuracy(train_feats: torch.Tensor, train_labels: torch.Tensor, test_feats: torch.Tensor,
                  test_labels: torch.Tensor, num_classes: int, k: int = 200, temperature: float = 0.1,
-                 chunk: int = 1024) -> float:
+                 chunk: int = KNN_CHUNK, on_chunk: Callable[[], None] | None = None) -> float:
     """Weighted kNN accuracy (Wu et al. 2018, as used in SimCLR/MoCo code bases).
 
     Each test point votes with its ``k`` most cosine-similar training points, weighted by
@@ -59,6 +69,7 @@ def knn_accuracy(train_feats: torch.Tensor, train_labels: torch.Tensor, test_fea
     Args:
         train_feats: (N, D) bank features. train_labels: (N,) int64.
         test_feats: (M, D) query features. test_labels: (M,) int64.
+        on_chunk: called after each chunk of ``chunk`` test points (progress; ``knn_chunks`` of them).
     """
     # Not lightly's ``knn_predict`` (lightly.utils.benchmarking, 1.6): the same vote, other numbers.
     # It ranks classes with ``argsort(descending=True)``, which is not stable, so an exact tie goes
@@ -77,12 +88,22 @@ def knn_accuracy(train_feats: torch.Tensor, train_labels: torch.Tensor, test_fea
         votes = torch.zeros(len(q), num_classes, device=q.device)
         votes.scatter_add_(1, train_labels[idx], (sim / temperature).exp())
         preds.append(votes.argmax(dim=1))
+        if on_chunk is not None:
+            on_chunk()
     return _accuracy(torch.cat(preds), test_labels, num_classes)
+
+
+def probe_evaluations(steps: int) -> int:
+    """The loss evaluations ``linear_probe_accuracy`` plans for ``steps`` L-BFGS iterations
+    (``torch.optim.LBFGS``'s default ``max_eval``, 5/4 of ``max_iter``): its progress total. It
+    often makes fewer (L-BFGS stops once the loss stops changing); the line search of its last
+    iteration may make a few more."""
+    return steps * 5 // 4
 
 
 def linear_probe_accuracy(train_feats: torch.Tensor, train_labels: torch.Tensor, test_feats: torch.Tensor,
                           test_labels: torch.Tensor, num_classes: int, steps: int = 100,
-                          weight_decay: float = 1e-4) -> float:
+                          weight_decay: float = 1e-4, on_evaluation: Callable[[], None] | None = None) -> float:
     """Accuracy of a multinomial logistic regression on standardised frozen features.
 
     Fitted full-batch with L-BFGS (deterministic and quick for the feature sizes here).
@@ -92,6 +113,7 @@ def linear_probe_accuracy(train_feats: torch.Tensor, train_labels: torch.Tensor,
         test_feats: (M, D). test_labels: (M,).
         steps: L-BFGS iterations.
         weight_decay: L2 penalty on the weights.
+        on_evaluation: called after each evaluation of the loss (progress; about ``probe_evaluations(steps)``).
     """
     _check_finite(train_feats, test_feats)
     mean = train_feats.mean(0)
@@ -107,6 +129,8 @@ def linear_probe_accuracy(train_feats: torch.Tensor, train_labels: torch.Tensor,
         opt.zero_grad()
         loss = F.cross_entropy(head(xtr), train_labels) + weight_decay * head.weight.pow(2).sum()
         loss.backward()
+        if on_evaluation is not None:
+            on_evaluation()
         return loss
 
     with torch.enable_grad():

@@ -30,6 +30,7 @@ from fedlight.sweep.names import run_names
 from fedlight.sweep.plan import is_finished, summary, to_submit
 from fedlight.sweep.slurm import (queued_tasks, render_array_script, require_sbatch, sbatch_command,
                                   split_slurm_args, submit)
+from fedlight.sweep.tensorboard_view import LINKS, board_names, hparam_keys, link_runs
 
 def cached_loader() -> Callable[..., Any]:
     """``load_dataset``, imported (with torch) on the first task that needs checking and cached: the
@@ -152,7 +153,7 @@ def run_sweep(recipe: str | list[str], grid: list[str], seeds: int, out: str, op
     tasks = expand(axes, seed_list, arm_axes(arm_list, axes, overrides))
     old = mf.read_manifest(out_dir)
     version = mf.FORMAT if old is None else old["fedlight_sweep"]
-    names = run_names(tasks)
+    names, hparams = run_names(tasks), f"run.hparams=[{','.join(hparam_keys(tasks))}]"  # before the overrides
     if old is not None:  # a sweep keeps the run names it was made with (a format-1 sweep's: '0003')
         names.update({t["index"]: Path(t["run_dir"]).name for t in old["tasks"]})
     entries, texts, plain, problems, clamped = [], {}, {}, {}, {}
@@ -160,7 +161,7 @@ def run_sweep(recipe: str | list[str], grid: list[str], seeds: int, out: str, op
     for task in tasks:
         run_dir = mf.run_path(out_dir, names[task.index])
         try:  # what fit would refuse, each task refuses here, before anything is written
-            resolved = load(task.arm, [*overrides, *task.overrides, f"run.dir={run_dir}"])
+            resolved = load(task.arm, [hparams, *overrides, *task.overrides, f"run.dir={run_dir}"])
             if not is_finished(run_dir, resolved.rounds):  # a finished task says so without importing torch
                 for warning in check_task(resolved, loader):
                     clamped.setdefault(warning, []).append(task)
@@ -198,8 +199,12 @@ def run_sweep(recipe: str | list[str], grid: list[str], seeds: int, out: str, op
         # a local run is over when its command returns: every unfinished task is run again (and resumed)
         chosen = to_submit(manifest, finished, options.resubmit_failed or local, queued or set())
         _write_files(out_dir, manifest, texts, finished, names, script_text)
+        unlinked = link_runs(out_dir, names, board_names(tasks))
+        if unlinked:
+            print(f"fedlight: warning: {unlinked}", file=sys.stderr)
         echo(f"sweep {out_dir}: {summary(manifest, finished, chosen, 'run' if local else 'submit')}")
         if not chosen:
+            echo(next_steps(out_dir))
             return SweepOutcome(manifest, [])
         command = sbatch_command(out_dir / SCRIPT, chosen, options.max_running, extra_sbatch)
         if not local and not options.submit_now:
@@ -212,7 +217,14 @@ def run_sweep(recipe: str | list[str], grid: list[str], seeds: int, out: str, op
     if local:  # outside the lock: another sweep may record its own runs meanwhile
         return _run_here(out_dir, names, chosen, options.parallel, manifest, echo)
     echo(f"submitted array job {submission['job_id']} ({len(chosen)} tasks); logs in {out_dir / 'logs'}")
+    echo(next_steps(out_dir))
     return SweepOutcome(manifest, [])
+
+
+def next_steps(out_dir: Path) -> str:
+    """Where a sweep's results go next: ``fedlight report`` and TensorBoard's view of its runs."""
+    return (f"compare the finished runs: {shlex.join(['fedlight', 'report', str(out_dir)])}; watch them: "
+            f"{shlex.join(['tensorboard', '--logdir', str(out_dir / LINKS)])}")
 
 
 def _write_files(out_dir: Path, manifest: dict[str, Any], texts: dict[int, tuple[str, int]], finished: set[int],
@@ -235,4 +247,7 @@ def _run_here(out_dir: Path, names: dict[int, str], chosen: list[int], parallel:
     tasks = [LocalTask(i, names[i], mf.recipe_path(out_dir, names[i]), mf.run_path(out_dir, names[i]),
                        out_dir / "logs" / f"{names[i]}.out") for i in chosen]
     echo(f"running {len(tasks)} tasks here, {parallel} at once; logs in {out_dir / 'logs'}")
-    return SweepOutcome(manifest, run_local(tasks, parallel, echo))
+    failed = run_local(tasks, parallel, echo)
+    echo(f"sweep {out_dir}: {len(tasks) - len(failed)} of the {len(tasks)} tasks run here finished, {len(failed)} "
+         f"failed; {next_steps(out_dir)}")
+    return SweepOutcome(manifest, failed)

@@ -7,14 +7,12 @@ the same task every time the same command is run.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-import typing
 from dataclasses import dataclass
 from typing import Any
 
 from fedlight.config.loader import yaml_value
-from fedlight.config.schema import Recipe
+from fedlight.config.schema import key_problem
 from fedlight.errors import UserError
 
 # keys the sweep sets itself
@@ -60,24 +58,6 @@ def split_values(text: str) -> list[str]:
     return [*items, current]
 
 
-def schema_problem(key: str) -> str | None:
-    """Why dotted ``key`` is not a recipe value (None if it is). Keys under ``method``/``server``
-    are checked later against the chosen class (``fedlight.registry``), as a recipe's are."""
-    cls: Any = Recipe
-    parts = key.split(".")
-    for i, part in enumerate(parts):
-        fields = sorted(f.name for f in dataclasses.fields(cls))
-        if part not in fields:
-            where = ".".join(parts[:i])
-            return f"valid keys{f' under {where}' if where else ''}: {', '.join(fields)}"
-        cls = typing.get_type_hints(cls)[part]
-        if typing.get_origin(cls) is dict:  # method.* / server.*: any key, typed by the class
-            return None if i + 1 < len(parts) else f"'{key}' is a section: grid one of its keys, e.g. {key}.name"
-        if not dataclasses.is_dataclass(cls) and i + 1 < len(parts):
-            return f"'{'.'.join(parts[:i + 1])}' is a value, not a section"
-    return f"'{key}' is a section: grid one of its keys" if dataclasses.is_dataclass(cls) else None
-
-
 def parse_axis(text: str) -> Axis:
     """One ``--grid KEY=v1,v2`` option; an unknown key or an empty value list raises a UserError."""
     key, sep, rest = text.partition("=")
@@ -85,7 +65,7 @@ def parse_axis(text: str) -> Axis:
         raise UserError(f"--grid '{text}' must look like KEY=v1,v2 (for example partition.alpha=0.1,1)")
     if key in OWNED:
         raise UserError(f"--grid key '{key}' is set by the sweep; {OWNED[key]}")
-    problem = schema_problem(key)
+    problem = key_problem(key, sections=False)
     if problem:
         raise UserError(f"--grid key '{key}' is not a recipe key; {problem}")
     raw = split_values(rest)

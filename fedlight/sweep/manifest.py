@@ -132,8 +132,9 @@ def check_same_sweep(old: dict[str, Any], new: dict[str, Any], out: Path, resolv
 
     A task whose digest differs is still the same when its recipe file there, with the keys a
     later fedlight added filled from their defaults (as a resumed run folder is read), equals
-    ``resolved[index]`` (the task's resolved recipe now, as a plain mapping): a sweep written
-    before an option existed is refreshed, not refused.
+    ``resolved[index]`` (the task's resolved recipe now, as a plain mapping) but for ``run.hparams``,
+    which the sweep sets (what the runs list in TensorBoard): a sweep written before an option
+    existed is refreshed, not refused.
     """
     def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
         if (a["index"], a["overrides"]) != (b["index"], b["overrides"]):
@@ -142,9 +143,15 @@ def check_same_sweep(old: dict[str, Any], new: dict[str, Any], out: Path, resolv
             return True
         path = Path(a["recipe"])
         fix = f"delete '{out}' to start the sweep over"
-        return path.is_file() and (with_later_defaults(read_yaml_mapping(path, "sweep task recipe", fix))
-                                   == escape_interpolations(resolved[b["index"]]))  # as recipe_text writes it
+        return path.is_file() and (_compared(with_later_defaults(read_yaml_mapping(path, "sweep task recipe", fix)))
+                                   == _compared(escape_interpolations(resolved[b["index"]])))  # as recipe_text writes it
 
     if len(old["tasks"]) != len(new["tasks"]) or not all(map(same, old["tasks"], new["tasks"])):
         raise UserError(f"--out '{out}' holds another sweep (its {MANIFEST} lists other tasks or recipes, "
                         f"from {old.get('base_recipe')}); choose a new --out, or delete '{out}' to start over")
+
+
+def _compared(recipe: dict[str, Any]) -> dict[str, Any]:
+    """A task's recipe as ``check_same_sweep`` compares it: without ``run.hparams``, which the sweep sets."""
+    run = recipe.get("run")
+    return {**recipe, "run": {k: v for k, v in run.items() if k != "hparams"}} if isinstance(run, dict) else recipe

@@ -92,8 +92,8 @@ class ClientRunner:
     def train_hand(self, module: FederatedModule, hand: list[int], acc: State | None, round_: int,
                    global_state: State, progress: Callable[[], Any] | None) -> tuple[State | None, list[Report]]:
         """Train the clients of one worker's ``hand`` in order on ``module``, folding their payloads
-        into ``acc``; returns it and their reports. In a one-process run a preemption stops it
-        between two clients."""
+        into ``acc``; returns it and their reports. ``progress`` is called as each client finishes. In a
+        one-process run a preemption stops it between two clients."""
         reports = []
         for i, client in enumerate(hand):
             fault = self.faults.draw(round_, client)
@@ -102,12 +102,12 @@ class ClientRunner:
                 ledger.record(round_, client, "down", global_state)
             report: Report = {"client": client, "status": "ok", "work": fault.work, "ledger": ledger.rows}
             reports.append(report)
-            if progress is not None:
-                progress()
             if fault.dropped:  # fails before sending: nothing trained, nothing sent, private state kept
                 report.update(status="dropped", loss=None, steps=0, samples=0)
             else:
                 acc = self._train_one(module, client, round_, global_state, fault, acc, ledger, report)
+            if progress is not None:  # the client is done (progress counts finished work)
+                progress()
             if self.world == 1 and i + 1 < len(hand) and preemption.received():  # stop between clients
                 break
         return acc, reports

@@ -36,7 +36,7 @@ from fedlight.engine.loop.run_state import RunState, evaluation_failed
 from fedlight.engine.loop.sampling import sample_clients
 from fedlight.engine.loop.workers import Workers
 from fedlight.engine.output.console import say
-from fedlight.engine.output.progress import ClientTicks, RoundBars
+from fedlight.engine.output.progress import ClientTicks, EvalPhases, RoundBars
 from fedlight.engine.state.collectives import gather
 from fedlight.engine.state.run_files import CHECKPOINT, write_json
 from fedlight.methods.federated_module import FederatedModule
@@ -107,7 +107,7 @@ class Federation:
         reports += trained
         if len(trained) < sum(map(len, hands)):  # a preemption stopped the workers between clients
             self.checkpoint.save(self.s, self.s.wall_before + time.perf_counter() - self.started, partial={
-                "acc": on_cpu(acc), "reports": reports})
+                "acc": on_cpu(acc), "reports": reports, "seconds": time.perf_counter() - self.t0})
             raise self._preempted(clients_done=len(reports))
         self.module.load_partial(self.s.global_state)  # server-side training starts from the global model
         reports = sorted((rep for part in gather(self.fabric, reports) for rep in part), key=lambda x: x["client"])
@@ -122,9 +122,9 @@ class Federation:
         self.module.load_partial(self.s.global_state)
         return reports
 
-    def _evaluate(self, round_: int, part: Callable[[str], None]) -> tuple[dict[str, float | None], list[list]]:
-        """The parts' evaluations (collectives, every rank), then probe and kNN (rank 0; ``part`` names each as
-        it starts); the metrics and the ledger rows of what the evaluations uploaded."""
+    def _evaluate(self, round_: int, phases: EvalPhases) -> tuple[dict[str, float | None], list[list]]:
+        """The parts' evaluations (collectives, every rank), then probe and kNN (rank 0; ``phases`` is told each
+        phase and its work); the metrics and the ledger rows of what the evaluations uploaded."""
         local = self.aggregator.keeps_models_local
         stored = self.clients.gathered() if local or any(hook.needs_clients for hook in self.hooks) else {}
         extra, rows = {}, []
@@ -136,7 +136,7 @@ class Federation:
         if self.rank != 0:
             return dict.fromkeys(METRICS), rows
         models = [stored[c] for c in sorted(stored)] if local else None  # local-only: the clients' own models
-        return {**self.evaluator.scores(models, self.s.global_state, part), **extra}, rows
+        return {**self.evaluator.scores(models, self.s.global_state, phases), **extra}, rows
 
     def _preempted(self, clients_done: int = 0) -> preemption.Preempted:
         """The exception that stops a preempted run (after its checkpoint); flushes TensorBoard first."""
@@ -152,16 +152,16 @@ class Federation:
 
     def run(self) -> dict[str, Any]:
         """Train the rounds left (all unless ``restore`` ran); returns (and on rank 0 writes) the results."""
-        o, s, start = self.o, self.s, time.perf_counter()
-        self.started, cpu = start, self.fabric.device.type == "cpu"
+        o, s, self.started = self.o, self.s, time.perf_counter()
         s.begin_segment(self.fabric.device, self.world, self.rank)  # results.json's provenance of this start
-        bars = RoundBars(s.rounds_done, o.rounds, self.rank == 0, self.evaluator.o.label_fraction, o.eval_every, cpu)
+        bars = RoundBars(s.rounds_done, o.rounds, self.rank == 0, self.evaluator.o.label_fraction, o.eval_every,
+                         self.fabric.device.type == "cpu", resumed=self.restored)
         if not self.restored and self.rank == 0:  # the floor of every metric, the parts' included
             s.baseline = bars.evaluate("the random-init model", floors(self.evaluator, self.hooks, s.global_state))
         self.log.open(s.rounds_done, s.ledger.rows, s.baseline)
         wall, last_eval = s.wall_before, s.last_evaluation()
         for round_ in bars:
-            t0 = time.perf_counter()
+            self.t0 = t0 = time.perf_counter() - (s.partial or {}).get("seconds", 0.0)  # + a resumed round's start
             with bars.round(round_) as tick:
                 reports = self._train_round(round_, tick)
             rows = [row for rep in reports for row in rep["ledger"]]
@@ -170,7 +170,7 @@ class Federation:
             metrics, uploads, failure, t_eval = dict.fromkeys(METRICS), [], None, time.perf_counter()
             if s.rounds_done % o.eval_every == 0 or s.rounds_done == o.rounds:
                 try:
-                    metrics, uploads = bars.evaluate(f"round {round_ + 1}", lambda part: self._evaluate(round_, part))
+                    metrics, uploads = bars.evaluate(f"round {round_ + 1}", lambda phases: self._evaluate(round_, phases))
                     last_eval = metrics if self.rank == 0 else last_eval
                 except Exception as exc:  # the round is trained and aggregated: it is saved first (below)
                     failure = exc
@@ -178,7 +178,7 @@ class Federation:
             timing = {"seconds": time.perf_counter() - t0, "eval_seconds": time.perf_counter() - t_eval,
                       "train_seconds": sum(r.get("seconds", 0.0) for r in reports) / (self.world * len(self.workers))}
             row = s.add_round(round_, reports, metrics, rows + uploads, self._lr(round_), timing, self.hooks)
-            wall = s.wall_before + time.perf_counter() - start
+            wall = s.wall_before + time.perf_counter() - self.started
             self.checkpoint.save(s, wall)
             self.log.round(row, rows + uploads, reports)
             if self.rank == 0:

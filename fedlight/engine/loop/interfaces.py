@@ -25,6 +25,7 @@ import torch
 
 from fedlight.engine.loop.client_faults import ClientFault
 from fedlight.engine.loop.local_loop import LocalResult
+from fedlight.engine.output.progress import EvalPhases
 from fedlight.methods.federated_module import FederatedModule
 
 State = dict[str, torch.Tensor]
@@ -124,12 +125,12 @@ class ClientWork:
 
 
 def floors(evaluator: Any, parts: list[RoundPlugin],
-           global_state: State) -> Callable[[Callable[[str], None]], dict[str, float | None]]:
+           global_state: State) -> Callable[[EvalPhases], dict[str, float | None]]:
     """The evaluation of the run's floors, for ``RoundBars.evaluate``: the random-init model's probe,
-    kNN and classifier (``evaluator.model_metrics``, which names each step to the progress callback),
-    then every part's ``random_init_metrics``."""
-    def evaluate(progress: Callable[[str], None]) -> dict[str, float | None]:
-        metrics = evaluator.model_metrics(progress)
+    kNN and classifier (``evaluator.model_metrics``, which tells the progress bars each phase), then
+    every part's ``random_init_metrics``."""
+    def evaluate(phases: EvalPhases) -> dict[str, float | None]:
+        metrics = evaluator.model_metrics(phases)
         for part in parts:
             metrics.update(part.random_init_metrics(global_state))
         return metrics

@@ -27,7 +27,7 @@ from fedlight.engine.loop.evaluator import METRICS
 from fedlight.engine.loop.interfaces import ACCURACY
 from fedlight.engine.loop.interfaces import Report, RoundPlugin
 from fedlight.engine.output.loggers import PictureSink, open_loggers
-from fedlight.engine.output.tensorboard import partition_figure, used_hparams
+from fedlight.engine.output.tensorboard import partition_figure, run_hparams
 
 
 class RunLog:
@@ -91,14 +91,14 @@ class RunLog:
 
     def final(self, record: dict[str, Any], final: dict[str, float | None],
               features: Callable[[torch.Tensor], torch.Tensor], samples: int, step: int) -> None:
-        """The run's hyper-parameters (the keys of ``record``, the resolved recipe, that it uses:
-        ``used_hparams``) with its ``final`` metrics at the last round (``step``), and the embedding of
-        the first ``samples`` test images by the final global encoder (``features``: uint8 images ->
-        (n, d) features)."""
+        """The run's hyper-parameters (the keys of ``record``, the resolved recipe, that ``run.hparams``
+        lists, else those it uses: ``run_hparams``) with its ``final`` metrics at the last round
+        (``step``), and the embedding of the first ``samples`` test images by the final global encoder
+        (``features``: uint8 images -> (n, d) features)."""
         if self.logger is None:
             return
         part_keys = [key for plugin in self.plugins for key in plugin.option_keys()]
-        hparams, finals = used_hparams(record, part_keys), {f"final/{k}": v for k, v in final.items() if v is not None}
+        hparams, finals = run_hparams(record, part_keys), {f"final/{k}": v for k, v in final.items() if v is not None}
         for logger in self.loggers:  # TensorBoard shows the final metrics beside the hparams
             if isinstance(logger, TensorBoardLogger):
                 logger.log_hyperparams(hparams, metrics=finals, step=step)

@@ -30,7 +30,8 @@ class RunState:
         ledger: every communication so far.
         baseline: the metrics of the model before training (rank 0).
         wall_before: seconds the run had taken before it was resumed.
-        partial: a round a preemption stopped between clients: its accumulator and reports.
+        partial: a round a preemption stopped between clients: its accumulator, reports and the
+            seconds it had run (``seconds``, which the resumed round's ``seconds`` goes on from).
         segments: rank 0's record of each start and resumption of the run (``provenance``).
     """
 
@@ -58,7 +59,11 @@ class RunState:
             metrics: the round's evaluation (None values when it was not evaluated).
             ledger_rows: what the round communicated (its clients' and its evaluations' rows).
             lr: the round's local learning rate.
-            timing: its wall-clock columns (``seconds``, ``eval_seconds``, ``train_seconds``).
+            timing: its wall-clock columns: ``seconds``, the round's time from its start to the end of
+                its evaluation (a round a preemption split counts both parts, not the wait between);
+                ``train_seconds``, its clients' local training time (``Report["seconds"]``, every part
+                of the round) summed and divided by the processes x worker models training side by
+                side, so at most about ``seconds``; ``eval_seconds``, its evaluation's.
             parts: the round's parts, each adding its own columns.
         """
         answered = [rep["loss"] for rep in reports if rep["status"] == "ok"]

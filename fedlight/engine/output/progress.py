@@ -1,16 +1,19 @@
 """The run's progress (rank 0): what it is doing now, how far it is, and how long is left.
 
-On a terminal there are bars: one over the rounds, one over each round's clients (with the
-round's optimizer steps and the run's ETA beside it) and one over an evaluation's parts (the
-features, the linear probe, the kNN vote). Off a terminal (a SLURM log, a pipe, ``fedlight sweep
+Every count is of finished work. On a terminal there are bars: one over the rounds (the last
+loss and probe, the run's ETA), one over the running round's optimizer steps when its schedule
+plans them, else its clients (the other count and the run's ETA beside it), and one over the
+running phase of an evaluation (feature batches, L-BFGS evaluations of the linear probe, kNN
+chunks; the run's ETA beside it). Off a terminal (a SLURM log, a pipe, ``fedlight sweep
 --executor local``'s log files) a carriage-return bar turns into one long line of overwritten
 states, so each round prints one plain line on stdout instead,
 ``round 3/10: loss 1.2345, linear probe, 10% labels 0.4560, kNN, 10% labels 0.4000; 2.1 s; ETA 1 min``,
 and on stderr a line says where the run is whenever ``every`` seconds passed without one (inside
-a client, or during an evaluation), so a long round is never silent.
+a round, or during an evaluation), so a long round is never silent. A resumed run says so first.
 
 The local loops count their optimizer steps through :func:`step_done` (from the worker threads);
-the counter goes to the round's :class:`ClientTicks` while a round runs.
+the counter goes to the round's :class:`ClientTicks` while a round runs. ``docs/progress_and_tensorboard.md``
+shows what each bar and line means.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, TextIO, TypeVar
 
 from tqdm.auto import tqdm
 
@@ -54,8 +57,8 @@ class RunClock:
 
     A round's length is its measured time once one has finished (their mean); before that, the
     running round's training time extrapolated from the share of its work done (optimizer steps
-    when the schedule plans them, else clients), plus its share of an evaluation (the last one
-    timed, e.g. the random-init encoder's, over ``eval.every``).
+    when the schedule plans them, else clients finished), plus its share of an evaluation (the
+    last one timed, e.g. the random-init model's, over ``eval.every``).
 
     Args:
         done: rounds completed before this process started (a resumed run).
@@ -90,6 +93,8 @@ class RunClock:
 
     def remaining(self) -> float | None:
         """Seconds left in the run, or None before anything tells (no round finished, no work done)."""
+        if self.rounds_done >= self.total:
+            return 0.0
         elapsed = self.now() - self.round_start
         left_after = max(self.total - self.rounds_done - 1, 0)
         if self.round_seconds:
@@ -102,54 +107,143 @@ class RunClock:
         return max(per_round - elapsed, 0.0) + per_round * left_after
 
 
+# every bar: its share, the count of finished units named by their unit ("3/16 steps"), the time
+# spent and the postfix (the other count, the run's ETA); tqdm's own rate and phase estimate are
+# left out: a rate of evaluation units ("18724.57it/s") tells nothing, the run's ETA tells more
+BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} {unit} [{elapsed}{postfix}]"
+
+
+def _bar(desc: str, file: TextIO | None, shown: bool, total: int | None = None, leave: bool = False,
+         unit: str = "") -> tqdm:
+    return tqdm(total=total, desc=desc, unit=unit, leave=leave, file=file, disable=not shown, dynamic_ncols=True,
+                bar_format=BAR_FORMAT)
+
+
+def _advance(bar: tqdm) -> None:
+    """One unit more on ``bar``, never past its total (L-BFGS's line search may go past its plan)."""
+    if bar.total is None or bar.n < bar.total:
+        bar.update(1)
+
+
 class ClientTicks:
-    """One round's clients bar: ``expect(n)`` once the round knows which clients this process
-    trains (a plug-in may add some, e.g. a new device; a resumed round has fewer left), ``plan(steps)``
-    when its schedule knows their optimizer steps, then a call per client and a ``step()`` per step.
+    """One round's bar over the work this process trains, counting finished work: its optimizer
+    steps when the schedule plans them, else its clients, with the other count beside it.
+
+    ``expect(n)`` once the round knows which clients this process trains (a plug-in may add
+    some, e.g. a new device; a resumed round has fewer left), ``plan(steps)`` when its schedule
+    knows their optimizer steps; then a call per client that finished (trained, dropped out or
+    excluded) and a ``step()`` per optimizer step (the local loops, through :func:`step_done`).
 
     Args:
         bar: the tqdm bar (a disabled one when None: benchmarks driving rounds show nothing).
-        clock: the run's clock, told the round's work; on_change: called after every client and step.
+        clock: the run's clock, told the round's work; on_change: called after every client and
+            step, with True after a client.
     """
 
     def __init__(self, bar: tqdm | None = None, clock: RunClock | None = None,
-                 on_change: Callable[[], None] | None = None) -> None:
+                 on_change: Callable[[bool], None] | None = None) -> None:
         self.bar = bar if bar is not None else tqdm(disable=True)
         self.clock = clock if clock is not None else RunClock(0, 1)
         self.on_change = on_change
         self.lock = threading.Lock()
-        self.started = 0  # clients begun (a disabled tqdm bar counts nothing)
 
     def expect(self, clients: int) -> None:
-        self.bar.reset(total=clients)
         self.clock.start_round(clients)
-        self.started = 0
+        self._count(clients, "clients")
 
     def plan(self, steps: int | None) -> None:
         """The optimizer steps this process's clients take this round (None: their schedule cannot tell)."""
         self.clock.steps = steps or 0
+        if steps:
+            self._count(steps, "steps")
+
+    def _count(self, total: int, unit: str) -> None:
+        self.bar.unit = unit  # before reset, which redraws
+        self.bar.reset(total=total)
+
+    @property
+    def by_steps(self) -> bool:
+        """Whether the bar counts optimizer steps (planned), not clients."""
+        return self.clock.steps > 0
 
     def __call__(self) -> None:
-        """A client starts (the bar counts clients begun)."""
+        """A client finished."""
         with self.lock:
-            self.clock.clients_done = self.started  # the ones begun before it are done (with one worker)
-            self.started += 1
-            self.bar.update(1)
-        self._changed()
+            self.clock.clients_done += 1
+            if not self.by_steps:
+                _advance(self.bar)
+        self._changed(True)
 
     def step(self) -> None:
         with self.lock:
             self.clock.steps_done += 1
-        self._changed()
+            if self.by_steps:
+                _advance(self.bar)
+        self._changed(False)
 
-    def _changed(self) -> None:
+    def beside(self) -> str:
+        """The count the bar does not show: ``'clients 1/4'`` beside steps, ``'steps 37'`` beside clients."""
+        clock = self.clock
+        if self.by_steps:
+            return f"clients {clock.clients_done}/{clock.clients}"
+        return f"steps {clock.steps_done}"
+
+    def _changed(self, client: bool) -> None:
         if self.on_change is not None:
-            self.on_change()
+            self.on_change(client)
+
+
+class EvalPhases:
+    """What an evaluation tells its bar: each phase as it starts, with the units of work it has
+    (``phases("kNN", total=chunks, unit="chunks")``), then ``advance()`` after each unit.
+
+    The phases of an evaluation (``engine/loop/evaluator.py``): the features of the labelled and
+    test images (batches), the classifier's test predictions (batches), the linear probe (L-BFGS
+    loss evaluations, ``probe_evaluations(steps)`` planned: it often stops sooner), the kNN vote
+    (chunks of test images); again per client for local-only training, and per extra label
+    fraction. Without a bar it shows nothing.
+
+    Args:
+        bar: the evaluation's bar (a disabled one when None); title: its name (``'evaluating round 3'``).
+        on_change: called with this object after a phase starts (True) and after each unit (False).
+        prefix: put before every phase's name (``'client 2/5, '``).
+    """
+
+    def __init__(self, bar: tqdm | None = None, title: str = "evaluating",
+                 on_change: Callable[[EvalPhases, bool], None] | None = None, prefix: str = "") -> None:
+        self.bar = bar if bar is not None else tqdm(disable=True)
+        self.title, self.on_change, self.prefix = title, on_change, prefix
+        self.name, self.done = "", 0
+
+    def __call__(self, name: str, total: int | None = None, unit: str = "batches") -> None:
+        """Phase ``name`` starts, with ``total`` units of work (None: unknown)."""
+        self.name, self.done = self.prefix + name, 0
+        self.bar.set_description_str(f"{self.title}: {self.name}", refresh=False)
+        self.bar.unit = unit
+        self.bar.reset(total=total)  # redraws
+        if self.on_change is not None:
+            self.on_change(self, True)
+
+    def advance(self) -> None:
+        """One unit of the phase is done (counted up to its total: L-BFGS's line search may pass its plan)."""
+        self.done = self.done + 1 if self.bar.total is None else min(self.done + 1, self.bar.total)
+        _advance(self.bar)
+        if self.on_change is not None:
+            self.on_change(self, False)
+
+    def within(self, prefix: str) -> EvalPhases:
+        """The same bar, each phase's name after ``prefix`` (a client's evaluation among several)."""
+        return EvalPhases(self.bar, self.title, self.on_change, self.prefix + prefix)
+
+    def at(self) -> str:
+        """``'linear probe 40/125 evaluations'``: the phase and how far it is."""
+        total = self.bar.total
+        return f"{self.name} {self.done}/{'?' if total is None else total} {self.bar.unit}"
 
 
 class RoundBars:
-    """Progress over rounds ``done`` .. ``total``, inside each over the clients and steps it trains,
-    and over the evaluations, with the run's ETA.
+    """Progress over rounds ``done`` .. ``total``, inside each over the work it trains (steps or
+    clients), and over the evaluations' phases, each with the run's ETA.
 
     Args:
         done: rounds already completed (a resumed run starts there).
@@ -159,23 +253,30 @@ class RoundBars:
         eval_every: ``eval.every`` (the ETA's share of an evaluation per round).
         on_cpu: the run trains on a CPU (a long estimate is announced after the first steps).
         every: off a terminal, the longest silence (seconds) inside a round or an evaluation.
+        resumed: the run goes on from a checkpoint (a line says from where).
+        terminal: draw bars (None: when stdout and stderr are terminals); file: where (tqdm's
+            default, stderr, when None).
     """
 
     def __init__(self, done: int, total: int, enabled: bool = True, label_fraction: float = 1.0,
-                 eval_every: int = 1, on_cpu: bool = False, every: float = HEARTBEAT_SECONDS) -> None:
+                 eval_every: int = 1, on_cpu: bool = False, every: float = HEARTBEAT_SECONDS, resumed: bool = False,
+                 terminal: bool | None = None, file: TextIO | None = None) -> None:
         self.total, self.enabled, self.label_fraction = total, enabled, label_fraction
-        self.on_cpu, self.every = on_cpu, every
-        self.bars = enabled and interactive()
+        self.on_cpu, self.every, self.file = on_cpu, every, file
+        self.bars = enabled and (interactive() if terminal is None else terminal)
         self.clock = RunClock(done, total, eval_every)
-        self.bar = tqdm(range(done, total), initial=done, total=total, desc="rounds", disable=not self.bars,
-                        dynamic_ncols=True)
+        self.bar = _bar("rounds", file, self.bars, total, leave=True, unit="rounds")
+        self.bar.update(done)
         self.fresh, self.estimated = done == 0, False
         self.last_line = self.clock.now()
-        self.round_ = done
+        self.round_, self.done = done, done
         self.ticks: ClientTicks | None = None
+        if enabled and resumed:
+            say(f"resumed from its checkpoint after round {done}/{total}" if done else
+                f"resumed from its checkpoint in round 1/{total}")
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self.bar)
+        return iter(range(self.done, self.total))
 
     def eta(self) -> str:
         left = self.clock.remaining()
@@ -183,12 +284,11 @@ class RoundBars:
 
     @contextmanager
     def round(self, round_: int) -> Iterator[ClientTicks]:
-        """The (0-based) round's clients bar, as the ticks a trained client calls; the local loops'
-        steps (``step_done``) count towards it meanwhile. An exception closes both bars, so a
-        stopped run's last line is its message, not a progress bar."""
+        """The (0-based) round's bar, as the ticks a finished client calls; the local loops' steps
+        (``step_done``) count towards it meanwhile. An exception closes both bars, so a stopped
+        run's last line is its message, not a progress bar."""
         self.round_ = round_
-        bar = tqdm(total=None, leave=False, desc=f"round {round_ + 1} clients", disable=not self.bars,
-                   dynamic_ncols=True)
+        bar = _bar(f"round {round_ + 1}", self.file, self.bars, unit="clients")
         self.ticks = ClientTicks(bar, self.clock, self._changed)
         _listener[:] = [self.ticks.step]
         try:
@@ -202,8 +302,8 @@ class RoundBars:
             self.ticks = None
         bar.close()
 
-    def _changed(self) -> None:
-        """After a client or a step: the bar's postfix, the long-run estimate, or a line off a terminal."""
+    def _changed(self, client: bool) -> None:
+        """After a client (``client``) or a step: the bar's postfix, the long-run estimate, or a line off a terminal."""
         ticks, clock = self.ticks, self.clock
         if ticks is None or not self.enabled:
             return
@@ -214,51 +314,56 @@ class RoundBars:
                 pace = (clock.now() - clock.round_start) / clock.steps_done
                 say(f"estimated time on this CPU: about {duration(left)} more ({pace:.2f} s an optimizer step over "
                     f"the first {clock.steps_done}); a GPU, fewer rounds or a *_fmnist recipe is quicker")
-        steps = f"{clock.steps_done}/{clock.steps}" if clock.steps else str(clock.steps_done)
         if self.bars:
-            if clock.now() - self.last_line >= 0.5:
+            if client or clock.now() - self.last_line >= 0.5:
                 self.last_line = clock.now()
-                ticks.bar.set_postfix_str(f"steps {steps}, run ETA {self.eta()}")  # redrawn: steps come between clients
+                ticks.bar.set_postfix_str(f"{ticks.beside()}, run ETA {self.eta()}")
         elif clock.now() - self.last_line >= self.every:
-            self._line(f"round {self.round_ + 1}/{self.total}: client {ticks.started}/{clock.clients}, "
-                       f"step {steps}; run ETA {self.eta()}")
+            steps = f"{clock.steps_done}/{clock.steps}" if clock.steps else str(clock.steps_done)
+            self._line(f"round {self.round_ + 1}/{self.total}: {clock.clients_done}/{clock.clients} clients and "
+                       f"{steps} steps done; run ETA {self.eta()}")
 
     def _line(self, text: str) -> None:
         self.last_line = self.clock.now()
         say(text)
 
-    def evaluate(self, what: str, evaluation: Callable[[Callable[[str], None]], T]) -> T:
-        """Run ``evaluation`` of ``what`` (``'the random-init encoder'``, ``'round 3'``), handing it the
-        callback each of its parts (features, linear probe, kNN, ...) calls with its name as it starts;
-        returns its result. Its time feeds the ETA. A bar naming the part on a terminal; off one, a line
-        when it starts if it is the random-init encoder's (the run's first minutes), else after
-        ``every`` seconds of silence."""
-        bar = tqdm(total=None, leave=False, desc=f"evaluating {what}", disable=not self.bars, dynamic_ncols=True)
+    def evaluate(self, what: str, evaluation: Callable[[EvalPhases], T]) -> T:
+        """Run ``evaluation`` of ``what`` (``'the random-init model'``, ``'round 3'``), handing it the
+        :class:`EvalPhases` its phases (features, linear probe, kNN, ...) report to; returns its result.
+        Its time feeds the ETA. A bar over the running phase's work with the run's ETA on a terminal;
+        off one, a line when it starts if it is the random-init model's (the run's first minutes), else
+        after ``every`` seconds of silence."""
+        bar = _bar(f"evaluating {what}", self.file, self.bars)
         started = self.clock.now()
         if self.enabled and not self.bars and what.startswith("the random-init"):
             self._line(f"evaluating {what} (features, linear probe, kNN) before round 1")
 
-        def part(name: str) -> None:
-            bar.update(1)
-            bar.set_description_str(f"evaluating {what}: {name}")  # redrawn now: a part takes seconds
-            if self.enabled and not self.bars and self.clock.now() - self.last_line >= self.every:
-                self._line(f"evaluating {what}: {name}; run ETA {self.eta()}")
+        def changed(phases: EvalPhases, new_phase: bool) -> None:
+            if not self.enabled:
+                return
+            if self.bars:
+                if new_phase or self.clock.now() - self.last_line >= 0.5:
+                    self.last_line = self.clock.now()
+                    bar.set_postfix_str(f"run ETA {self.eta()}")  # redrawn now: a phase takes seconds
+            elif self.clock.now() - self.last_line >= self.every:
+                self._line(f"evaluating {what}: {phases.at()}; run ETA {self.eta()}")
 
         try:
-            return evaluation(part)
+            return evaluation(EvalPhases(bar, f"evaluating {what}", changed))
         finally:
             bar.close()
             self.clock.eval_seconds = self.clock.now() - started
 
     def show(self, row: dict[str, Any], last_eval: dict[str, Any] | None) -> None:
         """A finished round's history ``row``: its loss and the latest evaluation's (``last_eval``) probe
-        on the bar, or one plain line with the metrics it measured and the run's ETA."""
+        and the run's ETA on the bar, or one plain line with the metrics it measured and the run's ETA."""
         self.clock.end_round(row["seconds"])
         loss = row.get("train_loss")
         if self.bars:
             probe = (last_eval or {}).get(metric_names.PROBE)
-            self.bar.set_postfix(loss=f"{loss:.3f}" if loss is not None else "-",
-                                 probe=f"{probe:.3f}" if probe is not None else "-")
+            self.bar.update(1)
+            self.bar.set_postfix_str(f"loss {'-' if loss is None else f'{loss:.3f}'}, probe "
+                                     f"{'-' if probe is None else f'{probe:.3f}'}, run ETA {self.eta()}")
         elif self.enabled:
             measured = metrics_text(row, self.label_fraction)
             eta = f"; ETA {self.eta()}" if row["round"] < self.total else ""

@@ -1,4 +1,6 @@
-"""What the run shows in TensorBoard besides scalars: the partition, the hparams it uses."""
+"""What the run shows in TensorBoard besides scalars: the partition, and its hparams: the keys
+``run.hparams`` lists (a sweep lists what varies across it, ``fedlight.sweep.tensorboard_view``),
+else the keys the run uses."""
 
 from __future__ import annotations
 
@@ -79,5 +81,22 @@ def used_hparams(record: dict[str, Any], part_keys: Iterable[str]) -> dict[str, 
         record: the resolved recipe as a nested mapping (``dataclasses.asdict(recipe)``).
         part_keys: dotted keys or section names the run's parts declare.
     """
-    wanted = [key.replace(".", "/") for key in (*core_keys(record), *part_keys)]
+    return _named(record, (*core_keys(record), *part_keys))
+
+
+def run_hparams(record: dict[str, Any], part_keys: Iterable[str]) -> dict[str, Any]:
+    """The hparams a run logs: the keys its ``run.hparams`` lists (a sweep's: the keys it varies, with
+    ``method.name`` and ``seed``; one a run lacks, e.g. ``method.mu`` in an arm without it, is left
+    out), else :func:`used_hparams`. A sweep's runs so list only the columns that tell them apart.
+
+    Args:
+        record: the resolved recipe as a nested mapping; part_keys: as for :func:`used_hparams`.
+    """
+    listed = (record.get("run") or {}).get("hparams")
+    return used_hparams(record, part_keys) if listed is None else _named(record, listed)
+
+
+def _named(record: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+    """The flattened ``record``'s values (``{"a/b": v}``) of the dotted ``keys`` (a section stands for its keys)."""
+    wanted = [key.replace(".", "/") for key in keys]
     return {k: v for k, v in flatten(record).items() if any(k == w or k.startswith(w + "/") for w in wanted)}
