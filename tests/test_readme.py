@@ -92,7 +92,8 @@ def test_every_bash_block_of_the_readme_runs_in_order_in_a_fresh_shell(tmp_path:
     for folder in ("recipes", "configs", "slurm"):  # a clone's folders, without its run folders
         (work / folder).symlink_to(REPO / folder, target_is_directory=True)
     link_environment(work / ".venv")
-    script = "set -euo pipefail\nset -x\n" + SERVE + "\n".join(line for c in commands for line in shell_lines(c)) + "\n"
+    trace = "PS4='+ [${SECONDS} s] '\nset -x\n"  # each command on stderr, with the seconds so far
+    script = "set -euo pipefail\n" + trace + SERVE + "\n".join(line for c in commands for line in shell_lines(c)) + "\n"
     (tmp_path / "readme.sh").write_text(script)
     env = {"HOME": str(home), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "TERM": "dumb",
            "PYTHONPATH": str(REPO),  # this checkout's code wins over the environment's install, as in every test
