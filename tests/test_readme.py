@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 TINY = ["data.name=synthetic", "clients.num=2", "partition.min_size=5", "local.batch_size=64",
         "model.backbone=tiny_cnn", "eval.probe_epochs=5", "eval.knn_k=20", "eval.projector_samples=50",
         "fabric.accelerator=cpu", "fabric.threads=1"]
+needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="the README's set-up is `make quickstart`")
 FEDLIGHT_RUN = re.compile(r"^(fedlight|\S*python3?(\.\d+)? -m fedlight) (fit|sweep)\b")
 SERVE = '''serve_briefly() {  # a server the README starts: passes once it says where it serves, then stopped
   "$@" > serve.log 2>&1 & local pid=$!
@@ -82,7 +84,7 @@ def link_environment(venv: Path) -> None:
     (venv / "bin" / "activate").write_text(f'export PATH={shlex.quote(os.path.dirname(sys.executable))}:"$PATH"\n')
 
 
-@pytest.mark.skipif(os.name != "posix", reason="the README's commands are bash")
+@needs_make
 def test_every_bash_block_of_the_readme_runs_in_order_in_a_fresh_shell(tmp_path: Path) -> None:
     commands = bash_commands((REPO / "README.md").read_text())
     assert commands[:2] == ["make quickstart", "source .venv/bin/activate"]  # the set-up the README promises
@@ -107,6 +109,7 @@ def test_every_bash_block_of_the_readme_runs_in_order_in_a_fresh_shell(tmp_path:
     assert "compare.md" in done.stdout and "| fedprox |" in done.stdout
 
 
+@needs_make
 def test_make_quickstart_says_how_to_put_fedlight_on_path() -> None:
     """In a fresh shell after `make quickstart`, `fedlight` is "command not found" until the venv is
     active: make's last line says so (its venv only; an interpreter of your own has its own PATH)."""
