@@ -12,14 +12,21 @@ ifneq ($(SETUP_PROBLEM),)
 $(error $(SETUP_PROBLEM))
 endif
 
+# fedlight and tensorboard land in $(VENV)/bin, on PATH only where the venv is active: say so last
+ifeq ($(PYTHON),$(VENV)/bin/python)
+ACTIVATE = @echo "fedlight and tensorboard are in $(VENV)/bin: run 'source $(VENV)/bin/activate' to put them on PATH in this shell"
+endif
+
 .PHONY: setup quickstart test
 
 setup:
 	$(SETUP) quickstart
+	$(ACTIVATE)
 
 quickstart:
 	$(SETUP) quickstart
 	$(PYTHON) -m fedlight fit --recipe recipes/quickstart_fmnist.yaml --overwrite
+	$(ACTIVATE)
 
 test:
 	$(SETUP) test

@@ -11,7 +11,6 @@ import argparse
 import difflib
 import logging
 import os
-import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from fedlight import __version__
 from fedlight.engine.run import launch
 from fedlight.errors import INTERRUPTED_EXIT, PREEMPTED_EXIT, USER_ERROR_EXIT, UserError, one_line
+from fedlight.invocation import fedlight_command
 
 PIPE_CLOSED_EXIT = 141  # 128 + SIGPIPE, as a shell reports a command whose reader went away
 
@@ -229,7 +229,7 @@ def _show_recipe(recipe: Recipe, args: argparse.Namespace) -> int:
     text = standalone_text(recipe, args.recipe, args.overrides, args.write_recipe or "THIS_FILE.yaml")
     if args.write_recipe is not None:
         write_standalone(text, Path(args.write_recipe), args.overwrite)
-        print(f"wrote {args.write_recipe}; run it with: fedlight fit --recipe {shlex.quote(args.write_recipe)}",
+        print(f"wrote {args.write_recipe}; run it with: {fedlight_command('fit', '--recipe', args.write_recipe)}",
               file=sys.stderr if args.print_recipe else sys.stdout)
     if args.print_recipe:
         print(text, end="")
@@ -260,8 +260,9 @@ def _fit_ranks(recipe: Recipe, args: argparse.Namespace) -> int:
 
 
 def resume_command(argv: list[str]) -> str:
-    """The command that continues the run ``fedlight <argv>`` started: the same, with ``--resume``."""
-    return shlex.join(["fedlight", *[a for a in argv if a not in ("--resume", "--overwrite")], "--resume"])
+    """The command that continues the run ``fedlight <argv>`` started: the same, with ``--resume``, as a
+    line that runs in the shell it was started from (``fedlight_command``)."""
+    return fedlight_command(*[a for a in argv if a not in ("--resume", "--overwrite")], "--resume")
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:

@@ -18,6 +18,7 @@ from fedlight.config import load_recipe
 from fedlight.engine.run.encoder_export import export_encoder
 from fedlight.engine.run.fit import fit
 from fedlight.errors import UserError
+from fedlight.invocation import fedlight_command
 
 REPO = Path(__file__).resolve().parents[1]
 FMNIST = Path("/usr/share/datasets/fashion-mnist")
@@ -100,7 +101,8 @@ def _unfinished(run: Path) -> None:
 
 @pytest.mark.parametrize("harm, expected", [
     (lambda run: (run / "results.json").unlink(), "results.json' is missing: pass the run folder"),
-    (_unfinished, "has finished 1 of its 3 rounds: finish it first with fedlight fit --recipe"),
+    # the command as it runs in this shell: `fedlight ...`, or `<this python> -m fedlight ...` off an activated venv
+    (_unfinished, f"has finished 1 of its 3 rounds: finish it first with {fedlight_command('fit', '--recipe')}"),
     (lambda run: (run / "checkpoints/last.pt").unlink(), "has no checkpoint"),
     (_damaged, "last.pt' fails its sha256 check"),
 ], ids=["no results", "unfinished", "no checkpoint", "damaged checkpoint"])

@@ -1,4 +1,5 @@
-"""Third-party methods through entry points: the README's "Write your own method", run as written."""
+"""Third-party methods through entry points: the documentation's "Write a method" and "Write an aggregator"
+(docs/tutorials/), run as written."""
 
 from __future__ import annotations
 
@@ -18,17 +19,24 @@ REPO = Path(__file__).resolve().parents[1]
 METHOD, AGGREGATOR, PLUGIN = "write-your-own-method", "write-your-own-aggregator", "write-your-own-plugin"
 
 
+def example_text(marker: str) -> str:
+    """The one documentation page (README.md or under docs/) that holds ``<!-- marker``, from there on."""
+    pages = [path.read_text() for path in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]]
+    found = [text for text in pages if f"<!-- {marker}" in text]
+    assert len(found) == 1, f"<!-- {marker}: on {len(found)} documentation pages, not 1"
+    return found[0][found[0].index(f"<!-- {marker}"):]
+
+
 def readme_example(marker: str, group: str = "fedlight.methods") -> tuple[str, str]:
-    """The README's example module after ``<!-- marker`` and its entry-point line (``name = "module:attr"``)."""
-    text = (REPO / "README.md").read_text()
-    after = text[text.index(f"<!-- {marker}"):]
+    """The documented example module after ``<!-- marker`` and its entry-point line (``name = "module:attr"``)."""
+    after = example_text(marker)
     code = re.search(r"```python\n(.*?)```", after, re.S).group(1)
     entry = re.search(rf'\[project\.entry-points\."{re.escape(group)}"\]\n(.*?)\n', after).group(1)
     return code, entry
 
 
 def install_example(site: Path, examples: list[tuple[str, str]]) -> dict[str, tuple[str, str]]:
-    """Install the README's examples (marker, group) as one package, as ``pip install -e .`` would;
+    """Install the documented examples (marker, group) as one package, as ``pip install -e .`` would;
     returns group -> (entry-point name, ``module:attr``)."""
     files, lines, named, package = {}, [], {}, ""
     for marker, group in examples:
@@ -397,7 +405,7 @@ def test_a_plug_in_whose_constructor_raises_is_one_line_naming_it(tmp_path: Path
     assert not (tmp_path / "new").exists()
 
 
-PAYLOADS_AGGREGATOR = "<!-- write-your-own-payloads-aggregator"
+PAYLOADS_AGGREGATOR = "write-your-own-payloads-aggregator"
 
 
 def test_the_readme_aggregator_gives_the_same_model_with_two_workers_and_two_processes(tmp_path: Path,
@@ -406,8 +414,7 @@ def test_the_readme_aggregator_gives_the_same_model_with_two_workers_and_two_pro
     workers and 2 processes x 1 worker end on the same global model, bit for bit."""
     import torch
 
-    text = (REPO / "README.md").read_text()
-    after = text[text.index(PAYLOADS_AGGREGATOR):]
+    after = example_text(PAYLOADS_AGGREGATOR)
     code = re.search(r"```python\n(.*?)```", after, re.S).group(1)
     entry = re.search(r'\[project\.entry-points\."fedlight\.aggregators"\]\n(.*?)\n', after).group(1)
     name, target = (s.strip().strip('"') for s in entry.split("="))

@@ -50,3 +50,35 @@ def test_good_values_go_ahead() -> None:
     done = _make("quickstart", "TORCH=cpu", f"PYTHON={sys.executable}")
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert f"PYTHON={sys.executable} TORCH=cpu bash scripts/setup.sh quickstart" in done.stdout
+
+
+def test_uv_gets_pips_indexes_find_links_and_constraints() -> None:
+    """uv reads none of pip's configuration: without these, the venv's uv would skip the indexes and the
+    version caps pip is configured with (here: a local mirror, and a torch cap)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("uv_settings", REPO / "scripts" / "uv_settings.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    pip_config = ("global.constraint='/etc/caps.txt'\n"
+                  "global.extra-index-url='file:///opt/a/simple file:///opt/b/simple'\n"
+                  "global.find-links='/opt/wheels /opt/more'\n"
+                  ":env:.index-url='https://mirror.example/simple'\n"
+                  "user.index-url='https://ignored.example/simple'\n"  # a PIP_* variable wins over pip's files
+                  "global.timeout='60'\n")
+    assert module.uv_exports(pip_config) == [
+        "export UV_CONSTRAINT=/etc/caps.txt",
+        "export UV_EXTRA_INDEX_URL='file:///opt/a/simple file:///opt/b/simple'",
+        "export UV_FIND_LINKS=/opt/wheels,/opt/more",
+        "export UV_DEFAULT_INDEX=https://mirror.example/simple",
+        "export UV_INDEX_STRATEGY=unsafe-best-match",  # pip's choice: the best version on any index
+    ]
+    assert module.uv_exports("global.timeout='60'\n") == []
+
+
+def test_an_unknown_installer_is_one_line_naming_the_choices() -> None:
+    env = {**os.environ, "INSTALLER": "conda"}
+    checked = subprocess.run(["bash", "scripts/setup.sh", "check"], cwd=REPO, env=env, capture_output=True,
+                             text=True, timeout=60)
+    assert checked.returncode == 2
+    assert checked.stderr == "setup: INSTALLER=conda is not one of uv or pip; set INSTALLER=uv or INSTALLER=pip\n"

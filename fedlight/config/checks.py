@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 Check = Callable[[Any], "str | None"]
+"""A range an option declares (``Annotated[float, positive]``): value -> None where it is in range, else
+what it must be (``'must be > 0'``), said in one line naming the option's key."""
 
 
 def positive(v: Any) -> str | None:

@@ -20,6 +20,8 @@ from typing import Any, NamedTuple
 import torch
 
 State = dict[str, torch.Tensor]
+"""A model's state by name (``state_dict`` keys -> tensors): the global model, one client's payload, an
+accumulator."""
 
 
 class ClientPayload(NamedTuple):

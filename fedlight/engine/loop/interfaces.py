@@ -30,7 +30,9 @@ from fedlight.methods.federated_module import FederatedModule
 
 State = dict[str, torch.Tensor]
 ACCURACY = "accuracy"  # the TensorBoard tag group of every accuracy curve (listed first: alphabetical)
-Report = dict[str, Any]  # one client's round: client, status, loss, steps, samples, ... (kept in checkpoints)
+Report = dict[str, Any]
+"""One client's round, as the engine records it (kept in checkpoints): ``client``, ``status`` (``'ok'`` when it
+answered), ``loss``, ``steps``, ``samples``, ..."""
 
 
 class RoundPlugin:

@@ -27,6 +27,7 @@ from fedlight.engine.state.atomic_files import write_synced
 from fedlight.engine.state.checkpoint import read_checkpoint
 from fedlight.engine.state.run_files import CHECKPOINT
 from fedlight.errors import UserError
+from fedlight.invocation import fedlight_command
 from fedlight.models.encoder_file import FORMAT, FORMAT_VERSION, State
 
 RESULTS = "results.json"
@@ -85,7 +86,7 @@ def _finished_results(run_dir: Path) -> dict[str, Any]:
     if done != rounds or results.get("final") is None:  # all rounds but no final evaluation: killed during it
         raise UserError(f"run folder '{run_dir}' has finished {done} of its {rounds} rounds"
                         f"{' but not its final evaluation' if done == rounds else ''}: finish it first with "
-                        f"fedlight fit --recipe {run_dir / 'recipe.yaml'} --resume")
+                        + fedlight_command("fit", "--recipe", str(run_dir / "recipe.yaml"), "--resume"))
     return results
 
 
