@@ -14,7 +14,8 @@ from typing import Any
 from fedlight.errors import UserError
 from fedlight.extensions import Table, a_callable, describe, describe_name, subclass_of
 
-# local objectives; ``fedprox``, ``scaffold``, ``lg`` and ``fedbn`` wrap the objective named by ``method.objective``
+# local objectives; ``fedprox``, ``scaffold``, ``lg``, ``fedbn``, ``fedu`` and ``fedema`` wrap the objective named by
+# ``method.objective``
 METHODS: Table[Any] = Table("fedlight.methods", {
     "simclr": "fedlight.methods.simclr:SimCLR", "byol": "fedlight.methods.byol:BYOL",
     "supervised": "fedlight.methods.supervised:Supervised", "moon": "fedlight.methods.moon:MOON",
@@ -22,6 +23,10 @@ METHODS: Table[Any] = Table("fedlight.methods", {
     "fedprox": "fedlight.methods.fedprox:FedProx", "scaffold": "fedlight.methods.scaffold_client:Scaffold",
     "triplet": "fedlight.methods.triplet:Triplet", "lg": "fedlight.methods.local_global:LocalGlobal",
     "lg_fair": "fedlight.methods.fair:FairLocalGlobal", "fedbn": "fedlight.methods.fedbn:FedBN",
+    # the six objectives below import only fedlight's public surface, as an outside package's method would
+    "simsiam": "fedlight.methods.simsiam:SimSiam", "moco": "fedlight.methods.moco:MoCo",
+    "barlow_twins": "fedlight.methods.barlow_twins:BarlowTwins", "vicreg": "fedlight.methods.vicreg:VICReg",
+    "swav": "fedlight.methods.swav:SwAV", "dino": "fedlight.methods.dino:DINO",
 }, subclass_of("fedlight.methods.federated_module:FederatedModule"))
 SERVERS: Table[Any] = Table("fedlight.aggregators", {
     "fedavg": "fedlight.server.fedavg:FedAvg", "scaffold": "fedlight.server.scaffold:Scaffold",

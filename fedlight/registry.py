@@ -30,15 +30,13 @@ from fedlight.methods.wrapper import ObjectiveWrapper
 from fedlight.server.aggregator import Aggregator
 
 __all__ = ["BACKBONES", "METHODS", "PLUGINS", "SCHEDULES", "SERVERS", "accepted_keys", "build_method", "build_plugins",
-           "build_server", "is_wrapper", "resolved_settings", "validate"]
+           "build_server", "is_wrapper", "objective_of", "resolved_settings", "validate"]
 
 # the server a method needs when the recipe's server does not fit it
 REQUIRED_SERVER = {"scaffold": "scaffold"}
 
 # constructor arguments the engine fills in; a recipe cannot set them
 ENGINE_ARGS = frozenset({"self", "backbone", "optim", "num_classes", "objective", "num_clients", "context", "seed"})
-# the local objective a wrapper (fedprox, scaffold, lg, ...) wraps when ``method.objective`` is not set
-DEFAULT_OBJECTIVE = "supervised"
 
 
 def _params(cls: type) -> dict[str, inspect.Parameter]:
@@ -52,13 +50,19 @@ def hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls.__init__, include_extras=True)
 
 
+def objective_of(spec: dict[str, Any]) -> str:
+    """The local objective a wrapper's ``method`` section wraps: its ``objective``, else the
+    wrapper's ``default_objective`` (supervised; BYOL for FedU and FedEMA)."""
+    return spec.get("objective", METHODS[spec["name"]].default_objective)
+
+
 def _chain(section: str, spec: dict[str, Any], table: dict[str, type]) -> list[type]:
     """The classes the section builds, outermost first (a wrapper, then its objective)."""
     name = spec.get("name")
     check_name(f"{section}.name", name, table)
     chain = [table[name]]
     if issubclass(chain[0], ObjectiveWrapper):
-        inner = spec.get("objective", DEFAULT_OBJECTIVE)
+        inner = spec.get("objective", chain[0].default_objective)
         if inner not in table or issubclass(table[inner], ObjectiveWrapper):
             valid = ", ".join(sorted(k for k, c in table.items() if not issubclass(c, ObjectiveWrapper)))
             raise UserError(f"{section}.objective {inner!r} is not a local objective; valid: {valid}")
@@ -131,7 +135,7 @@ def build_method(method: dict[str, Any], backbone: str, channels: int, image_siz
                         f"{type(net).__name__}, not a torch.nn.Module; fix or uninstall the package that "
                         "declares it")
     name = method["name"]
-    objective = method.get("objective", DEFAULT_OBJECTIVE) if inner else name
+    objective = objective_of(method) if inner else name
     with METHODS.building(objective, f"method.objective={objective}" if inner else f"method.name={name}"):
         module = cls(backbone=net, optim=optim, **kwargs)
     if not inner:
@@ -258,7 +262,7 @@ def resolved_settings(method: dict[str, Any], server: dict[str, Any], backbone: 
     chain = _options("method", method, METHODS)
     head = {"name": method["name"]}
     if len(chain) > 1:
-        head["objective"] = method.get("objective", DEFAULT_OBJECTIVE)
+        head["objective"] = objective_of(method)
     return {"method": _constructed(head, chain),
             "server": _constructed({"name": server["name"]}, _options("server", server, SERVERS)),
             "backbone": _backbone_built(backbone, channels, image_size),

@@ -1,10 +1,16 @@
 import pytest
 import torch
 
+from fedlight.methods.barlow_twins import BarlowTwins
 from fedlight.methods.byol import BYOL
+from fedlight.methods.dino import DINO
 from fedlight.methods.federated_module import OptimizerSpec
+from fedlight.methods.moco import MoCo
 from fedlight.methods.simclr import SimCLR, info_nce
+from fedlight.methods.simsiam import SimSiam
 from fedlight.methods.supervised import Supervised
+from fedlight.methods.swav import SwAV
+from fedlight.methods.vicreg import VICReg
 from fedlight.models.backbones import ResNet18Cifar, SmallCNN
 
 BATCH = ([torch.randn(6, 1, 12, 12), torch.randn(6, 1, 12, 12)], torch.arange(6) % 3)
@@ -15,6 +21,12 @@ BATCH = ([torch.randn(6, 1, 12, 12), torch.randn(6, 1, 12, 12)], torch.arange(6)
     lambda: SimCLR(SmallCNN(1), hidden_dim=16, output_dim=8, loss="infonce"),
     lambda: BYOL(SmallCNN(1), hidden_dim=16, output_dim=8),
     lambda: Supervised(SmallCNN(1), num_classes=3),
+    lambda: SimSiam(SmallCNN(1), hidden_dim=16, output_dim=16, predictor_hidden_dim=4),
+    lambda: MoCo(SmallCNN(1), hidden_dim=16, output_dim=8, queue_size=12),
+    lambda: BarlowTwins(SmallCNN(1), hidden_dim=16, output_dim=16),
+    lambda: VICReg(SmallCNN(1), hidden_dim=16, output_dim=16),
+    lambda: SwAV(SmallCNN(1), hidden_dim=16, output_dim=8, n_prototypes=4),
+    lambda: DINO(SmallCNN(1), hidden_dim=16, bottleneck_dim=4, output_dim=8),
 ])
 def test_each_method_trains_and_declares_all_its_state(make) -> None:
     m = make()
@@ -37,8 +49,13 @@ def test_info_nce_hand_computed() -> None:
     assert torch.allclose(loss, expected)
 
 
-def test_byol_private_target_starts_as_online_copy_and_follows_by_ema() -> None:
-    m = BYOL(SmallCNN(1), hidden_dim=16, output_dim=8, momentum=0.5)
+@pytest.mark.parametrize("make", [
+    lambda: BYOL(SmallCNN(1), hidden_dim=16, output_dim=8, momentum=0.5),
+    lambda: MoCo(SmallCNN(1), hidden_dim=16, output_dim=8, momentum=0.5),
+    lambda: DINO(SmallCNN(1), hidden_dim=16, bottleneck_dim=4, output_dim=8, momentum=0.5),
+])
+def test_a_private_target_starts_as_online_copy_and_follows_by_ema(make) -> None:
+    m = make()
     with torch.no_grad():
         for p in m.backbone.parameters():
             p.add_(1.0)

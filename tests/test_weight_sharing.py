@@ -10,6 +10,7 @@ import torch
 from fedlight.config import load_recipe
 from fedlight.engine.loop.federation import TIMING
 from fedlight.engine.run.fit import fit
+from fedlight.methods.byol import BYOL
 from fedlight.methods.fedema import FedEMA, ema_weight
 from fedlight.methods.fedprox import FedProx, proximal_term
 from fedlight.methods.fedu import FedU, divergence
@@ -178,13 +179,13 @@ def test_moon_with_mu_zero_is_fedavg_on_the_same_network(tmp_path: Path, tiny_re
 
 
 def _byol_pair(cls, **kw):
-    m = cls(SmallCNN(1, (2, 2, 2)), hidden_dim=8, output_dim=4, **kw)
+    m = cls(BYOL(SmallCNN(1, (2, 2, 2)), hidden_dim=8, output_dim=4), **kw)
     m.reset_private_state()
     m.on_train_end()                     # local copy = current model
     with torch.no_grad():                # the "global" model moves away from it
-        for p in m.backbone.parameters():
+        for p in m.objective.backbone.parameters():
             p.add_(1.0)
-        for p in m.prediction_head.parameters():
+        for p in m.objective.prediction_head.parameters():
             p.add_(1.0)
     return m
 
@@ -200,20 +201,20 @@ def test_divergence_is_mean_conv_weight_distance() -> None:
 @pytest.mark.parametrize("threshold,keeps_local", [(1e9, False), (1e-9, True)])
 def test_fedu_switches_predictor_at_the_threshold(threshold: float, keeps_local: bool) -> None:
     m = _byol_pair(FedU, threshold=threshold)
-    global_pred = [p.clone() for p in m.prediction_head.parameters()]
+    global_pred = [p.clone() for p in m.objective.prediction_head.parameters()]
     m.on_train_start()
     source = m.local.prediction_head.parameters() if keeps_local else iter(global_pred)
-    assert all(torch.equal(p, q) for p, q in zip(m.prediction_head.parameters(), source))
+    assert all(torch.equal(p, q) for p, q in zip(m.objective.prediction_head.parameters(), source))
     assert m.last_divergence is not None and m.last_divergence > 0
 
 
 def test_fedema_mu_is_tau_at_the_first_update_then_scales_with_divergence() -> None:
     m = _byol_pair(FedEMA, tau=0.7)
-    g = next(m.backbone.parameters()).clone()
+    g = next(m.objective.backbone.parameters()).clone()
     l = next(m.local.backbone.parameters()).clone()
     m.on_train_start()
     assert math.isclose(m.last_mu, 0.7, rel_tol=1e-6)
-    assert torch.allclose(next(m.backbone.parameters()), 0.7 * l + 0.3 * g, atol=1e-6)
+    assert torch.allclose(next(m.objective.backbone.parameters()), 0.7 * l + 0.3 * g, atol=1e-6)
     assert ema_weight(0.5, 1.0) == 0.5 and ema_weight(3.0, 1.0) == 1.0
 
 

@@ -34,6 +34,8 @@ class BYOL(FederatedModule):
 
     shared_modules = ("backbone", "projection_head", "prediction_head")
     private_modules = ("backbone_momentum", "projection_head_momentum")
+    predictor_module = "prediction_head"  # FedU's divergence-aware predictor update applies
+    target_modules = private_modules  # an EMA target network: FedEMA applies
 
     def __init__(self, backbone: nn.Module, optim: OptimizerSpec | None = None,
                  hidden_dim: Annotated[int, positive] = 1024,

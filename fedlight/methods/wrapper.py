@@ -19,6 +19,9 @@ class ObjectiveWrapper(FederatedModule):
         objective: the wrapped local objective (SimCLR, BYOL, supervised, ...).
     """
 
+    default_objective: str = "supervised"
+    """The ``method.objective`` a recipe that names none gets (FedU and FedEMA: BYOL, their papers')."""
+
     def __init__(self, objective: FederatedModule) -> None:
         L.LightningModule.__init__(self)  # not FederatedModule's: the backbone belongs to the objective
         self.objective = objective

@@ -38,7 +38,7 @@ def chosen_section(group: str, old: dict[str, Any], choice: Choice | None, drop:
         UserError: one line naming the key and ``who``: a setting the chosen class does not take, a
             setting the file gives another value, a dropped key the recipe does not set.
     """
-    from fedlight.registry import accepted_keys, is_wrapper
+    from fedlight.registry import accepted_keys, is_wrapper, objective_of
 
     gone = sorted(drop - set(old))
     if gone:
@@ -47,6 +47,8 @@ def chosen_section(group: str, old: dict[str, Any], choice: Choice | None, drop:
     new = choice.section() if choice else {k: v for k, v in old.items() if k in IDENTITY}
     if group == "method" and "objective" not in new and is_wrapper(new["name"]):
         inner = old.get("objective") if is_wrapper(old["name"]) else old["name"]
+        if inner is None and objective_of(old) != objective_of({"name": new["name"]}):
+            inner = objective_of(old)  # the old wrapper's own default (FedU's BYOL), not the new one's
         new.update({"objective": inner} if inner else {})
     accepted = accepted_keys(group, new)
     chosen = f"{group} {new['name']}" + (f" (objective {new['objective']})" if "objective" in new else "")
