@@ -174,3 +174,44 @@ def test_a_poisson_round_that_samples_nobody_still_releases_noise(tmp_path: Path
     noise = torch.cat([(x1[k] - v).flatten() for k, v in x0.items() if v.is_floating_point()])
     # nobody trained, and the round released x_0 + N(0, (z C / m)^2 I), with m = 1
     assert noise.std().item() == pytest.approx(1.0, rel=0.1) and abs(noise.mean().item()) < 0.1
+
+
+# DPFedAvg's releases on a tiny case, as fedlight computed them before DP became a wrapper around any
+# aggregator (commit 0a358ab): the refactor must keep dp_fedavg's numbers bit for bit
+PINNED_RELEASES = {
+    "fixed": ([{"w": [[0.7402968406677246, -1.4792970418930054], [2.33652663230896, 1.1281828880310059]],
+                "bn.running_var": [0.6362494230270386, 0.7070610523223877]},
+               {"w": [[1.5690348148345947, -1.4276736974716187], [1.8398747444152832, 1.2265712022781372]],
+                "bn.running_var": [0.08981470763683319, 0.3669995367527008]},
+               {"w": [[1.5465914011001587, -1.7919915914535522], [1.6443017721176147, 1.224779725074768]],
+                "bn.running_var": [0.08540591597557068, 0.0]}], 1.0),
+    "adaptive": ([{"w": [[0.6969810724258423, -1.6911641359329224], [2.4512174129486084, 1.3003709316253662]],
+                   "bn.running_var": [0.8885276913642883, 0.5899028182029724]},
+                  {"w": [[1.690009355545044, -1.6199371814727783], [1.7875248193740845, 1.2739918231964111]],
+                   "bn.running_var": [0.15536870062351227, 0.11139661818742752]},
+                  {"w": [[1.6552340984344482, -2.184433937072754], [1.4844918251037598, 1.2712160348892212]],
+                   "bn.running_var": [0.14853744208812714, 0.0]}], 1.1323371417181491),
+}
+
+
+@pytest.mark.parametrize("mode", ["fixed", "adaptive"])
+def test_dp_fedavg_releases_what_it_released_before_dp_became_a_wrapper(mode: str) -> None:
+    """Three rounds (two clients, one, nobody) of m = 2 sampled from K = 4: the released models, epsilon
+    and C, pinned bit for bit; the second round's last release clamps a running_var the noise made negative."""
+    server = DPFedAvg(clip=1.0, noise_multiplier=0.7, seed=3,
+                      **({"adaptive": True, "count_noise": 0.5, "target_quantile": 0.4} if mode == "adaptive" else {}))
+    server.check_clients(2, 4)
+    state = {"w": torch.tensor([[0.5, -1.0], [2.0, 0.25]]), "bn.running_var": torch.tensor([0.01, 1.0]),
+             "bn.num_batches_tracked": torch.tensor(4)}
+    payloads = [ClientPayload(0, 5.0, {"w": state["w"] + torch.tensor([[3.0, 0.0], [0.0, 4.0]]),
+                                       "bn.running_var": torch.tensor([0.02, 1.5]),
+                                       "bn.num_batches_tracked": torch.tensor(9)}),
+                ClientPayload(2, 1.0, {"w": state["w"] + 0.1, "bn.running_var": torch.tensor([0.0, 0.9]),
+                                       "bn.num_batches_tracked": torch.tensor(7)})]
+    releases, clip = PINNED_RELEASES[mode]
+    for answered, pinned in zip((payloads, payloads[:1], []), releases):
+        state = server.finalize(state, answered)
+        assert all(torch.equal(state[k], torch.tensor(v)) for k, v in pinned.items()), state
+        assert state["bn.num_batches_tracked"].item() == 4  # integer buffers are not released
+    assert server.metrics(3) == {"dp_epsilon": 10.859376967546481, "dp_clip": clip}
+    assert server.state_dict() == {"clip": clip, "rounds": 3}
