@@ -17,7 +17,8 @@ from fedlight.engine.loop.sampling import sample_clients
 from fedlight.engine.run.fit import check_recipe, fit
 from fedlight.errors import UserError
 from fedlight.server.aggregator import ClientPayload
-from fedlight.server.dp_fedavg import NOISE_MULTIPLIER_MIN, RDP_ORDERS, DPFedAvg, epsilon, update_multiplier
+from fedlight.server.differential_privacy import NOISE_MULTIPLIER_MIN, RDP_ORDERS, dp_epsilon, update_multiplier
+from fedlight.server.dp_fedavg import DPFedAvg
 
 FAST = ["clients.num=4", "eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0", "model.backbone=tiny_cnn"]
 GLOBAL = {"w": torch.zeros(2), "n": torch.tensor(7)}
@@ -65,9 +66,9 @@ def test_epsilon_is_the_rdp_of_the_gaussian_mechanism_converted_at_delta() -> No
     z, rounds, delta = 1.2, 3, 1e-5
     by_hand = min(rounds * a / (2 * z * z) - (math.log(delta) + math.log(a)) / (a - 1) + math.log((a - 1) / a)
                   for a in RDP_ORDERS)
-    assert epsilon(1.0, z, rounds, delta) == pytest.approx(by_hand, rel=1e-9)
-    assert epsilon(0.1, z, rounds, delta) < epsilon(1.0, z, rounds, delta)  # sampling amplifies privacy
-    assert epsilon(1.0, z, 0, delta) == 0.0
+    assert dp_epsilon(1.0, z, rounds, delta) == pytest.approx(by_hand, rel=1e-9)
+    assert dp_epsilon(0.1, z, rounds, delta) < dp_epsilon(1.0, z, rounds, delta)  # sampling amplifies privacy
+    assert dp_epsilon(1.0, z, 0, delta) == 0.0
 
 
 @pytest.mark.parametrize("clients, q", [
@@ -91,7 +92,7 @@ def test_a_dp_run_logs_epsilon_every_round_and_resumes_bit_for_bit(tmp_path: Pat
     dp = [*FAST, "server={name: dp_fedavg, clip: 0.5, noise_multiplier: 1.0, adaptive: true, count_noise: 1.0}"]
     run = tmp_path / "straight"
     res = fit(load_recipe(tiny_recipe, [*dp, "rounds=3", f"run.dir={run}"]))
-    assert [row["dp_epsilon"] for row in res["history"]] == [epsilon(1.0, 1.0, r, 1e-5) for r in (1, 2, 3)]
+    assert [row["dp_epsilon"] for row in res["history"]] == [dp_epsilon(1.0, 1.0, r, 1e-5) for r in (1, 2, 3)]
     acc = EventAccumulator(str(run / "tensorboard"))
     acc.Reload()
     logged = [e.value for e in acc.Scalars("server/dp_epsilon")]
@@ -168,7 +169,7 @@ def test_a_poisson_round_that_samples_nobody_still_releases_noise(tmp_path: Path
     poisson = [*FAST, "clients.fraction=0.25", "clients.sampling=poisson", f"seed={seed}", "rounds=1"]
     dp = "server={name: dp_fedavg, clip: 1.0, noise_multiplier: 1.0}"
     res = fit(load_recipe(tiny_recipe, [*poisson, dp, f"run.dir={tmp_path / 'dp'}"]))
-    assert res["history"][0]["dp_epsilon"] == epsilon(0.25, 1.0, 1, 1e-5)
+    assert res["history"][0]["dp_epsilon"] == dp_epsilon(0.25, 1.0, 1, 1e-5)
     fit(load_recipe(tiny_recipe, [*poisson, f"run.dir={tmp_path / 'kept'}"]))  # FedAvg keeps x_0 in an empty round
     x0, x1 = (torch.load(tmp_path / run / "checkpoints/last.pt", weights_only=True)["global"] for run in ("kept", "dp"))
     noise = torch.cat([(x1[k] - v).flatten() for k, v in x0.items() if v.is_floating_point()])

@@ -1,6 +1,9 @@
 """Pure tensor math of the robust aggregation rules, on stacked client values.
 
-Each rule takes ``x`` of shape ``(n, ...)``: one row per client, in client order, float64.
+Each rule takes ``x`` of shape ``(n, ...)``: one row per client, in client order, float64
+(``fedlight.server.ops``: ``stack_states`` for a coordinate-wise rule, ``flatten_states`` for one on
+whole vectors). Exported from ``fedlight`` for aggregators of other packages.
+
 A rule on models equals the rule on updates (model minus the global model) shifted by the
 global model: the coordinate-wise rules commute with a common shift and Krum's distances do
 not see it, so the servers apply them to the payloads as sent.
@@ -9,23 +12,6 @@ not see it, so the servers apply them to the payloads as sent.
 from __future__ import annotations
 
 import torch
-
-State = dict[str, torch.Tensor]
-
-
-def stack(states: list[State], key: str) -> torch.Tensor:
-    """The ``(n, *shape)`` float64 stack of every state's ``key``."""
-    return torch.stack([s[key].detach().double() for s in states])
-
-
-def flat_floats(states: list[State], keys: list[str]) -> torch.Tensor:
-    """``(n, D)``: each state's floating-point tensors under ``keys``, flattened and concatenated."""
-    return torch.stack([torch.cat([s[k].detach().double().reshape(-1) for k in keys]) for s in states])
-
-
-def like(value: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
-    """``value`` in ``ref``'s dtype and device (rounded first for an integer ``ref``)."""
-    return (value if ref.is_floating_point() else value.round()).to(ref.device, ref.dtype)
 
 
 def coordinate_median(x: torch.Tensor) -> torch.Tensor:
