@@ -1,9 +1,11 @@
 """DP-FedAvg: clipping, the server's noise, adaptive clipping and the accountant by hand; a run that logs
-and resumes."""
+and resumes; DP as a wrapper (``server.dp``) around a sum-contract server (FedAdam) and a payloads rule
+(median), with DP-FedAvg's accounting."""
 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -16,9 +18,14 @@ from fedlight.config import load_recipe
 from fedlight.engine.loop.sampling import sample_clients
 from fedlight.engine.run.fit import check_recipe, fit
 from fedlight.errors import UserError
+from fedlight.registry import build_server
 from fedlight.server.aggregator import ClientPayload
-from fedlight.server.differential_privacy import NOISE_MULTIPLIER_MIN, RDP_ORDERS, dp_epsilon, update_multiplier
+from fedlight.server.differential_privacy import (NOISE_MULTIPLIER_MIN, RDP_ORDERS, DifferentialPrivacy, dp_epsilon,
+                                                  update_multiplier)
 from fedlight.server.dp_fedavg import DPFedAvg
+from fedlight.server.fedavg import FedAvg
+from fedlight.server.fedopt import FedAdam
+from fedlight.server.median import Median
 
 FAST = ["clients.num=4", "eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0", "model.backbone=tiny_cnn"]
 GLOBAL = {"w": torch.zeros(2), "n": torch.tensor(7)}
@@ -216,3 +223,106 @@ def test_dp_fedavg_releases_what_it_released_before_dp_became_a_wrapper(mode: st
         assert state["bn.num_batches_tracked"].item() == 4  # integer buffers are not released
     assert server.metrics(3) == {"dp_epsilon": 10.859376967546481, "dp_clip": clip}
     assert server.state_dict() == {"clip": clip, "rounds": 3}
+
+
+# ---------------------------------------------------------------- DP as a wrapper (server.dp) around any aggregator
+
+def _releases(server, rounds: int = 3) -> list[dict[str, torch.Tensor]]:
+    """The models ``server`` releases over ``rounds`` rounds of A and B from GLOBAL (m = 2 of K = 2)."""
+    server.check_clients(2, 2)
+    state, out = GLOBAL, []
+    for _ in range(rounds):
+        state = server.finalize(state, [A, B])
+        out.append(state)
+    return out
+
+
+def test_dp_around_fedavg_is_dp_fedavg_bit_for_bit() -> None:
+    options = {"clip": 0.8, "noise_multiplier": 0.9, "adaptive": True, "count_noise": 0.7}
+    wrapped = build_server({"name": "fedavg", "dp": options}, 2, seed=5)
+    named = build_server({"name": "dp_fedavg", **options}, 2, seed=5)
+    assert isinstance(wrapped.inner, FedAvg) and type(wrapped) is DifferentialPrivacy
+    for a, b in zip(_releases(wrapped), _releases(named)):
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    assert wrapped.metrics(3) == named.metrics(3) and wrapped.state_dict() == named.state_dict()
+
+
+def test_around_a_sum_server_the_wrapped_server_steps_from_the_noisy_mean() -> None:
+    """FedAdam's first step (m_0 = 0.1 D, v_0 = 0.99 tau^2 + 0.01 D^2) taken from DP-FedAvg's release
+    D = (0.45, 0.6), the clipped updates' mean (noise 1e-12: none to see)."""
+    out = _releases(DifferentialPrivacy(FedAdam(server_lr=0.1), clip=1.0, noise_multiplier=1e-12), rounds=1)[0]
+    delta = torch.tensor([0.45, 0.6], dtype=torch.float64)
+    step = 0.1 * (0.1 * delta) / ((0.99 * 1e-6 + 0.01 * delta ** 2).sqrt() + 1e-3)
+    assert out["w"].tolist() == pytest.approx(step.tolist(), abs=1e-5) and out["n"].item() == 7
+
+
+def test_around_a_payloads_rule_the_update_is_projected_to_c_and_noised_with_2_z_c() -> None:
+    # each update has norm 1 = C, yet their coordinate-wise median (a, a, a) has norm 1.22: projected to 1
+    a = 2 ** -0.5
+    rows = ([a, a, 0.0], [a, 0.0, a], [0.0, a, a])
+    payloads = [ClientPayload(c, 1.0, {"w": torch.tensor(r)}) for c, r in enumerate(rows)]
+    quiet = DifferentialPrivacy(Median(), clip=1.0, noise_multiplier=1e-12)
+    quiet.check_clients(3, 3)
+    out = quiet.finalize({"w": torch.zeros(3)}, payloads)["w"]
+    assert out.tolist() == pytest.approx([3 ** -0.5] * 3, abs=1e-6)  # the median's direction, norm C = 1
+    noisy = DifferentialPrivacy(Median(), clip=2.0, noise_multiplier=1.5)
+    noisy.check_clients(3, 3)
+    big = {"w": torch.zeros(200_000)}
+    released = noisy.finalize(big, [ClientPayload(c, 1.0, dict(big)) for c in range(3)])["w"]
+    assert released.std().item() == pytest.approx(2 * 1.5 * 2.0, rel=0.01)  # 2 z C, not z C / m
+
+
+@pytest.mark.parametrize("server, says", [
+    ("{name: scaffold, dp: {}}", "server.dp cannot wrap server.name=scaffold: its clients send more than"),
+    ("{name: dp_fedavg, dp: {}}", "server.dp cannot wrap server.name=dp_fedavg: it is differentially private already"),
+    ("{name: local_only, dp: {}}", "server.dp cannot wrap server.name=local_only: nothing is released"),
+    ("{name: median, dp: 0.5}", "server.dp must be a mapping of the differential-privacy options"),
+    ("{name: median, dp: {clipp: 1}}", "unknown recipe key 'server.dp.clipp' for server.dp; valid keys: "
+                                       "server.dp.adaptive, server.dp.clip,"),
+    ("{name: median, dp: {seed: 1}}", "server.dp.seed cannot be set: fedlight passes seed to the constructor itself "
+                                      "(the recipe's seed)"),
+    ("{name: fedadam, dp: {clip_lr: 0.1}}", "server.dp.clip_lr acts only with server.dp.adaptive=true"),
+    ("{name: median, dp: {delta: 1}}", "'server.dp.delta' must be in (0, 1)"),
+    ("{name: median, dp: {noise_multiplier: 3.0, adaptive: true}}", "server.dp.noise_multiplier=3.0 leaves no privacy"),
+    ("{name: dp_fedavg, seed: 4}", "server.seed cannot be set: fedlight passes seed to the constructor itself"),
+], ids=["scaffold", "twice", "local_only", "not-a-mapping", "unknown", "seed", "needs-adaptive", "delta",
+        "count-noise", "dp_fedavg-seed"])
+def test_a_dp_wrapper_it_cannot_build_is_one_line_before_training(tmp_path: Path, tiny_recipe: Path, capsys,
+                                                                 server: str, says: str) -> None:
+    run = tmp_path / "refused"
+    code = main(["fit", "--recipe", str(tiny_recipe), *FAST, "rounds=1", f"server={server}", f"run.dir={run}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and says in err and "Traceback" not in err, err
+    assert not run.exists()
+
+
+POISSON = [*FAST, "clients.fraction=0.5", "clients.sampling=poisson", "rounds=2"]  # q = 2 / 4
+
+
+def test_dp_around_median_trains_reports_dp_fedavgs_epsilon_and_resumes_only_as_recorded(tmp_path: Path,
+                                                                                            tiny_recipe: Path) -> None:
+    dp = "server={name: median, dp: {clip: 0.5, noise_multiplier: 1.3, delta: 1.0e-6}}"
+    run = [f"run.dir={tmp_path / 'median'}"]
+    res = fit(load_recipe(tiny_recipe, [*POISSON, dp, *run]))
+    same = check_recipe(load_recipe(tiny_recipe, [*POISSON, "server={name: dp_fedavg, clip: 0.5, "
+                                                             "noise_multiplier: 1.3, delta: 1.0e-6}"]))
+    assert [row["dp_epsilon"] for row in res["history"]] == [same.metrics(r)["dp_epsilon"] for r in (1, 2)]
+    assert res["history"][-1]["dp_epsilon"] == dp_epsilon(0.5, 1.3, 2, 1e-6) and res["final"]["knn_acc"] is not None
+    assert res["recipe"]["resolved"]["server"]["dp"]["noise_multiplier"] == 1.3
+    for changed, says in (("server={name: median, dp: {clip: 0.4, noise_multiplier: 1.3, delta: 1.0e-6}}",
+                           "the run recorded server.dp.clip=0.5"),
+                          ("server={name: median}", "the run recorded server.dp=on")):
+        with pytest.raises(UserError, match=re.escape(says)):
+            fit(load_recipe(tiny_recipe, [*POISSON, changed, *run, "rounds=3"]), resume=True)
+
+
+def test_dp_around_fedadam_trains_reports_the_same_epsilon_and_resumes_bit_for_bit(tmp_path: Path,
+                                                                                    tiny_recipe: Path) -> None:
+    dp = "server={name: fedadam, server_lr: 0.01, dp: {clip: 0.5, noise_multiplier: 1.3, delta: 1.0e-6}}"
+    res = fit(load_recipe(tiny_recipe, [*POISSON, dp, f"run.dir={tmp_path / 'straight'}"]))
+    assert [row["dp_epsilon"] for row in res["history"]] == [dp_epsilon(0.5, 1.3, r, 1e-6) for r in (1, 2)]
+    half = f"run.dir={tmp_path / 'half'}"
+    fit(load_recipe(tiny_recipe, [*POISSON, dp, half, "rounds=1"]))
+    fit(load_recipe(tiny_recipe, [*POISSON, dp, half]), resume=True)  # FedAdam's moments come back from the checkpoint
+    a, b = (torch.load(tmp_path / r / "checkpoints/last.pt", weights_only=True) for r in ("straight", "half"))
+    assert all(torch.equal(a["global"][k], b["global"][k]) for k in a["global"])

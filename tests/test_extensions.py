@@ -18,9 +18,10 @@ REPO = Path(__file__).resolve().parents[1]
 METHOD, AGGREGATOR, PLUGIN = "write-your-own-method", "write-your-own-aggregator", "write-your-own-plugin"
 
 
-def readme_example(marker: str, group: str = "fedlight.methods") -> tuple[str, str]:
-    """The README's example module after ``<!-- marker`` and its entry-point line (``name = "module:attr"``)."""
-    text = (REPO / "README.md").read_text()
+def readme_example(marker: str, group: str = "fedlight.methods", page: Path = REPO / "README.md") -> tuple[str, str]:
+    """The example module after ``<!-- marker`` in the README (or another ``page``) and its entry-point line
+    (``name = "module:attr"``)."""
+    text = page.read_text()
     after = text[text.index(f"<!-- {marker}"):]
     code = re.search(r"```python\n(.*?)```", after, re.S).group(1)
     entry = re.search(rf'\[project\.entry-points\."{re.escape(group)}"\]\n(.*?)\n', after).group(1)
@@ -92,14 +93,23 @@ def test_a_broken_entry_point_is_one_line_naming_it(tmp_path: Path, monkeypatch)
         table["broken"]
 
 
-def test_a_builtin_name_wins_over_an_entry_point(tmp_path: Path, monkeypatch) -> None:
+def test_a_builtin_name_wins_over_an_entry_point_and_says_so_once(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Before, the package's ``simclr`` was silently never used."""
+    from fedlight.extensions import describe
+
     site = tmp_path / "site"
     install(site, "shadow_pkg", {"m.py": "class X:\n    '''Not the real one.'''\n"},
             "[fedlight.methods]\nsimclr = shadow_pkg.m:X\nextra = shadow_pkg.m:X\n")
     monkeypatch.syspath_prepend(str(site))
-    table = Table("fedlight.methods", {"simclr": int})
-    assert table["simclr"] is int and list(table) == ["extra", "simclr"]
+    table = Table("fedlight.methods", {"simclr": int, "byol": float})
+    assert table["simclr"] is int and table["simclr"] is int and table["byol"] is float
+    assert capsys.readouterr().err == ("fedlight: warning: fedlight.methods entry point 'simclr' (shadow_pkg.m:X) is "
+                                       "hidden by fedlight's built-in 'simclr', which is used; rename the entry "
+                                       "point in the package that declares it to use it\n")  # once, simclr only
+    assert list(table) == ["byol", "extra", "simclr"]
     assert table.description("extra") == "Not the real one." and table.origin("extra") == "shadow_pkg.m:X"
+    listed = describe({"methods": table}).splitlines()
+    assert listed[3].endswith("[hides the entry point shadow_pkg.m:X]") and "hides" not in listed[1]
 
 
 HALF_EPOCH = '''"""A client schedule from another package: one epoch over the first half of a client's samples."""
