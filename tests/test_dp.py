@@ -326,3 +326,11 @@ def test_dp_around_fedadam_trains_reports_the_same_epsilon_and_resumes_bit_for_b
     fit(load_recipe(tiny_recipe, [*POISSON, dp, half]), resume=True)  # FedAdam's moments come back from the checkpoint
     a, b = (torch.load(tmp_path / r / "checkpoints/last.pt", weights_only=True) for r in ("straight", "half"))
     assert all(torch.equal(a["global"][k], b["global"][k]) for k in a["global"])
+
+
+def test_the_library_example_of_docs_dp_runs_as_written() -> None:
+    page = (Path(__file__).resolve().parents[1] / "docs" / "dp.md").read_text()
+    (code,) = re.findall(r"```python\n(.*?)```", page, re.S)
+    scope: dict = {}
+    exec(compile(code, "docs/dp.md", "exec"), scope)  # noqa: S102 - our own documentation's example
+    assert isinstance(scope["private_fedadam"].inner, FedAdam) and scope["private_median"].population == 100
