@@ -54,20 +54,26 @@ DP_KEY = "dp"
 DEFAULT_OBJECTIVE = "supervised"
 
 
-def supplied(section: str) -> dict[str, str]:
-    """The constructor arguments fedlight passes to the classes of a recipe ``section`` (``method``,
-    ``server``, ``server.dp``, ``plugins.<name>``), each with where its value comes from."""
-    return SUPPLIED[section.partition(".")[0]]
+def _signature(cls: type) -> Mapping[str, inspect.Parameter]:
+    """The constructor's parameters, ``self`` included."""
+    return inspect.signature(cls.__init__).parameters
+
+
+def supplied(cls: type, section: str) -> dict[str, str]:
+    """The constructor arguments of ``cls`` that fedlight passes itself in a recipe ``section`` (``method``,
+    ``server``, ``server.dp``, ``plugins.<name>``), each with where its value comes from; a round plug-in's
+    first argument, whatever its name, is the run's ``PluginContext``."""
+    named, params = SUPPLIED[section.partition(".")[0]], list(_signature(cls))[1:]
+    if section.startswith("plugins.") and params:
+        return {params[0]: named["context"]}
+    return {k: v for k, v in named.items() if k in params}
 
 
 def _params(cls: type, section: str) -> dict[str, inspect.Parameter]:
     """The constructor parameters a recipe sets in ``section`` (not ``*args`` / ``**kwargs``, nor fedlight's)."""
-    return {p: v for p, v in inspect.signature(cls.__init__).parameters.items()
-            if p != "self" and p not in supplied(section) and v.kind not in (v.VAR_POSITIONAL, v.VAR_KEYWORD)}
-
-
-def _signature(cls: type) -> Mapping[str, inspect.Parameter]:
-    return inspect.signature(cls.__init__).parameters
+    engine = supplied(cls, section)
+    return {p: v for p, v in list(_signature(cls).items())[1:]
+            if p not in engine and v.kind not in (v.VAR_POSITIONAL, v.VAR_KEYWORD)}
 
 
 def hints(cls: type) -> dict[str, Any]:
@@ -113,9 +119,10 @@ def _options(section: str, spec: dict[str, Any], table: dict[str, type]) -> list
         if key in reserved:
             continue
         owner = next((i for i, cls in enumerate(chain) if key in _params(cls, section)), None)
-        if owner is None and key in supplied(section) and any(key in _signature(cls) for cls in chain):
+        engine = next((supplied(cls, section)[key] for cls in chain if key in supplied(cls, section)), None)
+        if owner is None and engine:
             raise UserError(f"{section}.{key} cannot be set: fedlight passes {key} to the constructor itself "
-                            f"({supplied(section)[key]}); drop {section}.{key}")
+                            f"({engine}); drop {section}.{key}")
         if owner is None:
             valid = sorted({p for cls in chain for p in _params(cls, section)}
                            | ({"objective"} if len(chain) > 1 else set()))
@@ -229,7 +236,7 @@ def build_server(server: dict[str, Any], num_clients: int, seed: int = 0) -> Agg
                         "package that declares it")
     _check_needs("server", cls, kwargs)
     engine = {"num_clients": num_clients, "seed": seed}
-    kwargs.update({k: v for k, v in engine.items() if k in _signature(cls)})
+    kwargs.update({k: v for k, v in engine.items() if k in supplied(cls, "server")})
     with SERVERS.building(name, f"server.name={name}"):
         aggregator = cls(**kwargs)
     if dp is None:

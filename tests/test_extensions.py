@@ -409,3 +409,36 @@ def test_the_readme_aggregator_gives_the_same_model_with_two_workers_and_two_pro
                     for run in ("one", "workers", "ranks"))
     for other in others:
         assert all(torch.equal(one[k], other[k]) for k in one)
+
+
+class _Seeded:
+    """A round plug-in whose context argument is named ``ctx`` and whose own option is ``seed``."""
+
+    def __init__(self, ctx, seed: int = 0) -> None:
+        self.seed = seed
+
+
+@pytest.mark.parametrize("override, says", [
+    ("method={name: supervised, num_classes: 3}", "method.num_classes cannot be set: fedlight passes num_classes to "
+                                                  "the constructor itself (the data's number of classes); drop "
+                                                  "method.num_classes"),
+    ("method={name: simclr, backbone: resnet18}", "method.backbone cannot be set: fedlight passes backbone"),
+    ("server={name: scaffold, num_clients: 3}", "server.num_clients cannot be set: fedlight passes num_clients to the "
+                                                "constructor itself (clients.num)"),
+    ("server={name: dp_fedavg, seed: 1}", "server.seed cannot be set: fedlight passes seed to the constructor itself "
+                                          "(the recipe's seed)"),
+    ("plugins={seeded: {ctx: 1}}", "plugins.seeded.ctx cannot be set: fedlight passes ctx to the constructor itself "
+                                   "(the run, a PluginContext)"),
+], ids=["method-num_classes", "method-backbone", "server-num_clients", "server-seed", "plugin-context"])
+def test_an_option_fedlight_passes_itself_is_refused_in_every_section(tiny_recipe: Path, monkeypatch, override: str,
+                                                                     says: str) -> None:
+    """Before, ``server.seed`` was an "unknown recipe key" although the class names it, and a plug-in's context
+    under another name than ``context`` was a recipe option that clashed with the run's."""
+    from fedlight import catalog
+    from fedlight.config import load_recipe
+    from fedlight.engine.run.fit import check_recipe
+
+    monkeypatch.setitem(catalog.PLUGINS.builtins, "seeded", _Seeded)
+    with pytest.raises(UserError, match=re.escape(says)):
+        check_recipe(load_recipe(tiny_recipe, [override]))
+    check_recipe(load_recipe(tiny_recipe, ["plugins={seeded: {seed: 4}}"]))  # fedlight passes plug-ins no seed
