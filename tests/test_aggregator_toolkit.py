@@ -120,3 +120,13 @@ def test_rfa_takes_differential_privacy_and_stateful_centered_clipping_is_refuse
     with pytest.raises(UserError, match="server.dp cannot wrap server.name=centered_clipping: it keeps state across "
                                         "rounds"):
         check_recipe(load_recipe(tiny_recipe, [*FAST, "server={name: centered_clipping, dp: {}}"]))
+
+
+def test_the_toolkits_docstring_examples_hold() -> None:
+    import doctest
+
+    from fedlight.server import differential_privacy, ops, robust_ops
+
+    for module in (ops, robust_ops, differential_privacy):
+        result = doctest.testmod(module, extraglobs={"torch": torch, "Median": fedlight.Median})
+        assert result.attempted and not result.failed, module.__name__

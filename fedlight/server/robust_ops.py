@@ -21,6 +21,10 @@ def coordinate_median(x: torch.Tensor) -> torch.Tensor:
         x: ``(n, ...)``.
     Returns:
         ``(...)``.
+
+    Examples:
+        >>> coordinate_median(torch.tensor([[0.0, 5.0], [1.0, -1.0], [100.0, 2.0]]))
+        tensor([1., 2.])
     """
     s, n = x.sort(dim=0).values, x.shape[0]
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
@@ -33,6 +37,10 @@ def trimmed_mean(x: torch.Tensor, k: int) -> torch.Tensor:
         x: ``(n, ...)``.
     Returns:
         ``(...)``.
+
+    Examples:
+        >>> trimmed_mean(torch.tensor([[-50.0], [1.0], [2.0], [3.0], [90.0]]), k=1)
+        tensor([2.])
     """
     n = x.shape[0]
     if not 0 <= 2 * k < n:
@@ -65,6 +73,10 @@ def krum_select(x: torch.Tensor, f: int, m: int) -> list[int]:
         x: ``(n, D)``.
     Returns:
         the chosen row indices, in increasing score order.
+
+    Examples:
+        >>> krum_select(torch.tensor([[0.0], [1.0], [2.5], [4.0], [100.0]], dtype=torch.float64), f=1, m=2)
+        [1, 2]
     """
     order = torch.sort(krum_scores(x, f), stable=True).indices
     return order[:min(m, x.shape[0])].tolist()
