@@ -1,9 +1,9 @@
 """fedlight: federated self-supervised representation learning on Lightning Fabric.
 
 The names in ``__all__`` are the public surface a package that extends fedlight imports
-(``from fedlight import FederatedModule, Aggregator, positive, UserError``); they are defined in
-``fedlight.api`` and imported on first use, so ``import fedlight`` (and the command line's checks
-before training) never loads torch.
+(``from fedlight import FederatedModule, Aggregator, Median, flatten_states, UserError``); they are
+defined in ``fedlight.api`` and imported on first use, so ``import fedlight`` (and the command
+line's checks before training) never loads torch.
 """
 
 from __future__ import annotations
@@ -13,10 +13,15 @@ from typing import Any
 __version__ = "0.1.0"
 
 __all__ = [
-    "Aggregator", "Batch", "Check", "ClientPayload", "ClientSchedule", "ClientWork", "FaultModel", "FederatedModule", "LocalResult",
-    "ObjectiveWrapper", "OptimizerSpec", "PluginContext", "Report", "RoundPlugin", "ScheduleContext", "ScoreHead",
-    "State", "UserError", "at_least", "decay", "fraction", "load_encoder", "load_local_parts", "non_empty",
-    "non_negative", "percent", "positive", "probabilities", "probability", "train_client",
+    "Aggregator", "Batch", "Bulyan", "Centralized", "Check", "ClientPayload", "ClientSchedule", "ClientWork",
+    "CoordinateRule", "DPFedAvg", "DifferentialPrivacy", "FLESD", "FaultModel", "FedAdagrad", "FedAdam", "FedAvg",
+    "FedOpt", "FedYogi", "FederatedModule", "Krum", "LocalOnly", "LocalResult", "Median", "ObjectiveWrapper",
+    "OptimizerSpec", "PluginContext", "Report", "RoundPlugin", "ScaffoldServer", "ScheduleContext", "ScoreHead",
+    "State", "TrimmedMean", "UserError", "WEIGHT_KEY", "at_least", "bulyan_select", "cast_like",
+    "closest_to_median_mean", "coordinate_median", "decay", "dp_epsilon", "finish_average", "flatten_states",
+    "float_keys", "fraction", "krum_scores", "krum_select", "load_encoder", "load_local_parts", "non_empty",
+    "non_negative", "percent", "positive", "probabilities", "probability", "stack_states", "train_client",
+    "trimmed_mean", "unflatten_state", "update_norm", "weighted_average", "weighted_sum",
 ]
 
 

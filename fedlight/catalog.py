@@ -29,7 +29,7 @@ METHODS: Table[Any] = Table("fedlight.methods", {
     "swav": "fedlight.methods.swav:SwAV", "dino": "fedlight.methods.dino:DINO",
 }, subclass_of("fedlight.methods.federated_module:FederatedModule"))
 SERVERS: Table[Any] = Table("fedlight.aggregators", {
-    "fedavg": "fedlight.server.fedavg:FedAvg", "scaffold": "fedlight.server.scaffold:Scaffold",
+    "fedavg": "fedlight.server.fedavg:FedAvg", "scaffold": "fedlight.server.scaffold:ScaffoldServer",
     "local_only": "fedlight.server.local_only:LocalOnly", "centralized": "fedlight.server.centralized:Centralized",
     "flesd": "fedlight.server.flesd:FLESD", "fedadam": "fedlight.server.fedopt:FedAdam",
     "fedyogi": "fedlight.server.fedopt:FedYogi", "fedadagrad": "fedlight.server.fedopt:FedAdagrad",

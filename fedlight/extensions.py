@@ -11,7 +11,9 @@ Groups: ``fedlight.methods`` (a ``FederatedModule`` subclass), ``fedlight.aggreg
 ``fedlight.schedules`` (``(ScheduleContext) -> ClientSchedule``) and ``fedlight.plugins`` (a
 ``RoundPlugin`` built as ``cls(PluginContext, **options)``). A :class:`Table` holds the
 built-in names and finds the installed ones when first asked for a name it lacks or for its
-list; a built-in name wins over an entry point of the same name. Its one-line description is
+list; a built-in name wins over an entry point of the same name, with a one-line warning the
+first time the shadowed name is used (a package's ``median`` never silently trains as fedlight's).
+Its one-line description is
 the first paragraph of the object's docstring, read from its module's source file when it can be
 found there, so ``fedlight methods`` imports neither torch nor any package it lists.
 """
@@ -23,6 +25,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import re
+import sys
 import textwrap
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -47,16 +50,33 @@ class Table(Mapping[str, T], Generic[T]):
                  kind: Callable[[Any], str | None] = lambda obj: None) -> None:
         self.group, self.builtins, self.kind = group, dict(builtins), kind
         self._found: dict[str, importlib.metadata.EntryPoint] | None = None
+        self._shadowed: dict[str, str] = {}  # built-in name -> the ``module:attr`` of the entry point it hides
+        self._warned: set[str] = set()
         self._loaded: dict[str, T] = {}
 
     def _entry_points(self) -> dict[str, importlib.metadata.EntryPoint]:
         if self._found is None:
             found = importlib.metadata.entry_points(group=self.group)
             self._found = {ep.name: ep for ep in found if ep.name not in self.builtins}
+            self._shadowed = {ep.name: ep.value for ep in found if ep.name in self.builtins}
         return self._found
+
+    def _warn_if_shadowed(self, name: str) -> None:
+        """Say once, on stderr, that the built-in ``name`` hides an installed entry point of that name."""
+        hidden = self.hides(name)
+        if hidden is None or name in self._warned:
+            return
+        self._warned.add(name)
+        from fedlight.engine.run.launch import is_child  # torch-free; the ranks it started leave messages to rank 0
+
+        if not is_child():
+            print(f"fedlight: warning: {self.group} entry point '{name}' ({hidden}) is hidden by "
+                  f"fedlight's built-in '{name}', which is used; rename the entry point in the package that "
+                  "declares it to use it", file=sys.stderr)
 
     def __getitem__(self, name: str) -> T:
         if name in self.builtins:
+            self._warn_if_shadowed(name)
             entry = self.builtins[name]
             if isinstance(entry, str):  # "module:attr" (fedlight.catalog): imported on first use
                 module, _, attr = entry.partition(":")
@@ -104,6 +124,11 @@ class Table(Mapping[str, T], Generic[T]):
             said = (str(exc).strip().splitlines() or [""])[0]
             raise UserError(f"{key}: {self.group} entry point '{name}' ({self.origin(name)}) raised "
                             f"{type(exc).__name__}: {said}; fix or uninstall the package that declares it") from None
+
+    def hides(self, name: str) -> str | None:
+        """The ``module:attr`` of the installed entry point that the built-in ``name`` hides, or None."""
+        self._entry_points()
+        return self._shadowed.get(name)
 
     def origin(self, name: str) -> str:
         """``fedlight``, or the ``module:attr`` an entry point names."""
@@ -185,7 +210,10 @@ def entry_text(head: str, text: str, columns: int | None) -> str:
 
 
 def _origin(table: Table[Any], name: str) -> str:
-    return "" if table.origin(name) == "fedlight" else f"  [{table.origin(name)}]"
+    """Where ``name`` comes from when not fedlight itself, or which entry point the built-in hides."""
+    hidden = table.hides(name)
+    return (f"  [{table.origin(name)}]" if table.origin(name) != "fedlight"
+            else f"  [hides the entry point {hidden}]" if hidden else "")
 
 
 def describe(tables: dict[str, Table[Any]], columns: int | None = None) -> str:

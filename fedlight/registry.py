@@ -4,10 +4,12 @@ Other packages add their own through entry points (``fedlight.extensions``): the
 tables find them, so they appear in the valid names an error lists and in ``fedlight methods``.
 
 ``method.*`` and ``server.*`` recipe keys are the keyword arguments of the chosen class's
-constructor (minus those the engine supplies), type-checked against its annotations, so a
-class's signature is its schema and its defaults are the paper's. A numeric parameter
-declares its range there too (``Annotated[float, positive]``, ``fedlight.config.checks``).
-A round plug-in from another package (``plugins.<name>.*``) is configured the same way.
+constructor (minus those fedlight passes itself, ``SUPPLIED``: a recipe that sets one of them is
+refused in one line), type-checked against its annotations, so a class's signature is its schema
+and its defaults are the paper's. A numeric parameter declares its range there too
+(``Annotated[float, positive]``, ``fedlight.config.checks``). A round plug-in from another package
+(``plugins.<name>.*``) is configured the same way, and so is ``server.dp``: the options of the
+differential-privacy wrapper around the chosen aggregator (``server/differential_privacy.py``).
 
 ``resolved_settings`` records what a run's classes are built with, defaults included, so that a
 default changed in a later release cannot change an old run unnoticed (``engine/run/run_folder.py``
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 import typing
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -28,6 +31,7 @@ from fedlight.errors import UserError
 from fedlight.methods.federated_module import FederatedModule, OptimizerSpec
 from fedlight.methods.wrapper import ObjectiveWrapper
 from fedlight.server.aggregator import Aggregator
+from fedlight.server.differential_privacy import DifferentialPrivacy, wrap_problem
 
 __all__ = ["BACKBONES", "METHODS", "PLUGINS", "SCHEDULES", "SERVERS", "accepted_keys", "build_method", "build_plugins",
            "build_server", "is_wrapper", "objective_of", "resolved_settings", "validate"]
@@ -35,14 +39,39 @@ __all__ = ["BACKBONES", "METHODS", "PLUGINS", "SCHEDULES", "SERVERS", "accepted_
 # the server a method needs when the recipe's server does not fit it
 REQUIRED_SERVER = {"scaffold": "scaffold"}
 
-# constructor arguments the engine fills in; a recipe cannot set them
-ENGINE_ARGS = frozenset({"self", "backbone", "optim", "num_classes", "objective", "num_clients", "context", "seed"})
+# constructor arguments fedlight passes itself where a class's constructor names them, by recipe section, with
+# where each value comes from: a recipe that sets one is refused (its value would be overwritten)
+SUPPLIED = {
+    "method": {"backbone": "the network model.backbone names", "optim": "the optimizer local.* describes",
+               "num_classes": "the data's number of classes", "objective": "the local objective method.objective names"},
+    "server": {"num_clients": "clients.num", "seed": "the recipe's seed",
+               "inner": "the aggregator server.name names, wrapped by server.dp"},
+    "plugins": {"context": "the run, a PluginContext"},
+}
+# the ``server`` key that wraps the chosen aggregator in differential privacy (its value: the wrapper's options)
+DP_KEY = "dp"
 
 
-def _params(cls: type) -> dict[str, inspect.Parameter]:
-    """The constructor parameters a recipe sets (not ``*args`` / ``**kwargs``, nor the engine's)."""
-    return {p: v for p, v in inspect.signature(cls.__init__).parameters.items()
-            if p not in ENGINE_ARGS and v.kind not in (v.VAR_POSITIONAL, v.VAR_KEYWORD)}
+def _signature(cls: type) -> Mapping[str, inspect.Parameter]:
+    """The constructor's parameters, ``self`` included."""
+    return inspect.signature(cls.__init__).parameters
+
+
+def supplied(cls: type, section: str) -> dict[str, str]:
+    """The constructor arguments of ``cls`` that fedlight passes itself in a recipe ``section`` (``method``,
+    ``server``, ``server.dp``, ``plugins.<name>``), each with where its value comes from; a round plug-in's
+    first argument, whatever its name, is the run's ``PluginContext``."""
+    named, params = SUPPLIED[section.partition(".")[0]], list(_signature(cls))[1:]
+    if section.startswith("plugins.") and params:
+        return {params[0]: named["context"]}
+    return {k: v for k, v in named.items() if k in params}
+
+
+def _params(cls: type, section: str) -> dict[str, inspect.Parameter]:
+    """The constructor parameters a recipe sets in ``section`` (not ``*args`` / ``**kwargs``, nor fedlight's)."""
+    engine = supplied(cls, section)
+    return {p: v for p, v in list(_signature(cls).items())[1:]
+            if p not in engine and v.kind not in (v.VAR_POSITIONAL, v.VAR_KEYWORD)}
 
 
 def hints(cls: type) -> dict[str, Any]:
@@ -79,8 +108,9 @@ def is_wrapper(method_name: str) -> bool:
 def accepted_keys(section: str, spec: dict[str, Any]) -> list[str]:
     """The option keys (besides ``name`` and a wrapper's ``objective``) that a ``method`` or ``server``
     section naming ``spec['name']`` (and ``spec['objective']``) takes, sorted."""
-    return sorted({p for cls in _chain(section, spec, METHODS if section == "method" else SERVERS)
-                   for p in _params(cls)})
+    keys = {p for cls in _chain(section, spec, METHODS if section == "method" else SERVERS)
+            for p in _params(cls, section)}
+    return sorted(keys | ({DP_KEY} if section == "server" else set()))
 
 
 def _options(section: str, spec: dict[str, Any], table: dict[str, type]) -> list[tuple[type, dict[str, Any]]]:
@@ -92,10 +122,15 @@ def _options(section: str, spec: dict[str, Any], table: dict[str, type]) -> list
     for key, value in spec.items():
         if key in reserved:
             continue
-        owner = next((i for i, cls in enumerate(chain) if key in _params(cls)), None)
+        owner = next((i for i, cls in enumerate(chain) if key in _params(cls, section)), None)
+        engine = next((supplied(cls, section)[key] for cls in chain if key in supplied(cls, section)), None)
+        if owner is None and engine:
+            raise UserError(f"{section}.{key} cannot be set: fedlight passes {key} to the constructor itself "
+                            f"({engine}); drop {section}.{key}")
         if owner is None:
-            valid = sorted({p for cls in chain for p in _params(cls)} | ({"objective"} if len(chain) > 1 else set()))
-            named = section if section.startswith("plugins.") else f"{section}.name={name}"
+            valid = sorted({p for cls in chain for p in _params(cls, section)}
+                           | ({"objective"} if len(chain) > 1 else set()))
+            named = section if "." in section else f"{section}.name={name}"  # plugins.<name>, server.dp
             raise UserError(f"unknown recipe key '{section}.{key}' for {named}; valid keys: "
                             + (", ".join(f"{section}.{p}" for p in valid) or "none"))
         kwargs[owner][key] = coerce(value, hints(chain[owner]).get(key, Any), f"{section}.{key}")
@@ -170,17 +205,51 @@ def check_method_state(method: dict[str, Any], backbone: str) -> None:
     check_declared(probe)
 
 
+def _check_needs(section: str, cls: type, kwargs: dict[str, Any]) -> None:
+    """Raise the UserError for an option that acts only with a boolean option the recipe leaves off."""
+    for key, flag in getattr(cls, "option_needs", {}).items():
+        if key in kwargs and not kwargs.get(flag, _params(cls, section)[flag].default):
+            raise UserError(f"{section}.{key} acts only with {section}.{flag}=true; set {section}.{flag}=true or drop "
+                            f"{section}.{key}")
+
+
+def _dp_options(server: dict[str, Any]) -> dict[str, Any] | None:
+    """The options of ``server.dp`` (the differential-privacy wrapper's), or None where it is unset."""
+    dp = server.get(DP_KEY)
+    if dp is None:
+        return None
+    if not isinstance(dp, dict):
+        raise UserError(f"server.dp must be a mapping of the differential-privacy options (e.g. "
+                        f"server.dp={{noise_multiplier: 1.0, clip: 1.0}}, or server.dp={{}} for the defaults), got {dp!r}")
+    if "name" in dp:
+        raise UserError("server.dp.name: server.dp wraps the aggregator server.name names; drop server.dp.name")
+    ((cls, kwargs),) = _options("server.dp", {**dp, "name": DP_KEY}, {DP_KEY: DifferentialPrivacy})
+    _check_needs("server.dp", cls, kwargs)
+    return kwargs
+
+
 def build_server(server: dict[str, Any], num_clients: int, seed: int = 0) -> Aggregator:
-    """The aggregator named by ``server.name`` (given ``num_clients`` and the run ``seed`` where it asks)."""
-    ((cls, kwargs),) = _options("server", server, SERVERS)
-    for key, flag in getattr(cls, "option_needs", {}).items():  # an option its flag would leave silently unused
-        if key in kwargs and not kwargs.get(flag, _params(cls)[flag].default):
-            raise UserError(f"server.{key} acts only with server.{flag}=true; set server.{flag}=true or drop "
-                            f"server.{key}")
-    asked = inspect.signature(cls.__init__).parameters
-    kwargs.update({k: v for k, v in {"num_clients": num_clients, "seed": seed}.items() if k in asked})
-    with SERVERS.building(server["name"], f"server.name={server['name']}"):
-        return cls(**kwargs)
+    """The aggregator named by ``server.name`` (given ``num_clients`` and the run ``seed`` where it asks),
+    wrapped in differential privacy where ``server.dp`` is set."""
+    dp = _dp_options(server)
+    name = server.get("name")
+    ((cls, kwargs),) = _options("server", {k: v for k, v in server.items() if k != DP_KEY}, SERVERS)
+    if DP_KEY in _signature(cls):
+        raise UserError(f"server.name={name}: the constructor of {SERVERS.origin(name)} takes '{DP_KEY}', which "
+                        f"a recipe's server.{DP_KEY} sets for differential privacy; rename that argument in the "
+                        "package that declares it")
+    _check_needs("server", cls, kwargs)
+    engine = {"num_clients": num_clients, "seed": seed}
+    kwargs.update({k: v for k, v in engine.items() if k in supplied(cls, "server")})
+    with SERVERS.building(name, f"server.name={name}"):
+        aggregator = cls(**kwargs)
+    if dp is None:
+        return aggregator
+    problem = wrap_problem(aggregator)
+    if problem:
+        raise UserError(f"server.dp cannot wrap server.name={name}: {problem}; drop server.dp or choose another "
+                        "server.name")
+    return DifferentialPrivacy(aggregator, **dp, seed=seed)
 
 
 def _plugin_options(name: Any, options: Any) -> list[tuple[type, dict[str, Any]]]:
@@ -222,13 +291,13 @@ def _plain(value: Any) -> Any:
     return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
 
 
-def _constructed(head: dict[str, Any], chain: list[tuple[type, dict[str, Any]]]) -> dict[str, Any]:
-    """``head`` then every parameter of the chain's constructors a recipe may set, with the value
-    the class is built with: the recipe's, else the default (a key belongs to the outermost class
+def _constructed(head: dict[str, Any], chain: list[tuple[type, dict[str, Any]]], section: str) -> dict[str, Any]:
+    """``head`` then every parameter of the chain's constructors a recipe may set in ``section``, with the
+    value the class is built with: the recipe's, else the default (a key belongs to the outermost class
     that takes it, as ``_options`` assigns it)."""
     out = dict(head)
     for cls, kwargs in chain:
-        for key, param in _params(cls).items():
+        for key, param in _params(cls, section).items():
             if key not in out and (key in kwargs or param.default is not param.empty):
                 out[key] = _plain(kwargs.get(key, param.default))
     return out
@@ -256,14 +325,20 @@ def resolved_settings(method: dict[str, Any], server: dict[str, Any], backbone: 
     built with, defaults included (the recipe's other sections are written in full already).
 
     Returns:
-        ``{"method": {name, objective (a wrapper's), every option}, "server": {...},
+        ``{"method": {name, objective (a wrapper's), every option}, "server": {..., "dp": {every option}
+        where server.dp is set},
         "backbone": {name, feature_dim, parameters, ...}, "plugins": {name: {every option}}}``.
     """
     chain = _options("method", method, METHODS)
     head = {"name": method["name"]}
     if len(chain) > 1:
         head["objective"] = objective_of(method)
-    return {"method": _constructed(head, chain),
-            "server": _constructed({"name": server["name"]}, _options("server", server, SERVERS)),
+    built = _constructed({"name": server["name"]}, _options("server", {k: v for k, v in server.items() if k != DP_KEY},
+                                                            SERVERS), "server")
+    dp = _dp_options(server)
+    if dp is not None:
+        built[DP_KEY] = _constructed({}, [(DifferentialPrivacy, dp)], "server.dp")
+    return {"method": _constructed(head, chain, "method"), "server": built,
             "backbone": _backbone_built(backbone, channels, image_size),
-            "plugins": {name: _constructed({}, _plugin_options(name, options)) for name, options in plugins.items()}}
+            "plugins": {name: _constructed({}, _plugin_options(name, options), f"plugins.{name}")
+                        for name, options in plugins.items()}}

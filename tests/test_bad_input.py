@@ -138,17 +138,17 @@ def test_an_unknown_key_anywhere(tiny_recipe: Path, capsys, section: str, name: 
                           capsys, named=name)
 
 
-def _numeric_params(table: dict[str, type]) -> list[tuple[str, str, Any]]:
+def _numeric_params(table: dict[str, type], section: str) -> list[tuple[str, str, Any]]:
     out = []
     for name, cls in table.items():
-        for p, param in registry._params(cls).items():
+        for p, param in registry._params(cls, section).items():
             if isinstance(param.default, (int, float)) and not isinstance(param.default, bool):
                 out.append((name, p, param.default))
     return out
 
 
-METHOD_PARAMS = [("method", *p) for p in _numeric_params(registry.METHODS)]
-SERVER_PARAMS = [("server", *p) for p in _numeric_params(registry.SERVERS)]
+METHOD_PARAMS = [("method", *p) for p in _numeric_params(registry.METHODS, "method")]
+SERVER_PARAMS = [("server", *p) for p in _numeric_params(registry.SERVERS, "server")]
 
 
 @SETTINGS
@@ -265,11 +265,11 @@ def test_an_impossible_partition_end_to_end(tiny_recipe: Path, capsys) -> None:
 
 # ---------------------------------------------------------------- degenerate option values
 
-def _declared_ranges(cls: type) -> dict[str, bool]:
-    """Each numeric constructor option of ``cls`` a recipe sets -> whether it declares its range."""
+def _declared_ranges(cls: type, section: str) -> dict[str, bool]:
+    """Each numeric constructor option of ``cls`` a recipe sets in ``section`` -> whether it declares its range."""
     out = {}
     for name, hint in registry.hints(cls).items():
-        if name not in registry._params(cls):
+        if name not in registry._params(cls, section):
             continue
         base = typing.get_args(hint)[0] if typing.get_origin(hint) is typing.Annotated else hint
         if {int, float} & {base, *typing.get_args(base)}:
@@ -278,10 +278,11 @@ def _declared_ranges(cls: type) -> dict[str, bool]:
     return out
 
 
-@pytest.mark.parametrize("cls", sorted({*registry.METHODS.values(), *registry.SERVERS.values()}, key=repr))
-def test_every_numeric_method_and_server_option_declares_its_range(cls: type) -> None:
+@pytest.mark.parametrize("section, cls", sorted({*(("method", c) for c in registry.METHODS.values()),
+                                                 *(("server", c) for c in registry.SERVERS.values())}, key=repr))
+def test_every_numeric_method_and_server_option_declares_its_range(section: str, cls: type) -> None:
     """The constructor's hints are the one place a range lives: a new option cannot skip it."""
-    assert all(_declared_ranges(cls).values()), f"{cls.__name__}: {_declared_ranges(cls)}"
+    assert all(_declared_ranges(cls, section).values()), f"{cls.__name__}: {_declared_ranges(cls, section)}"
 
 
 DEGENERATE = [  # (overrides, the key the one line must name)
@@ -441,7 +442,7 @@ def _keys(method: str, server: str) -> st.SearchStrategy[tuple[list[str], st.Sea
     typed = [(k.split("."), hint) for k, hint, _ in KEYS] + \
             [([section, p], typing.get_type_hints(table[name].__init__, include_extras=True).get(p, Any))
              for section, table, name in (("method", registry.METHODS, method), ("server", registry.SERVERS, server))
-             for p in registry._params(table[name])]
+             for p in registry._params(table[name], section)]
     made_up = st.tuples(st.sampled_from(["", *SECTIONS, "method", "server"]), TEXT).map(
         lambda p: ([part for part in p if part] or ["x"], VALUES))
     options = [kh for kh in typed if kh[0][0] in ("method", "server")]

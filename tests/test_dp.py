@@ -1,9 +1,11 @@
 """DP-FedAvg: clipping, the server's noise, adaptive clipping and the accountant by hand; a run that logs
-and resumes."""
+and resumes; DP as a wrapper (``server.dp``) around a sum-contract server (FedAdam) and a payloads rule
+(median), with DP-FedAvg's accounting."""
 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +18,14 @@ from fedlight.config import load_recipe
 from fedlight.engine.loop.sampling import sample_clients
 from fedlight.engine.run.fit import check_recipe, fit
 from fedlight.errors import UserError
+from fedlight.registry import build_server
 from fedlight.server.aggregator import ClientPayload
-from fedlight.server.dp_fedavg import NOISE_MULTIPLIER_MIN, RDP_ORDERS, DPFedAvg, epsilon, update_multiplier
+from fedlight.server.differential_privacy import (NOISE_MULTIPLIER_MIN, RDP_ORDERS, DifferentialPrivacy, dp_epsilon,
+                                                  update_multiplier)
+from fedlight.server.dp_fedavg import DPFedAvg
+from fedlight.server.fedavg import FedAvg
+from fedlight.server.fedopt import FedAdam
+from fedlight.server.median import Median
 
 FAST = ["clients.num=4", "eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0", "model.backbone=tiny_cnn"]
 GLOBAL = {"w": torch.zeros(2), "n": torch.tensor(7)}
@@ -65,9 +73,9 @@ def test_epsilon_is_the_rdp_of_the_gaussian_mechanism_converted_at_delta() -> No
     z, rounds, delta = 1.2, 3, 1e-5
     by_hand = min(rounds * a / (2 * z * z) - (math.log(delta) + math.log(a)) / (a - 1) + math.log((a - 1) / a)
                   for a in RDP_ORDERS)
-    assert epsilon(1.0, z, rounds, delta) == pytest.approx(by_hand, rel=1e-9)
-    assert epsilon(0.1, z, rounds, delta) < epsilon(1.0, z, rounds, delta)  # sampling amplifies privacy
-    assert epsilon(1.0, z, 0, delta) == 0.0
+    assert dp_epsilon(1.0, z, rounds, delta) == pytest.approx(by_hand, rel=1e-9)
+    assert dp_epsilon(0.1, z, rounds, delta) < dp_epsilon(1.0, z, rounds, delta)  # sampling amplifies privacy
+    assert dp_epsilon(1.0, z, 0, delta) == 0.0
 
 
 @pytest.mark.parametrize("clients, q", [
@@ -91,7 +99,7 @@ def test_a_dp_run_logs_epsilon_every_round_and_resumes_bit_for_bit(tmp_path: Pat
     dp = [*FAST, "server={name: dp_fedavg, clip: 0.5, noise_multiplier: 1.0, adaptive: true, count_noise: 1.0}"]
     run = tmp_path / "straight"
     res = fit(load_recipe(tiny_recipe, [*dp, "rounds=3", f"run.dir={run}"]))
-    assert [row["dp_epsilon"] for row in res["history"]] == [epsilon(1.0, 1.0, r, 1e-5) for r in (1, 2, 3)]
+    assert [row["dp_epsilon"] for row in res["history"]] == [dp_epsilon(1.0, 1.0, r, 1e-5) for r in (1, 2, 3)]
     acc = EventAccumulator(str(run / "tensorboard"))
     acc.Reload()
     logged = [e.value for e in acc.Scalars("server/dp_epsilon")]
@@ -168,9 +176,161 @@ def test_a_poisson_round_that_samples_nobody_still_releases_noise(tmp_path: Path
     poisson = [*FAST, "clients.fraction=0.25", "clients.sampling=poisson", f"seed={seed}", "rounds=1"]
     dp = "server={name: dp_fedavg, clip: 1.0, noise_multiplier: 1.0}"
     res = fit(load_recipe(tiny_recipe, [*poisson, dp, f"run.dir={tmp_path / 'dp'}"]))
-    assert res["history"][0]["dp_epsilon"] == epsilon(0.25, 1.0, 1, 1e-5)
+    assert res["history"][0]["dp_epsilon"] == dp_epsilon(0.25, 1.0, 1, 1e-5)
     fit(load_recipe(tiny_recipe, [*poisson, f"run.dir={tmp_path / 'kept'}"]))  # FedAvg keeps x_0 in an empty round
     x0, x1 = (torch.load(tmp_path / run / "checkpoints/last.pt", weights_only=True)["global"] for run in ("kept", "dp"))
     noise = torch.cat([(x1[k] - v).flatten() for k, v in x0.items() if v.is_floating_point()])
     # nobody trained, and the round released x_0 + N(0, (z C / m)^2 I), with m = 1
     assert noise.std().item() == pytest.approx(1.0, rel=0.1) and abs(noise.mean().item()) < 0.1
+
+
+# DPFedAvg's releases on a tiny case, as fedlight computed them before DP became a wrapper around any
+# aggregator (commit 0a358ab): the refactor must keep dp_fedavg's numbers bit for bit
+PINNED_RELEASES = {
+    "fixed": ([{"w": [[0.7402968406677246, -1.4792970418930054], [2.33652663230896, 1.1281828880310059]],
+                "bn.running_var": [0.6362494230270386, 0.7070610523223877]},
+               {"w": [[1.5690348148345947, -1.4276736974716187], [1.8398747444152832, 1.2265712022781372]],
+                "bn.running_var": [0.08981470763683319, 0.3669995367527008]},
+               {"w": [[1.5465914011001587, -1.7919915914535522], [1.6443017721176147, 1.224779725074768]],
+                "bn.running_var": [0.08540591597557068, 0.0]}], 1.0),
+    "adaptive": ([{"w": [[0.6969810724258423, -1.6911641359329224], [2.4512174129486084, 1.3003709316253662]],
+                   "bn.running_var": [0.8885276913642883, 0.5899028182029724]},
+                  {"w": [[1.690009355545044, -1.6199371814727783], [1.7875248193740845, 1.2739918231964111]],
+                   "bn.running_var": [0.15536870062351227, 0.11139661818742752]},
+                  {"w": [[1.6552340984344482, -2.184433937072754], [1.4844918251037598, 1.2712160348892212]],
+                   "bn.running_var": [0.14853744208812714, 0.0]}], 1.1323371417181491),
+}
+
+
+@pytest.mark.parametrize("mode", ["fixed", "adaptive"])
+def test_dp_fedavg_releases_what_it_released_before_dp_became_a_wrapper(mode: str) -> None:
+    """Three rounds (two clients, one, nobody) of m = 2 sampled from K = 4: the released models, epsilon
+    and C, pinned bit for bit; the second round's last release clamps a running_var the noise made negative."""
+    server = DPFedAvg(clip=1.0, noise_multiplier=0.7, seed=3,
+                      **({"adaptive": True, "count_noise": 0.5, "target_quantile": 0.4} if mode == "adaptive" else {}))
+    server.check_clients(2, 4)
+    state = {"w": torch.tensor([[0.5, -1.0], [2.0, 0.25]]), "bn.running_var": torch.tensor([0.01, 1.0]),
+             "bn.num_batches_tracked": torch.tensor(4)}
+    payloads = [ClientPayload(0, 5.0, {"w": state["w"] + torch.tensor([[3.0, 0.0], [0.0, 4.0]]),
+                                       "bn.running_var": torch.tensor([0.02, 1.5]),
+                                       "bn.num_batches_tracked": torch.tensor(9)}),
+                ClientPayload(2, 1.0, {"w": state["w"] + 0.1, "bn.running_var": torch.tensor([0.0, 0.9]),
+                                       "bn.num_batches_tracked": torch.tensor(7)})]
+    releases, clip = PINNED_RELEASES[mode]
+    for answered, pinned in zip((payloads, payloads[:1], []), releases):
+        state = server.finalize(state, answered)
+        assert all(torch.equal(state[k], torch.tensor(v)) for k, v in pinned.items()), state
+        assert state["bn.num_batches_tracked"].item() == 4  # integer buffers are not released
+    assert server.metrics(3) == {"dp_epsilon": 10.859376967546481, "dp_clip": clip}
+    assert server.state_dict() == {"clip": clip, "rounds": 3}
+
+
+# ---------------------------------------------------------------- DP as a wrapper (server.dp) around any aggregator
+
+def _releases(server, rounds: int = 3) -> list[dict[str, torch.Tensor]]:
+    """The models ``server`` releases over ``rounds`` rounds of A and B from GLOBAL (m = 2 of K = 2)."""
+    server.check_clients(2, 2)
+    state, out = GLOBAL, []
+    for _ in range(rounds):
+        state = server.finalize(state, [A, B])
+        out.append(state)
+    return out
+
+
+def test_dp_around_fedavg_is_dp_fedavg_bit_for_bit() -> None:
+    options = {"clip": 0.8, "noise_multiplier": 0.9, "adaptive": True, "count_noise": 0.7}
+    wrapped = build_server({"name": "fedavg", "dp": options}, 2, seed=5)
+    named = build_server({"name": "dp_fedavg", **options}, 2, seed=5)
+    assert isinstance(wrapped.inner, FedAvg) and type(wrapped) is DifferentialPrivacy
+    for a, b in zip(_releases(wrapped), _releases(named)):
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    assert wrapped.metrics(3) == named.metrics(3) and wrapped.state_dict() == named.state_dict()
+
+
+def test_around_a_sum_server_the_wrapped_server_steps_from_the_noisy_mean() -> None:
+    """FedAdam's first step (m_0 = 0.1 D, v_0 = 0.99 tau^2 + 0.01 D^2) taken from DP-FedAvg's release
+    D = (0.45, 0.6), the clipped updates' mean (noise 1e-12: none to see)."""
+    out = _releases(DifferentialPrivacy(FedAdam(server_lr=0.1), clip=1.0, noise_multiplier=1e-12), rounds=1)[0]
+    delta = torch.tensor([0.45, 0.6], dtype=torch.float64)
+    step = 0.1 * (0.1 * delta) / ((0.99 * 1e-6 + 0.01 * delta ** 2).sqrt() + 1e-3)
+    assert out["w"].tolist() == pytest.approx(step.tolist(), abs=1e-5) and out["n"].item() == 7
+
+
+def test_around_a_payloads_rule_the_update_is_projected_to_c_and_noised_with_2_z_c() -> None:
+    # each update has norm 1 = C, yet their coordinate-wise median (a, a, a) has norm 1.22: projected to 1
+    a = 2 ** -0.5
+    rows = ([a, a, 0.0], [a, 0.0, a], [0.0, a, a])
+    payloads = [ClientPayload(c, 1.0, {"w": torch.tensor(r)}) for c, r in enumerate(rows)]
+    quiet = DifferentialPrivacy(Median(), clip=1.0, noise_multiplier=1e-12)
+    quiet.check_clients(3, 3)
+    out = quiet.finalize({"w": torch.zeros(3)}, payloads)["w"]
+    assert out.tolist() == pytest.approx([3 ** -0.5] * 3, abs=1e-6)  # the median's direction, norm C = 1
+    noisy = DifferentialPrivacy(Median(), clip=2.0, noise_multiplier=1.5)
+    noisy.check_clients(3, 3)
+    big = {"w": torch.zeros(200_000)}
+    released = noisy.finalize(big, [ClientPayload(c, 1.0, dict(big)) for c in range(3)])["w"]
+    assert released.std().item() == pytest.approx(2 * 1.5 * 2.0, rel=0.01)  # 2 z C, not z C / m
+
+
+@pytest.mark.parametrize("server, says", [
+    ("{name: scaffold, dp: {}}", "server.dp cannot wrap server.name=scaffold: its clients send more than"),
+    ("{name: dp_fedavg, dp: {}}", "server.dp cannot wrap server.name=dp_fedavg: it is differentially private already"),
+    ("{name: local_only, dp: {}}", "server.dp cannot wrap server.name=local_only: nothing is released"),
+    ("{name: median, dp: 0.5}", "server.dp must be a mapping of the differential-privacy options"),
+    ("{name: median, dp: {clipp: 1}}", "unknown recipe key 'server.dp.clipp' for server.dp; valid keys: "
+                                       "server.dp.adaptive, server.dp.clip,"),
+    ("{name: median, dp: {seed: 1}}", "server.dp.seed cannot be set: fedlight passes seed to the constructor itself "
+                                      "(the recipe's seed)"),
+    ("{name: fedadam, dp: {clip_lr: 0.1}}", "server.dp.clip_lr acts only with server.dp.adaptive=true"),
+    ("{name: median, dp: {delta: 1}}", "'server.dp.delta' must be in (0, 1)"),
+    ("{name: median, dp: {noise_multiplier: 3.0, adaptive: true}}", "server.dp.noise_multiplier=3.0 leaves no privacy"),
+    ("{name: dp_fedavg, seed: 4}", "server.seed cannot be set: fedlight passes seed to the constructor itself"),
+], ids=["scaffold", "twice", "local_only", "not-a-mapping", "unknown", "seed", "needs-adaptive", "delta",
+        "count-noise", "dp_fedavg-seed"])
+def test_a_dp_wrapper_it_cannot_build_is_one_line_before_training(tmp_path: Path, tiny_recipe: Path, capsys,
+                                                                 server: str, says: str) -> None:
+    run = tmp_path / "refused"
+    code = main(["fit", "--recipe", str(tiny_recipe), *FAST, "rounds=1", f"server={server}", f"run.dir={run}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and says in err and "Traceback" not in err, err
+    assert not run.exists()
+
+
+POISSON = [*FAST, "clients.fraction=0.5", "clients.sampling=poisson", "rounds=2"]  # q = 2 / 4
+
+
+def test_dp_around_median_trains_reports_dp_fedavgs_epsilon_and_resumes_only_as_recorded(tmp_path: Path,
+                                                                                            tiny_recipe: Path) -> None:
+    dp = "server={name: median, dp: {clip: 0.5, noise_multiplier: 1.3, delta: 1.0e-6}}"
+    run = [f"run.dir={tmp_path / 'median'}"]
+    res = fit(load_recipe(tiny_recipe, [*POISSON, dp, *run]))
+    same = check_recipe(load_recipe(tiny_recipe, [*POISSON, "server={name: dp_fedavg, clip: 0.5, "
+                                                             "noise_multiplier: 1.3, delta: 1.0e-6}"]))
+    assert [row["dp_epsilon"] for row in res["history"]] == [same.metrics(r)["dp_epsilon"] for r in (1, 2)]
+    assert res["history"][-1]["dp_epsilon"] == dp_epsilon(0.5, 1.3, 2, 1e-6) and res["final"]["knn_acc"] is not None
+    assert res["recipe"]["resolved"]["server"]["dp"]["noise_multiplier"] == 1.3
+    for changed, says in (("server={name: median, dp: {clip: 0.4, noise_multiplier: 1.3, delta: 1.0e-6}}",
+                           "the run recorded server.dp.clip=0.5"),
+                          ("server={name: median}", "the run recorded server.dp=on")):
+        with pytest.raises(UserError, match=re.escape(says)):
+            fit(load_recipe(tiny_recipe, [*POISSON, changed, *run, "rounds=3"]), resume=True)
+
+
+def test_dp_around_fedadam_trains_reports_the_same_epsilon_and_resumes_bit_for_bit(tmp_path: Path,
+                                                                                    tiny_recipe: Path) -> None:
+    dp = "server={name: fedadam, server_lr: 0.01, dp: {clip: 0.5, noise_multiplier: 1.3, delta: 1.0e-6}}"
+    res = fit(load_recipe(tiny_recipe, [*POISSON, dp, f"run.dir={tmp_path / 'straight'}"]))
+    assert [row["dp_epsilon"] for row in res["history"]] == [dp_epsilon(0.5, 1.3, r, 1e-6) for r in (1, 2)]
+    half = f"run.dir={tmp_path / 'half'}"
+    fit(load_recipe(tiny_recipe, [*POISSON, dp, half, "rounds=1"]))
+    fit(load_recipe(tiny_recipe, [*POISSON, dp, half]), resume=True)  # FedAdam's moments come back from the checkpoint
+    a, b = (torch.load(tmp_path / r / "checkpoints/last.pt", weights_only=True) for r in ("straight", "half"))
+    assert all(torch.equal(a["global"][k], b["global"][k]) for k in a["global"])
+
+
+def test_the_library_example_of_docs_dp_runs_as_written() -> None:
+    page = (Path(__file__).resolve().parents[1] / "docs" / "dp.md").read_text()
+    (code,) = re.findall(r"```python\n(.*?)```", page, re.S)
+    scope: dict = {}
+    exec(compile(code, "docs/dp.md", "exec"), scope)  # noqa: S102 - our own documentation's example
+    assert isinstance(scope["private_fedadam"].inner, FedAdam) and scope["private_median"].population == 100

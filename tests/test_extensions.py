@@ -100,14 +100,23 @@ def test_a_broken_entry_point_is_one_line_naming_it(tmp_path: Path, monkeypatch)
         table["broken"]
 
 
-def test_a_builtin_name_wins_over_an_entry_point(tmp_path: Path, monkeypatch) -> None:
+def test_a_builtin_name_wins_over_an_entry_point_and_says_so_once(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Before, the package's ``simclr`` was silently never used."""
+    from fedlight.extensions import describe
+
     site = tmp_path / "site"
     install(site, "shadow_pkg", {"m.py": "class X:\n    '''Not the real one.'''\n"},
             "[fedlight.methods]\nsimclr = shadow_pkg.m:X\nextra = shadow_pkg.m:X\n")
     monkeypatch.syspath_prepend(str(site))
-    table = Table("fedlight.methods", {"simclr": int})
-    assert table["simclr"] is int and list(table) == ["extra", "simclr"]
+    table = Table("fedlight.methods", {"simclr": int, "byol": float})
+    assert table["simclr"] is int and table["simclr"] is int and table["byol"] is float
+    assert capsys.readouterr().err == ("fedlight: warning: fedlight.methods entry point 'simclr' (shadow_pkg.m:X) is "
+                                       "hidden by fedlight's built-in 'simclr', which is used; rename the entry "
+                                       "point in the package that declares it to use it\n")  # once, simclr only
+    assert list(table) == ["byol", "extra", "simclr"]
     assert table.description("extra") == "Not the real one." and table.origin("extra") == "shadow_pkg.m:X"
+    listed = describe({"methods": table}).splitlines()
+    assert listed[3].endswith("[hides the entry point shadow_pkg.m:X]") and "hides" not in listed[1]
 
 
 HALF_EPOCH = '''"""A client schedule from another package: one epoch over the first half of a client's samples."""
@@ -431,3 +440,36 @@ def test_the_readme_aggregator_gives_the_same_model_with_two_workers_and_two_pro
                     for run in ("one", "workers", "ranks"))
     for other in others:
         assert all(torch.equal(one[k], other[k]) for k in one)
+
+
+class _Seeded:
+    """A round plug-in whose context argument is named ``ctx`` and whose own option is ``seed``."""
+
+    def __init__(self, ctx, seed: int = 0) -> None:
+        self.seed = seed
+
+
+@pytest.mark.parametrize("override, says", [
+    ("method={name: supervised, num_classes: 3}", "method.num_classes cannot be set: fedlight passes num_classes to "
+                                                  "the constructor itself (the data's number of classes); drop "
+                                                  "method.num_classes"),
+    ("method={name: simclr, backbone: resnet18}", "method.backbone cannot be set: fedlight passes backbone"),
+    ("server={name: scaffold, num_clients: 3}", "server.num_clients cannot be set: fedlight passes num_clients to the "
+                                                "constructor itself (clients.num)"),
+    ("server={name: dp_fedavg, seed: 1}", "server.seed cannot be set: fedlight passes seed to the constructor itself "
+                                          "(the recipe's seed)"),
+    ("plugins={seeded: {ctx: 1}}", "plugins.seeded.ctx cannot be set: fedlight passes ctx to the constructor itself "
+                                   "(the run, a PluginContext)"),
+], ids=["method-num_classes", "method-backbone", "server-num_clients", "server-seed", "plugin-context"])
+def test_an_option_fedlight_passes_itself_is_refused_in_every_section(tiny_recipe: Path, monkeypatch, override: str,
+                                                                     says: str) -> None:
+    """Before, ``server.seed`` was an "unknown recipe key" although the class names it, and a plug-in's context
+    under another name than ``context`` was a recipe option that clashed with the run's."""
+    from fedlight import catalog
+    from fedlight.config import load_recipe
+    from fedlight.engine.run.fit import check_recipe
+
+    monkeypatch.setitem(catalog.PLUGINS.builtins, "seeded", _Seeded)
+    with pytest.raises(UserError, match=re.escape(says)):
+        check_recipe(load_recipe(tiny_recipe, [override]))
+    check_recipe(load_recipe(tiny_recipe, ["plugins={seeded: {seed: 4}}"]))  # fedlight passes plug-ins no seed

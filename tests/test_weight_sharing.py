@@ -18,7 +18,7 @@ from fedlight.methods.moon import MOON, model_contrastive_loss, representation_l
 from fedlight.methods.scaffold_client import Scaffold as ScaffoldClient, control_update
 from fedlight.methods.supervised import Supervised
 from fedlight.models.backbones import MoonCNN, SmallCNN
-from fedlight.server.scaffold import Scaffold
+from fedlight.server.scaffold import ScaffoldServer
 
 
 def test_proximal_gradient_is_mu_times_the_gap() -> None:
@@ -77,7 +77,7 @@ def test_scaffold_client_uses_the_real_step_count_and_corrects_each_step() -> No
 
 
 def test_scaffold_server_moves_c_by_sum_over_n() -> None:
-    agg = Scaffold(num_clients=4)
+    agg = ScaffoldServer(num_clients=4)
     global_state = {"w": torch.tensor([0.0]), "control_global.w": torch.tensor([1.0])}
     acc = agg.accumulate(None, {"w": torch.tensor([2.0]), "control_delta.w": torch.tensor([0.4])}, 1.0)
     acc = agg.accumulate(acc, {"w": torch.tensor([4.0]), "control_delta.w": torch.tensor([0.8])}, 3.0)

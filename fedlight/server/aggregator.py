@@ -68,6 +68,8 @@ class Aggregator:
             ``target_quantile`` with ``adaptive``); a recipe that sets one with its flag off is refused.
         trains_once: with ``keeps_models_local``, a client trains only until it has a model of
             its own (its first answered round); later rounds only evaluate it.
+        payload_is_state: a client's payload holds the global state's tensors and nothing else (False:
+            SCAFFOLD's control deltas, FLESD's similarity matrices): what ``server.dp`` clips and noises.
     """
 
     trains_once = False
@@ -79,6 +81,7 @@ class Aggregator:
     pools_clients = False
     needs_payloads = False
     accounts_privacy = False
+    payload_is_state = True
 
     def check_clients(self, per_round: int, population: int) -> None:
         """Before any training: raise a UserError if the rule cannot work on the ``per_round``

@@ -9,7 +9,7 @@ from fedlight.config.checks import non_negative
 from fedlight.errors import UserError
 from fedlight.server import robust_ops
 from fedlight.server.aggregator import Aggregator, ClientPayload, State
-from fedlight.server.krum import float_keys
+from fedlight.server.ops import cast_like, flatten_states, float_keys, stack_states
 
 
 class Bulyan(Aggregator):
@@ -35,8 +35,8 @@ class Bulyan(Aggregator):
 
     def finalize(self, global_state: State, payloads: list[ClientPayload]) -> State:
         states = [p.payload for p in payloads]
-        taken = robust_ops.bulyan_select(robust_ops.flat_floats(states, float_keys(global_state)), self.f)
+        taken = robust_ops.bulyan_select(flatten_states(states, float_keys(global_state)), self.f)
         beta = max(1, len(taken) - 2 * self.f)
         selected = [states[i] for i in taken]
-        return {k: robust_ops.like(robust_ops.closest_to_median_mean(robust_ops.stack(selected, k), beta), ref)
+        return {k: cast_like(robust_ops.closest_to_median_mean(stack_states(selected, k), beta), ref)
                 for k, ref in global_state.items()}

@@ -40,6 +40,7 @@ class FLESD(Aggregator):
     """
 
     uses_public_set = True
+    payload_is_state = False  # similarity matrices (or embeddings) of the public set
 
     def __init__(self, payload: Literal["similarity", "embeddings"] = "similarity",
                  dtype: Literal["float32", "float16", "int8"] = "float32",

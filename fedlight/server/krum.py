@@ -8,12 +8,8 @@ from typing import Annotated
 from fedlight.config.checks import non_negative, positive
 from fedlight.errors import UserError
 from fedlight.server import robust_ops
+from fedlight.server.ops import cast_like, flatten_states, float_keys, stack_states
 from fedlight.server.aggregator import Aggregator, ClientPayload, State
-
-
-def float_keys(state: State) -> list[str]:
-    """The state's floating-point entries (the ones distances are measured on)."""
-    return [k for k, v in state.items() if v.is_floating_point()]
 
 
 class Krum(Aggregator):
@@ -41,6 +37,6 @@ class Krum(Aggregator):
 
     def finalize(self, global_state: State, payloads: list[ClientPayload]) -> State:
         states = [p.payload for p in payloads]
-        chosen = robust_ops.krum_select(robust_ops.flat_floats(states, float_keys(global_state)), self.f, self.m)
+        chosen = robust_ops.krum_select(flatten_states(states, float_keys(global_state)), self.f, self.m)
         selected = [states[i] for i in chosen]
-        return {k: robust_ops.like(robust_ops.stack(selected, k).mean(dim=0), ref) for k, ref in global_state.items()}
+        return {k: cast_like(stack_states(selected, k).mean(dim=0), ref) for k, ref in global_state.items()}

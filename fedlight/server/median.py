@@ -11,6 +11,7 @@ import torch
 from fedlight.config.checks import below_half
 from fedlight.errors import UserError
 from fedlight.server import robust_ops
+from fedlight.server.ops import cast_like, stack_states
 from fedlight.server.aggregator import Aggregator, ClientPayload, State
 
 
@@ -29,7 +30,7 @@ class CoordinateRule(Aggregator):
 
     def finalize(self, global_state: State, payloads: list[ClientPayload]) -> State:
         states = [p.payload for p in payloads]
-        return {k: robust_ops.like(self.combine(robust_ops.stack(states, k)), ref) for k, ref in global_state.items()}
+        return {k: cast_like(self.combine(stack_states(states, k)), ref) for k, ref in global_state.items()}
 
 
 class Median(CoordinateRule):

@@ -1,6 +1,9 @@
 """Pure tensor math of the robust aggregation rules, on stacked client values.
 
-Each rule takes ``x`` of shape ``(n, ...)``: one row per client, in client order, float64.
+Each rule takes ``x`` of shape ``(n, ...)``: one row per client, in client order, float64
+(``fedlight.server.ops``: ``stack_states`` for a coordinate-wise rule, ``flatten_states`` for one on
+whole vectors). Exported from ``fedlight`` for aggregators of other packages.
+
 A rule on models equals the rule on updates (model minus the global model) shifted by the
 global model: the coordinate-wise rules commute with a common shift and Krum's distances do
 not see it, so the servers apply them to the payloads as sent.
@@ -10,23 +13,6 @@ from __future__ import annotations
 
 import torch
 
-State = dict[str, torch.Tensor]
-
-
-def stack(states: list[State], key: str) -> torch.Tensor:
-    """The ``(n, *shape)`` float64 stack of every state's ``key``."""
-    return torch.stack([s[key].detach().double() for s in states])
-
-
-def flat_floats(states: list[State], keys: list[str]) -> torch.Tensor:
-    """``(n, D)``: each state's floating-point tensors under ``keys``, flattened and concatenated."""
-    return torch.stack([torch.cat([s[k].detach().double().reshape(-1) for k in keys]) for s in states])
-
-
-def like(value: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
-    """``value`` in ``ref``'s dtype and device (rounded first for an integer ``ref``)."""
-    return (value if ref.is_floating_point() else value.round()).to(ref.device, ref.dtype)
-
 
 def coordinate_median(x: torch.Tensor) -> torch.Tensor:
     """The median of each coordinate over the n rows (the mean of the two middle values for even n).
@@ -35,6 +21,10 @@ def coordinate_median(x: torch.Tensor) -> torch.Tensor:
         x: ``(n, ...)``.
     Returns:
         ``(...)``.
+
+    Examples:
+        >>> coordinate_median(torch.tensor([[0.0, 5.0], [1.0, -1.0], [100.0, 2.0]]))
+        tensor([1., 2.])
     """
     s, n = x.sort(dim=0).values, x.shape[0]
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
@@ -47,6 +37,10 @@ def trimmed_mean(x: torch.Tensor, k: int) -> torch.Tensor:
         x: ``(n, ...)``.
     Returns:
         ``(...)``.
+
+    Examples:
+        >>> trimmed_mean(torch.tensor([[-50.0], [1.0], [2.0], [3.0], [90.0]]), k=1)
+        tensor([2.])
     """
     n = x.shape[0]
     if not 0 <= 2 * k < n:
@@ -79,6 +73,10 @@ def krum_select(x: torch.Tensor, f: int, m: int) -> list[int]:
         x: ``(n, D)``.
     Returns:
         the chosen row indices, in increasing score order.
+
+    Examples:
+        >>> krum_select(torch.tensor([[0.0], [1.0], [2.5], [4.0], [100.0]], dtype=torch.float64), f=1, m=2)
+        [1, 2]
     """
     order = torch.sort(krum_scores(x, f), stable=True).indices
     return order[:min(m, x.shape[0])].tolist()

@@ -12,15 +12,17 @@ CONTROL_GLOBAL = "control_global."
 COUNT_KEY = "__count__"
 
 
-class Scaffold(Aggregator):
+class ScaffoldServer(Aggregator):
     """w <- weighted mean of w_i (global step size 1); c <- c + (|S| / N) * mean_i(c_i+ - c_i).
 
     Weights are averaged by sample count like every aggregator here; the control variate
     follows the paper's unweighted mean over the |S| clients that answered.
 
     Args:
-        num_clients: N, the number of clients in the federation.
+        num_clients: N, the number of clients in the federation (the engine's: ``clients.num``).
     """
+
+    payload_is_state = False  # the clients' control-variate deltas travel beside the weights
 
     def __init__(self, num_clients: int) -> None:
         self.num_clients = num_clients

@@ -138,7 +138,8 @@ def check_recipe(recipe: Recipe) -> Aggregator:
     with registry.SERVERS.building(recipe.server["name"], "server.name"):  # a plug-in's check that raises: one line
         server.check_clients(per_round, trainable)  # e.g. Krum's f; DP-FedAvg's sampling rate
     if server.accounts_privacy and per_round < trainable and recipe.clients.sampling != "poisson":
-        raise UserError(f"server.name={recipe.server['name']}'s privacy accountant models Poisson client sampling, "
+        private = "server.dp" if recipe.server.get(registry.DP_KEY) is not None else f"server.name={recipe.server['name']}"
+        raise UserError(f"{private}'s privacy accountant models Poisson client sampling, "
                         f"but clients.fraction={recipe.clients.fraction:g} samples a fixed-size set of {per_round} of "
                         f"{trainable}; set clients.sampling=poisson (or clients.fraction=1)")
     return server

@@ -28,6 +28,7 @@ NOT_THE_EXPERIMENT = ("rounds", "faults.max_bad_clients", "run", "fabric.rendezv
 # where both runs hold one, the sections of constructor options are compared through it
 RESOLVED = "resolved"
 CONSTRUCTOR_SECTIONS = ("method", "server", "plugins")
+DP = "dp"  # the server record's differential-privacy options (``server.dp``), present where the run used them
 # a run's recipe.yaml is a copy of its resolved recipe, written again when the run resumes
 RECIPE_COPY_FIX = "it only records the run's recipe: delete it and rerun with --resume, which writes it again"
 
@@ -89,6 +90,8 @@ def _record_damage(record: Any) -> str | None:
     parts = {section: record.get(section) for section in ("method", "server", "backbone", "plugins")}
     if isinstance(parts["plugins"], dict):
         parts.update({f"plugins.{name}": options for name, options in parts["plugins"].items()})
+    if isinstance(parts["server"], dict) and DP in parts["server"]:
+        parts["server.dp"] = parts["server"][DP]
     for where, value in parts.items():
         if value is not None and not isinstance(value, dict):
             return f"its {where} is a {type(value).__name__}, not a mapping"
@@ -97,8 +100,14 @@ def _record_damage(record: Any) -> str | None:
 
 def _settings(record: dict[str, Any]) -> dict[str, Any]:
     """A ``resolved`` record as ``{key: value}`` named as the recipe names them: ``method.temperature``,
-    ``server.name``, ``model.backbone``, ``model.backbone.parameters``, ``plugins.marker.scale``."""
-    out = {f"{section}.{k}": v for section in ("method", "server") for k, v in (record.get(section) or {}).items()}
+    ``server.name``, ``server.dp.clip``, ``model.backbone``, ``model.backbone.parameters``, ``plugins.marker.scale``;
+    a plug-in or ``server.dp`` that is on is ``"on"`` under its own name."""
+    out = {f"{section}.{k}": v for section in ("method", "server") for k, v in (record.get(section) or {}).items()
+           if (section, k) != ("server", DP)}
+    dp = (record.get("server") or {}).get(DP)
+    if dp is not None:
+        out["server.dp"] = "on"
+        out.update({f"server.dp.{k}": v for k, v in dp.items()})
     out.update({"model.backbone" if k == "name" else f"model.backbone.{k}": v
                 for k, v in (record.get("backbone") or {}).items()})
     for name, options in (record.get("plugins") or {}).items():
@@ -111,16 +120,17 @@ def _check_same_settings(saved_path: Path, recorded: dict[str, Any], resolved: d
     """Refuse, naming the first key, where the installed code would build the run's method, server,
     backbone or plug-ins otherwise than the run recorded. An option only one side has is no
     difference (an option a later release adds keeps the old behaviour by default, as a recipe key
-    does); a plug-in only one side has is."""
+    does); a plug-in, or the differential privacy of ``server.dp``, that only one side has is."""
     old, new = _settings(recorded), _settings(resolved)
-    plugins = {f"plugins.{name}" for name in {*(recorded.get("plugins") or {}), *(resolved.get("plugins") or {})}}
-    changed = [k for k in old if k in new and old[k] != new[k]] + sorted(k for k in plugins if (k in old) != (k in new))
+    switched = {f"plugins.{name}" for name in {*(recorded.get("plugins") or {}), *(resolved.get("plugins") or {})}}
+    switched.add("server.dp")
+    changed = [k for k in old if k in new and old[k] != new[k]] + sorted(k for k in switched if (k in old) != (k in new))
     if not changed:
         return
     key = changed[0]
     before, after = old.get(key, "off"), new.get(key, "off")
     fix = ("resume with the fedlight release that wrote the run" if key.startswith("model.backbone.")
-           else f"set {key}={before} to resume as recorded" if key in new and key not in plugins
+           else f"set {key}={before} to resume as recorded" if key in new and key not in switched
            else "resume with the same recipe and overrides")
     more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
     raise UserError(f"--resume: the run recorded {key}={before} (resolved, in '{saved_path}'), the installed "
