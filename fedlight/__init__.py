@@ -17,6 +17,7 @@ __all__ = [
     "ObjectiveWrapper", "OptimizerSpec", "PluginContext", "Report", "RoundPlugin", "ScheduleContext", "ScoreHead",
     "State", "UserError", "at_least", "decay", "fraction", "load_encoder", "load_local_parts", "non_empty",
     "non_negative", "percent", "positive", "probabilities", "probability", "train_client",
+    "Attack", "AttackContext", "UpdateAttack",  # an attack (docs/attacks.md)
 ]
 
 
