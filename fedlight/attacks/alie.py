@@ -8,7 +8,7 @@ from typing import Annotated
 
 import torch
 
-from fedlight.attacks.attack import AttackContext, State, UpdateAttack
+from fedlight.attacks.attack import AttackContext, OmniscientAttack, State
 from fedlight.config.checks import non_negative
 
 
@@ -26,27 +26,23 @@ def z_max(clients: int, attackers: int) -> float:
     return NormalDist().inv_cdf((clients - s) / clients)
 
 
-class ALIE(UpdateAttack):
+class ALIE(OmniscientAttack):
     """A Little Is Enough (Baruch et al., NeurIPS 2019): every attacker sends ``mu - z sigma``, the
     benign updates' per-coordinate mean less z of their standard deviations.
 
     The attackers are omniscient and collude, as the paper assumes: each sees the round's benign
     updates. ``sigma`` is their sample standard deviation (0 with a single benign update); with
-    none to see (every answering client attacks) an attacker sends its own update.
+    none to see (every answering client attacks) an attacker sends its own payload.
 
     Args:
         z: the standard deviations below the mean; None: ``z_max`` of the round's n answering
             clients and f attackers (:func:`z_max`).
     """
 
-    needs_benign = True
-
-    def __init__(self, z: Annotated[float, non_negative] | None = None) -> None:
+    def __init__(self, z: Annotated[float | None, non_negative] = None) -> None:
         self.z = z
 
     def update(self, own: State, benign: list[State], context: AttackContext) -> State:
-        if not benign:
-            return own
         f = context.attackers or 1
         z = self.z if self.z is not None else z_max(len(benign) + f, f)
         out = {}

@@ -130,3 +130,14 @@ class UpdateAttack(Attack):
 
         sent = self.update(delta(own), [delta(p) for p in context.benign], context)
         return {**own, **{k: base[k] + sent[k] for k in keys}}
+
+
+class OmniscientAttack(UpdateAttack):
+    """An update attack computed from the round's benign updates (``needs_benign``), as by
+    colluding attackers who see every client's upload; with none to see (every answering client
+    attacks) an attacker sends its own payload."""
+
+    needs_benign = True
+
+    def craft(self, own: State, context: AttackContext) -> State:
+        return super().craft(own, context) if context.benign else own
