@@ -13,11 +13,11 @@ from typing import Any
 __version__ = "0.1.0"
 
 __all__ = [
-    "Aggregator", "Batch", "Bulyan", "Centralized", "Check", "ClientPayload", "ClientSchedule", "ClientWork",
+    "Aggregator", "Attack", "AttackContext", "Batch", "Bulyan", "Centralized", "Check", "ClientPayload", "ClientSchedule", "ClientWork",
     "CoordinateRule", "DPFedAvg", "DifferentialPrivacy", "FLESD", "FaultModel", "FedAdagrad", "FedAdam", "FedAvg",
     "FedOpt", "FedYogi", "FederatedModule", "Krum", "LocalOnly", "LocalResult", "Median", "ObjectiveWrapper",
     "OptimizerSpec", "PluginContext", "Report", "RoundPlugin", "ScaffoldServer", "ScheduleContext", "ScoreHead",
-    "State", "TrimmedMean", "UserError", "WEIGHT_KEY", "at_least", "bulyan_select", "cast_like",
+    "State", "TrimmedMean", "UpdateAttack", "UserError", "WEIGHT_KEY", "at_least", "bulyan_select", "cast_like",
     "closest_to_median_mean", "coordinate_median", "decay", "dp_epsilon", "finish_average", "flatten_states",
     "float_keys", "fraction", "krum_scores", "krum_select", "load_encoder", "load_local_parts", "non_empty",
     "non_negative", "percent", "positive", "probabilities", "probability", "stack_states", "train_client",

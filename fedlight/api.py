@@ -1,5 +1,5 @@
 """fedlight's public surface: what a package that adds a method, an aggregator, a backbone, a client
-schedule or a round plug-in imports (``from fedlight import FederatedModule``), the built-in aggregators
+schedule, a round plug-in or an attack imports (``from fedlight import FederatedModule``), the built-in aggregators
 and the state-dict math they are made of (``from fedlight import Median, flatten_states``), and what
 rebuilds an exported encoder (``fedlight.load_encoder``).
 
@@ -10,6 +10,7 @@ module path is internal and may move between releases.
 
 from __future__ import annotations
 
+from fedlight.attacks.attack import Attack, AttackContext, UpdateAttack
 from fedlight.config.checks import (Check, at_least, decay, fraction, non_empty, non_negative, percent, positive,
                                     probabilities, probability)
 from fedlight.engine.loop.interfaces import (ClientSchedule, ClientWork, FaultModel, PluginContext, Report, RoundPlugin,
@@ -54,6 +55,8 @@ __all__ = [
     # a client schedule (``fedlight.schedules``) or a round plug-in (``fedlight.plugins``)
     "ClientSchedule", "ScheduleContext", "ClientWork", "LocalResult", "train_client",
     "RoundPlugin", "PluginContext", "FaultModel", "Report",
+    # a Byzantine attack (``fedlight.attacks``; docs/attacks.md) and what its ``craft`` receives
+    "Attack", "UpdateAttack", "AttackContext",
     # the ranges a constructor's options declare (``Annotated[float, positive]``)
     "Check", "positive", "non_negative", "fraction", "probability", "decay", "percent", "at_least", "probabilities",
     "non_empty",

@@ -1,5 +1,5 @@
-"""Every built-in method, aggregator, backbone and client schedule by name, none of them imported;
-and the round plug-ins other packages add.
+"""Every built-in method, aggregator, backbone, client schedule and attack by name, none of them
+imported; and the round plug-ins other packages add.
 
 A name maps to the ``module:attr`` that defines it, imported when the entry is first used
 (``fedlight.extensions.Table``), so a recipe's names can be checked before torch is imported
@@ -56,6 +56,14 @@ SCHEDULES: Table[Any] = Table("fedlight.schedules", {
 # on by their own keys (``engine/run/assemble.py``), so the table holds none
 PLUGINS: Table[Any] = Table("fedlight.plugins", {}, subclass_of("fedlight.engine.loop.interfaces:RoundPlugin"))
 
+# Byzantine attacks (``faults.attack``; ``faults.attack_options`` are the constructor's options, docs/attacks.md)
+ATTACKS: Table[Any] = Table("fedlight.attacks", {
+    "sign_flip": "fedlight.attacks.sign_flip:SignFlip", "noise": "fedlight.attacks.gaussian_noise:GaussianNoise",
+    "collude": "fedlight.attacks.collusion:Collusion", "labels": "fedlight.attacks.label_flip:LabelFlip",
+    "alie": "fedlight.attacks.alie:ALIE", "ipm": "fedlight.attacks.ipm:IPM",
+}, subclass_of("fedlight.attacks.attack:Attack"))
+NO_ATTACK = "none"  # faults.attack's default: no client attacks
+
 
 def check_name(key: str, name: Any, table: Table[Any]) -> None:
     """Raise the UserError for a recipe ``key`` (e.g. ``method.name``) naming nothing in ``table``."""
@@ -63,18 +71,27 @@ def check_name(key: str, name: Any, table: Table[Any]) -> None:
         raise UserError(f"unknown {key} {name!r}; valid names: {', '.join(table)}")
 
 
-def check_names(method: dict[str, Any], server: dict[str, Any], backbone: str, plugins: Any = ()) -> None:
-    """``method.name``, ``server.name``, ``model.backbone`` and each key of ``plugins`` name something (no import)."""
+def check_names(method: dict[str, Any], server: dict[str, Any], backbone: str, plugins: Any = (),
+                attack: str = NO_ATTACK) -> None:
+    """``method.name``, ``server.name``, ``model.backbone``, each key of ``plugins`` and ``faults.attack``
+    name something (no import)."""
     check_name("method.name", method.get("name"), METHODS)
     check_name("server.name", server.get("name"), SERVERS)
     check_name("model.backbone", backbone, BACKBONES)
     for name in plugins:
         check_name("plugins key", name, PLUGINS)
+    check_attack_name(attack)
+
+
+def check_attack_name(attack: str) -> None:
+    """Raise the UserError for a ``faults.attack`` that is neither ``none`` nor an attack's name."""
+    if attack != NO_ATTACK and attack not in ATTACKS:
+        raise UserError(f"unknown faults.attack {attack!r}; valid names: {NO_ATTACK}, {', '.join(ATTACKS)}")
 
 
 def _tables() -> dict[str, Table[Any]]:
     return {"methods": METHODS, "aggregators": SERVERS, "backbones": BACKBONES, "client schedules": SCHEDULES,
-            "round plug-ins": PLUGINS}
+            "round plug-ins": PLUGINS, "attacks": ATTACKS}
 
 
 def describe_all(columns: int | None = None) -> str:

@@ -225,7 +225,7 @@ def _show_recipe(recipe: Recipe, args: argparse.Namespace) -> int:
     from fedlight.catalog import check_names
     from fedlight.config.standalone import standalone_text, write_standalone
 
-    check_names(recipe.method, recipe.server, recipe.model.backbone, recipe.plugins)
+    check_names(recipe.method, recipe.server, recipe.model.backbone, recipe.plugins, recipe.faults.attack)
     text = standalone_text(recipe, args.recipe, args.overrides, args.write_recipe or "THIS_FILE.yaml")
     if args.write_recipe is not None:
         write_standalone(text, Path(args.write_recipe), args.overwrite)

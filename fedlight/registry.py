@@ -1,4 +1,4 @@
-"""Builds and validates the methods, aggregators, backbones and round plug-ins that ``fedlight.catalog`` names.
+"""Builds and validates the methods, aggregators, backbones, round plug-ins and attacks that ``fedlight.catalog`` names.
 
 Other packages add their own through entry points (``fedlight.extensions``): the catalog's
 tables find them, so they appear in the valid names an error lists and in ``fedlight methods``.
@@ -9,7 +9,8 @@ refused in one line), type-checked against its annotations, so a class's signatu
 and its defaults are the paper's. A numeric parameter declares its range there too
 (``Annotated[float, positive]``, ``fedlight.config.checks``). A round plug-in from another package
 (``plugins.<name>.*``) is configured the same way, and so is ``server.dp``: the options of the
-differential-privacy wrapper around the chosen aggregator (``server/differential_privacy.py``).
+differential-privacy wrapper around the chosen aggregator (``server/differential_privacy.py``), and
+so is an attack (``faults.attack_options.*``).
 
 ``resolved_settings`` records what a run's classes are built with, defaults included, so that a
 default changed in a later release cannot change an old run unnoticed (``engine/run/run_folder.py``
@@ -25,7 +26,9 @@ from typing import Any
 
 import torch
 
-from fedlight.catalog import BACKBONES, METHODS, PLUGINS, SCHEDULES, SERVERS, check_name
+from fedlight.attacks.attack import Attack
+from fedlight.catalog import (ATTACKS, BACKBONES, METHODS, NO_ATTACK, PLUGINS, SCHEDULES, SERVERS, check_attack_name,
+                              check_name)
 from fedlight.config.coerce import coerce
 from fedlight.errors import UserError
 from fedlight.methods.federated_module import FederatedModule, OptimizerSpec
@@ -33,8 +36,9 @@ from fedlight.methods.wrapper import ObjectiveWrapper
 from fedlight.server.aggregator import Aggregator
 from fedlight.server.differential_privacy import DifferentialPrivacy, wrap_problem
 
-__all__ = ["BACKBONES", "METHODS", "PLUGINS", "SCHEDULES", "SERVERS", "accepted_keys", "build_method", "build_plugins",
-           "build_server", "is_wrapper", "objective_of", "resolved_settings", "validate"]
+__all__ = ["ATTACKS", "BACKBONES", "METHODS", "PLUGINS", "SCHEDULES", "SERVERS", "accepted_keys", "attack_settings",
+           "build_attack", "build_method", "build_plugins", "build_server", "is_wrapper", "objective_of",
+           "resolved_settings", "validate"]
 
 # the server a method needs when the recipe's server does not fit it
 REQUIRED_SERVER = {"scaffold": "scaffold"}
@@ -47,6 +51,7 @@ SUPPLIED = {
     "server": {"num_clients": "clients.num", "seed": "the recipe's seed",
                "inner": "the aggregator server.name names, wrapped by server.dp"},
     "plugins": {"context": "the run, a PluginContext"},
+    "faults": {"scale": "faults.attack_scale"},  # an attack's, in faults.attack_options
 }
 # the ``server`` key that wraps the chosen aggregator in differential privacy (its value: the wrapper's options)
 DP_KEY = "dp"
@@ -113,8 +118,10 @@ def accepted_keys(section: str, spec: dict[str, Any]) -> list[str]:
     return sorted(keys | ({DP_KEY} if section == "server" else set()))
 
 
-def _options(section: str, spec: dict[str, Any], table: dict[str, type]) -> list[tuple[type, dict[str, Any]]]:
-    """[(class, kwargs)] for the section, outermost first (a wrapper, then its objective)."""
+def _options(section: str, spec: dict[str, Any], table: dict[str, type],
+             named: str | None = None) -> list[tuple[type, dict[str, Any]]]:
+    """[(class, kwargs)] for the section, outermost first (a wrapper, then its objective); ``named``:
+    what chose the class, as an unknown key's error names it (default: ``<section>.name=<name>``)."""
     name = spec.get("name")
     chain = _chain(section, spec, table)
     kwargs: list[dict[str, Any]] = [{} for _ in chain]
@@ -130,7 +137,7 @@ def _options(section: str, spec: dict[str, Any], table: dict[str, type]) -> list
         if owner is None:
             valid = sorted({p for cls in chain for p in _params(cls, section)}
                            | ({"objective"} if len(chain) > 1 else set()))
-            named = section if "." in section else f"{section}.name={name}"  # plugins.<name>, server.dp
+            named = named or (section if "." in section else f"{section}.name={name}")  # plugins.<name>, server.dp
             raise UserError(f"unknown recipe key '{section}.{key}' for {named}; valid keys: "
                             + (", ".join(f"{section}.{p}" for p in valid) or "none"))
         kwargs[owner][key] = coerce(value, hints(chain[owner]).get(key, Any), f"{section}.{key}")
@@ -280,6 +287,43 @@ def build_plugins(plugins: dict[str, Any], context: Any) -> list[Any]:
         with PLUGINS.building(name, f"plugins.{name}"):
             built.append(cls(context, **kwargs))
     return built
+
+
+def _attack_options(name: str, options: dict[str, Any]) -> tuple[type, dict[str, Any]]:
+    """(class, kwargs) of the attack ``faults.attack`` names, from ``faults.attack_options``."""
+    check_attack_name(name)
+    for key, fix in (("name", "the attack is named by faults.attack"), ("scale", "its scale is faults.attack_scale")):
+        if key in options:
+            raise UserError(f"faults.attack_options.{key}: {fix}; set that and drop faults.attack_options.{key}")
+    ((cls, kwargs),) = _options("faults.attack_options", {"name": name, **options}, ATTACKS, f"faults.attack={name}")
+    return cls, kwargs
+
+
+def _attack_scale(cls: type, scale: float) -> dict[str, float]:
+    """``{"scale": faults.attack_scale}`` for an attack whose constructor takes a ``scale``, else nothing."""
+    return {"scale": scale} if "scale" in inspect.signature(cls.__init__).parameters else {}
+
+
+def build_attack(name: str, options: dict[str, Any], scale: float) -> Attack | None:
+    """The attack ``faults.attack`` names (None for ``none``), built with ``faults.attack_options`` and
+    ``faults.attack_scale`` as its ``scale`` where its constructor takes one.
+
+    Raises:
+        UserError: an unknown name, an option it does not take or out of its range, or its
+            constructor (another package's) raised.
+    """
+    if name == NO_ATTACK:
+        return None
+    cls, kwargs = _attack_options(name, options)
+    with ATTACKS.building(name, f"faults.attack={name}"):
+        return cls(**kwargs, **_attack_scale(cls, scale))
+
+
+def attack_settings(name: str, options: dict[str, Any], scale: float) -> dict[str, Any]:
+    """What ``build_attack`` builds the attack with: ``{name, scale (where it takes one), every
+    other option}``, defaults included."""
+    cls, kwargs = _attack_options(name, options)
+    return _constructed({"name": name, **_attack_scale(cls, scale)}, [(cls, kwargs)], "faults.attack_options")
 
 
 def _plain(value: Any) -> Any:

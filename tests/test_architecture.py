@@ -30,6 +30,12 @@ def test_server_never_imports_lightning() -> None:
     assert _offenders("server", ("lightning", "pytorch_lightning", "fedlight.engine", "fedlight.methods")) == []
 
 
+def test_attacks_are_tensor_math_that_imports_no_engine() -> None:
+    """An attack sees payloads and a generator (``attacks/attack.py``); who attacks is the engine's."""
+    assert _offenders("attacks", ("lightning", "pytorch_lightning", "fedlight.engine", "fedlight.methods",
+                                  "fedlight.server", "fedlight.registry", "torch.distributed")) == []
+
+
 def test_methods_never_import_engine_or_server() -> None:
     assert _offenders("methods", ("fedlight.engine", "fedlight.server", "lightning.fabric")) == []
 
@@ -129,5 +135,5 @@ def test_the_recipe_stops_at_the_run_room() -> None:
         return name == "fedlight.config" or name.startswith(("fedlight.config.schema", "fedlight.config.loader"))
 
     below = [f"engine/{room}" for room in MAY_IMPORT if room != "run"]
-    for folder in (*below, "server", "methods", "eval", "exchange", "coreset", "data", "models"):
+    for folder in (*below, "server", "methods", "attacks", "eval", "exchange", "coreset", "data", "models"):
         assert [f"{f}: {n}" for f, names in _imports(folder).items() for n in names if recipe(n)] == [], folder

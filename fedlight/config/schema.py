@@ -194,13 +194,16 @@ class FaultsConfig:
     # a finite update can still have exploded (SGD at lr 1e30: loss 4.9, weights 2e29): a client whose
     # upload's norm is over this many times the global model's has diverged too
     max_update_ratio: float = check(positive, 1000.0)
-    # Byzantine clients (fedlight.engine.loop.client_attacks): a share of the clients send, instead of their update,
-    # the update reversed and scaled (sign_flip), Gaussian noise (noise) or one shared vector (collude),
-    # or train on flipped labels y -> C - 1 - y (labels: a fixed set, supervised methods)
-    attack: Literal["none", "sign_flip", "noise", "collude", "labels"] = "none"
+    # Byzantine clients (fedlight/attacks/, docs/attacks.md): a share of the clients send, instead of their update,
+    # the update reversed and scaled (sign_flip), Gaussian noise (noise), one shared vector (collude), the benign
+    # mean less z standard deviations (alie) or the benign mean reversed (ipm), or train on flipped labels
+    # y -> C - 1 - y (labels: a fixed set, supervised methods); packages add names (fedlight.attacks)
+    attack: str = "none"
     attackers: float = check(probability, 0.0)  # the share of the clients that attack
-    attack_scale: float = check(positive, 10.0)  # s: -s x update, s x N(0, I), s x the shared vector
+    attack_scale: float = check(positive, 10.0)  # s of sign_flip, noise, collude: -s x update, s x N(0, I), s x v
     attackers_per_round: bool = False  # re-draw the attackers each round (else one fixed set)
+    # the attack's constructor options, typed and checked like method.* (e.g. {z: 1.0} for alie, {epsilon: 100} for ipm)
+    attack_options: dict[str, Any] = field(default_factory=dict)
 
 
 def recipe_keys(keys: list[str]) -> str | None:

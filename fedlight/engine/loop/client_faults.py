@@ -11,8 +11,9 @@ system heterogeneity of FedProx, Li et al. 2020):
   ``faults.max_update_ratio`` times the global model's (finite, but exploded). Real
   divergence is caught by :func:`divergence`; ``faults.diverge`` injects it, to test the
   handling. A diverged client is excluded from aggregation and its private state is not saved;
-* attack: a share of the clients send a crafted update instead of theirs
-  (``faults.attack``, ``faults.attackers``; ``fedlight.engine.loop.client_attacks``).
+* attack: a share of the clients send a crafted payload instead of theirs
+  (``faults.attack``, ``faults.attackers``; who: ``fedlight.engine.loop.client_attacks``, what:
+  ``fedlight.attacks``).
 
 Each client's fault is drawn from a generator keyed by (seed, round, client), so faults
 do not depend on the process that trains the client, on the other clients, or on resuming.
@@ -21,11 +22,13 @@ do not depend on the process that trains the client, on the other clients, or on
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
-from fedlight.engine.loop.client_attacks import Attack, Kind, attacker_count
+from fedlight.attacks.attack import Attack
+from fedlight.engine.loop.client_attacks import Attacker, attacker_count
 from fedlight.errors import UserError
 from fedlight.seeding import numpy_rng
 
@@ -45,10 +48,11 @@ class FaultOptions:
         diverge: probability that its update is replaced by NaN (injected divergence).
         max_bad_clients: diverged clients a round tolerates before the run stops (None: any).
         max_update_ratio: an update whose norm is over this many times the global model's has diverged.
-        attack: what an attacker does (``none``, ``sign_flip``, ``noise``, ``collude``, ``labels``).
+        attack: what an attacker does: ``none``, or an attack's name (``fedlight.catalog.ATTACKS``).
         attackers: the share of the clients that attack, in [0, 1].
-        attack_scale: s, the attack's scale (``fedlight.engine.loop.client_attacks``).
+        attack_scale: s, the ``scale`` of an attack that takes one (``sign_flip``, ``noise``, ``collude``).
         attackers_per_round: re-draw the attackers each round (else one fixed set).
+        attack_options: the attack's other constructor options (``fedlight.registry.build_attack``).
     """
 
     dropout: float = 0.0
@@ -57,18 +61,19 @@ class FaultOptions:
     diverge: float = 0.0
     max_bad_clients: int | None = None
     max_update_ratio: float = 1000.0
-    attack: Kind = "none"
+    attack: str = "none"
     attackers: float = 0.0
     attack_scale: float = 10.0
     attackers_per_round: bool = False
+    attack_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if (self.attack == "none") != (self.attackers == 0):
             raise UserError(f"faults.attack={self.attack} with faults.attackers={self.attackers}: set both (e.g. "
                             "faults.attack=sign_flip faults.attackers=0.2) or neither")
-        if self.attack == "labels" and self.attackers_per_round:
-            raise UserError("faults.attack=labels poisons a fixed set of clients' data; "
-                            "drop faults.attackers_per_round")
+        if self.attack_options and self.attack == "none":
+            raise UserError("faults.attack_options are the options of faults.attack, which is none; set "
+                            "faults.attack (e.g. faults.attack=alie) or drop faults.attack_options")
         for key in ("dropout", "straggler", "diverge", "attackers"):
             if not 0 <= getattr(self, key) <= 1:
                 raise UserError(f"faults.{key}={getattr(self, key)} must be a probability in [0, 1]; e.g. 0.1")
@@ -78,9 +83,13 @@ class FaultOptions:
             raise UserError(f"faults.max_bad_clients={self.max_bad_clients} must be >= 0 (or null) and "
                             f"faults.max_update_ratio={self.max_update_ratio} > 0; e.g. 0 and 1000")
 
-    def check_attackers(self, clients: int) -> None:
+    def check_attackers(self, clients: int, attack: Attack | None = None) -> None:
         """Refuse an attack that no client carries out: ``faults.attackers`` of the ``clients`` the
-        attackers are drawn from rounding to none, a clean run recorded as an attacked one."""
+        attackers are drawn from rounding to none, a clean run recorded as an attacked one; and
+        ``attack`` poisoning labels with attackers re-drawn each round (it poisons a fixed set's data)."""
+        if attack is not None and attack.poisons_labels and self.attackers_per_round:
+            raise UserError(f"faults.attack={self.attack} poisons a fixed set of clients' data; "
+                            "drop faults.attackers_per_round")
         if self.attack != "none" and attacker_count(self.attackers, clients) == 0:
             raise UserError(f"faults.attackers={self.attackers:g} of {clients} clients rounds to 0 attackers, so "
                             f"faults.attack={self.attack} would attack nothing; set faults.attackers to at least "
@@ -95,13 +104,13 @@ class ClientFault:
         dropped: fails before sending (trains nothing, sends nothing).
         work: share of its local optimizer steps it completes (1.0: all of them).
         diverge: its update is replaced by NaN after training (injected divergence).
-        attack: what it sends in place of its update, if it attacks this round.
+        attack: the keys of its draws, if it attacks this round (it sends its attack's payload).
     """
 
     dropped: bool = False
     work: float = 1.0
     diverge: bool = False
-    attack: Attack | None = None
+    attack: Attacker | None = None
 
     @property
     def straggler(self) -> bool:

@@ -52,6 +52,7 @@ class ClientRunner:
         self.plugins, self.sizes, self.workers, self.seed = plugins, sizes, workers, seed
         self.rank, self.world = fabric.global_rank, fabric.world_size
         self.store = store if store is not None else ClientStateStore(owns=self.owns)
+        self.keeps_payloads = faults.needs_payloads  # the fault model revises the round's payloads: keep them all
 
     def payload(self, module: FederatedModule) -> State:
         """What a client that just trained on ``module`` uploads."""
@@ -141,7 +142,7 @@ class ClientRunner:
             report.update(status="diverged", detail=problem)
             return acc
         self.store.put(client, {**self._persistent_state(module), **work.state})
-        return fold(self.aggregator, acc, client, work.weight, payload)
+        return fold(self.aggregator, acc, client, work.weight, payload, self.keeps_payloads)
 
     def _persistent_state(self, module: FederatedModule) -> State:
         """What the store keeps for a client: its private state (and its whole model for local-only)."""

@@ -2,15 +2,14 @@
 
     sample clients -> for each sampled client of this rank (``ClientRunner``, over worker models):
         global shared state + the client's private state -> its schedule's local work -> payload
-        folded into the aggregator's accumulator; private state saved
+        folded into the aggregator's accumulator (or kept, for the fault model to revise); private state saved
     -> accumulators summed (or payloads gathered) across ranks -> aggregator.finalize -> new global state
     -> evaluate (the parts' evaluations, then probe and kNN on rank 0) -> log -> checkpoint
 
-It names no paper: a paper's behaviour is a part behind ``fedlight.engine.loop.interfaces``'s
-interfaces (a client schedule, a fault model, round plug-ins) whose hooks it calls at each
-step; ``fedlight.engine.run.assemble`` picks the parts. Every random choice is keyed by (seed,
-round, client): 1 or N processes or workers, straight or resumed, give the same numbers (up
-to float summation order).
+It names no paper: a paper's behaviour is a part behind ``fedlight.engine.loop.interfaces``'s interfaces
+(a client schedule, a fault model, round plug-ins) whose hooks it calls at each step;
+``fedlight.engine.run.assemble`` picks the parts. Every random choice is keyed by (seed, round, client):
+1 or N processes or workers, straight or resumed, give the same numbers (up to float summation order).
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from lightning.fabric import Fabric
 
 from fedlight.data.sources import ImageData
 from fedlight.engine.loop import client_store as store, preemption
-from fedlight.engine.loop.aggregation import finish, merge_workers, on_cpu
+from fedlight.engine.loop.aggregation import finish, merge_workers, on_cpu, revised
 from fedlight.engine.loop.client_runner import ClientRunner
 from fedlight.engine.loop.evaluator import METRICS, Evaluator, final_metrics
 from fedlight.engine.loop.interfaces import ClientSchedule, FaultModel, Report, RoundPlugin, State, floors
@@ -102,7 +101,7 @@ class Federation:
         jobs = [(hand, acc if w == 0 else None) for w, hand in enumerate(hands)]  # worker 0 goes on from a resumed sum
         results = self.workers.map(lambda m, job: self.clients.train_hand(m, *job, round_, self.s.global_state, tick),
                                    jobs)
-        acc = merge_workers(self.aggregator, [hand_acc for hand_acc, _ in results])
+        acc = merge_workers(self.aggregator, [hand_acc for hand_acc, _ in results], self.clients.keeps_payloads)
         trained = [rep for _, hand_reports in results for rep in hand_reports]
         reports += trained
         if len(trained) < sum(map(len, hands)):  # a preemption stopped the workers between clients
@@ -111,6 +110,7 @@ class Federation:
             raise self._preempted(clients_done=len(reports))
         self.module.load_partial(self.s.global_state)  # server-side training starts from the global model
         reports = sorted((rep for part in gather(self.fabric, reports) for rep in part), key=lambda x: x["client"])
+        acc = revised(self.fabric, self.aggregator, self.faults, round_, self.s.global_state, acc, reports)
         if reports:  # none: no client sampled, or none due to train (a one-off local budget already spent)
             self.faults.check(round_, reports, self.s.rounds_done)
         if not any(rep["status"] == "ok" for rep in reports) and not self.aggregator.accounts_privacy:

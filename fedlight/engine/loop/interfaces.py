@@ -27,6 +27,7 @@ from fedlight.engine.loop.client_faults import ClientFault
 from fedlight.engine.loop.local_loop import LocalResult
 from fedlight.engine.output.progress import EvalPhases
 from fedlight.methods.federated_module import FederatedModule
+from fedlight.server.aggregator import ClientPayload
 
 State = dict[str, torch.Tensor]
 ACCURACY = "accuracy"  # the TensorBoard tag group of every accuracy curve (listed first: alphabetical)
@@ -174,7 +175,14 @@ class ClientSchedule(RoundPlugin):
 
 
 class FaultModel(RoundPlugin):
-    """What can go wrong with a sampled client, and what the run does about it. The default: nothing."""
+    """What can go wrong with a sampled client, and what the run does about it. The default: nothing.
+
+    Attributes:
+        needs_payloads: ``revise`` sees every answering client's payload of the round, so the round
+            keeps them all on the CPU, as the payloads contract does (``engine/loop/aggregation.py``).
+    """
+
+    needs_payloads = False
 
     def draw(self, round_: int, client: int) -> ClientFault:
         """``client``'s fault in ``round_`` (keyed by seed, round and client)."""
@@ -187,6 +195,13 @@ class FaultModel(RoundPlugin):
     def problem(self, loss: float, payload: State) -> str | None:
         """Why a trained client's result is unusable (then excluded, its state not saved), or None."""
         return None
+
+    def revise(self, round_: int, payloads: list[ClientPayload]) -> list[ClientPayload]:
+        """With ``needs_payloads``, once every client of every rank has trained: the round's
+        ``payloads`` (every rank's, sorted by client, on the CPU) as the faults leave them (e.g.
+        attackers that craft theirs from the others'). A payload it replaces is checked by
+        ``problem`` again; a client excluded then keeps the private state it trained."""
+        return payloads
 
     def check(self, round_: int, reports: list[Report], rounds_done: int) -> None:
         """After a round's clients: record its faults; raise ``RunStopped`` if the run cannot go on."""

@@ -25,7 +25,7 @@ from fedlight.config.schema import Recipe
 from fedlight.data.rotated import add_rotated_device
 from fedlight.data.sources import ImageData
 from fedlight.data.views import ViewMaker, ViewParams
-from fedlight.engine.loop.client_attacks import attackers, flip_labels
+from fedlight.engine.loop.client_attacks import attackers, poisoned_labels
 from fedlight.engine.loop.client_faults import FaultOptions
 from fedlight.engine.loop.client_store import choose_store
 from fedlight.engine.loop.evaluator import EvalOptions, Evaluator
@@ -175,9 +175,11 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
     trainable = [c for c in range(len(parts)) if c != public]
     images = fabric.to_device(data.train_x)
     labels = data.train_y
-    if o.faults.attack == "labels":  # the attackers' own data, poisoned for the whole run
-        labels = flip_labels(labels, tensors, attackers(o.faults.attackers, trainable, recipe.seed, None),
-                             data.num_classes)
+    f = recipe.faults
+    attack = registry.build_attack(f.attack, f.attack_options, f.attack_scale)
+    if attack is not None and attack.poisons_labels:  # the attackers' own data, poisoned for the whole run
+        labels = poisoned_labels(labels, tensors, attackers(f.attackers, trainable, recipe.seed, None), attack,
+                                 data.num_classes)
     if getattr(module, "uses_protected", False):  # fair LG-FedAvg: batches carry (class, attribute)
         labels = torch.stack([data.train_y, data.train_a], dim=1)
     labels = fabric.to_device(labels)
@@ -203,7 +205,9 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
     if aggregator.metrics(0):  # e.g. DP-FedAvg's privacy spent, every round
         plugins.append(ServerMetrics(aggregator))
     schedule = build_schedule(fabric, recipe, o, data, module, images, labels, tensors, views, trainable)
-    faults = SimulatedFaults(o.faults, recipe.seed, run_dir, fabric.global_rank, trainable)
+    faults = SimulatedFaults(o.faults, recipe.seed, run_dir, fabric.global_rank, trainable, attack,
+                             None if attack is None else registry.attack_settings(f.attack, f.attack_options,
+                                                                                  f.attack_scale))
     round_ = replace(o.round, client_state=client_store_kind(recipe, module, aggregator, len(trainable)),
                      record=o.round.record if record is None else record)
     return Federation(fabric, module, aggregator, evaluator, data, tensors, trainable, schedule, faults, plugins,

@@ -13,7 +13,7 @@ import torch
 from lightning.fabric import Fabric
 
 from fedlight import registry
-from fedlight.catalog import check_name
+from fedlight.catalog import NO_ATTACK, check_name
 from fedlight.config.schema import Recipe
 from fedlight.data.locate import data_on_disk
 from fedlight.data.partition import partition
@@ -133,7 +133,9 @@ def check_recipe(recipe: Recipe) -> Aggregator:
     registry.check_method_state(recipe.method, recipe.model.backbone)
     registry.check_plugins(recipe.plugins)
     options = part_options(recipe, server)  # each part checks its own options; assemble, that they go together
-    options.faults.check_attackers(attackable_clients(recipe, server))
+    f = recipe.faults
+    attack = registry.build_attack(f.attack, f.attack_options, f.attack_scale)  # its options, before any data
+    options.faults.check_attackers(attackable_clients(recipe, server), attack)
     per_round, trainable = round_size(recipe, server), trainable_clients(recipe)
     with registry.SERVERS.building(recipe.server["name"], "server.name"):  # a plug-in's check that raises: one line
         server.check_clients(per_round, trainable)  # e.g. Krum's f; DP-FedAvg's sampling rate
@@ -173,12 +175,19 @@ def attackable_clients(recipe: Recipe, server: Aggregator) -> int:
     return 1 if server.pools_clients else trainable_clients(recipe) + (recipe.new_device.rotation is not None)
 
 
+def attack_class(recipe: Recipe) -> type | None:
+    """The class ``faults.attack`` names (None for ``none``)."""
+    return None if recipe.faults.attack == NO_ATTACK else registry.ATTACKS[recipe.faults.attack]
+
+
 def check_label_attack(recipe: Recipe, module: FederatedModule) -> None:
-    """Refuse label flipping on a method that never reads a label: its attackers would train as the others."""
-    if recipe.faults.attack == "labels" and not module.uses_labels:
-        raise UserError(f"faults.attack=labels flips the attackers' labels, which method.name={recipe.method['name']} "
-                        "never reads (it learns without labels); use faults.attack=sign_flip, noise or collude, or "
-                        "a method that reads labels (e.g. method.name=supervised)")
+    """Refuse label poisoning on a method that never reads a label: its attackers would train as the others."""
+    attack = attack_class(recipe)
+    if attack is not None and attack.poisons_labels and not module.uses_labels:
+        raise UserError(f"faults.attack={recipe.faults.attack} poisons the attackers' labels, which "
+                        f"method.name={recipe.method['name']} never reads (it learns without labels); use an attack "
+                        "on updates (e.g. faults.attack=sign_flip, alie or ipm), or a method that reads labels "
+                        "(e.g. method.name=supervised)")
 
 
 def round_size(recipe: Recipe, server: Aggregator) -> int:
@@ -196,7 +205,8 @@ def prepare(recipe: Recipe, load: Callable[..., ImageData] = load_dataset
         UserError: the recipe (``check_recipe``), the data or its partition, the data against the
             method, server or new device, or the method's constructor (LG's ``global_layers``,
             FedBN on a backbone without BatchNorm) refuses; or the method reads no label that
-            ``faults.attack=labels`` would flip.
+            ``faults.attack=labels`` would flip; or a round's payloads kept (a payloads-contract
+            server, an attack that sees them) would not fit ``run.payload_budget_mb``.
     """
     server = check_recipe(recipe)
     data, parts = prepare_data(recipe, load)
@@ -212,7 +222,9 @@ def prepare(recipe: Recipe, load: Callable[..., ImageData] = load_dataset
     module = build_module(recipe, data)
     check_label_attack(recipe, module)
     most = trainable_clients(recipe) if recipe.clients.sampling == "poisson" else round_size(recipe, server)
-    check_payload_budget(server, module.payload(), most, recipe.run.payload_budget_mb, recipe.server["name"])
+    attack = attack_class(recipe)
+    check_payload_budget(server, module.payload(), most, recipe.run.payload_budget_mb, recipe.server["name"],
+                         recipe.faults.attack if attack is not None and attack.needs_benign else None)
     return server, data, parts, module, clamped
 
 
@@ -285,10 +297,14 @@ def _fit(recipe: Recipe, resume: bool, overwrite: bool) -> dict[str, Any]:
 
 def run_record(recipe: Recipe, data: ImageData) -> dict[str, Any]:
     """What the run folder's ``recipe.yaml``, ``results.json`` and the hparams record of the run's
-    settings: the resolved recipe, and under ``resolved`` what its method, aggregator, backbone and
-    round plug-ins are built with, the constructors' defaults included (``registry.resolved_settings``)."""
+    settings: the resolved recipe, and under ``resolved`` what its method, aggregator, backbone, round
+    plug-ins and attack are built with, the constructors' defaults included (``registry.resolved_settings``,
+    ``registry.attack_settings``)."""
     resolved = registry.resolved_settings(recipe.method, recipe.server, recipe.model.backbone, recipe.plugins,
                                           data.channels, data.image_size)
+    f = recipe.faults
+    if f.attack != NO_ATTACK:  # its options' defaults too
+        resolved["attack"] = registry.attack_settings(f.attack, f.attack_options, f.attack_scale)
     return {**asdict(recipe), RESOLVED: resolved}
 
 

@@ -23,11 +23,11 @@ def preflight(recipe: Recipe, resume: bool, overwrite: bool) -> None:
     """Raise the UserError ``fit`` would raise for ``recipe``'s data or run folder, reading only.
 
     Raises:
-        UserError: an unknown ``method.name``, ``server.name`` or ``model.backbone``, a logger whose
+        UserError: an unknown ``method.name``, ``server.name``, ``model.backbone`` or ``faults.attack``, a logger whose
             package is not installed, the data is not under ``data.root``, or the run folder is refused
             (rank 0 only: the ranks it starts may look while it is already writing there).
     """
-    check_names(recipe.method, recipe.server, recipe.model.backbone, recipe.plugins)
+    check_names(recipe.method, recipe.server, recipe.model.backbone, recipe.plugins, recipe.faults.attack)
     require_loggers(recipe.loggers)
     d = recipe.data
     check_data_root(d.name, d.root, d.download)

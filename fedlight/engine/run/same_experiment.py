@@ -27,7 +27,7 @@ NOT_THE_EXPERIMENT = ("rounds", "faults.max_bad_clients", "run", "fabric.rendezv
 # recipe.yaml's record of what the run's classes were built with (``registry.resolved_settings``);
 # where both runs hold one, the sections of constructor options are compared through it
 RESOLVED = "resolved"
-CONSTRUCTOR_SECTIONS = ("method", "server", "plugins")
+CONSTRUCTOR_SECTIONS = ("method", "server", "plugins", "faults.attack_options")
 DP = "dp"  # the server record's differential-privacy options (``server.dp``), present where the run used them
 # a run's recipe.yaml is a copy of its resolved recipe, written again when the run resumes
 RECIPE_COPY_FIX = "it only records the run's recipe: delete it and rerun with --resume, which writes it again"
@@ -63,7 +63,8 @@ def check_same_experiment(path: Path, recipe: dict[str, Any]) -> None:
     """Refuse to resume the run in ``path`` with ``recipe`` (a ``run_record``) where it differs from the
     saved one; where both hold a ``resolved`` record, the method, server and plug-in sections are
     compared through it (with ``recipe`` holding none yet, ``preflight`` before torch loads, they are
-    left to ``fit``'s claim). A run folder written before the record existed compares its recipe only."""
+    left to ``fit``'s claim; so are the attack's options). A run folder written before the record existed
+    compares its recipe only."""
     saved_path = path / RECIPE
     if not saved_path.is_file():
         return
@@ -87,7 +88,7 @@ def _record_damage(record: Any) -> str | None:
     of mappings, its plug-ins' options mappings too), or None."""
     if not isinstance(record, dict):
         return f"it is {'empty' if record is None else 'a ' + type(record).__name__}, not a mapping"
-    parts = {section: record.get(section) for section in ("method", "server", "backbone", "plugins")}
+    parts = {section: record.get(section) for section in ("method", "server", "backbone", "plugins", "attack")}
     if isinstance(parts["plugins"], dict):
         parts.update({f"plugins.{name}": options for name, options in parts["plugins"].items()})
     if isinstance(parts["server"], dict) and DP in parts["server"]:
@@ -100,8 +101,9 @@ def _record_damage(record: Any) -> str | None:
 
 def _settings(record: dict[str, Any]) -> dict[str, Any]:
     """A ``resolved`` record as ``{key: value}`` named as the recipe names them: ``method.temperature``,
-    ``server.name``, ``server.dp.clip``, ``model.backbone``, ``model.backbone.parameters``, ``plugins.marker.scale``;
-    a plug-in or ``server.dp`` that is on is ``"on"`` under its own name."""
+    ``server.name``, ``server.dp.clip``, ``model.backbone``, ``model.backbone.parameters``, ``plugins.marker.scale``,
+    ``faults.attack``, ``faults.attack_scale``, ``faults.attack_options.z``; a plug-in or ``server.dp`` that is on
+    is ``"on"`` under its own name."""
     out = {f"{section}.{k}": v for section in ("method", "server") for k, v in (record.get(section) or {}).items()
            if (section, k) != ("server", DP)}
     dp = (record.get("server") or {}).get(DP)
@@ -113,6 +115,8 @@ def _settings(record: dict[str, Any]) -> dict[str, Any]:
     for name, options in (record.get("plugins") or {}).items():
         out[f"plugins.{name}"] = "on"
         out.update({f"plugins.{name}.{k}": v for k, v in (options or {}).items()})
+    recipe_key = {"name": "faults.attack", "scale": "faults.attack_scale"}
+    out.update({recipe_key.get(k, f"faults.attack_options.{k}"): v for k, v in (record.get("attack") or {}).items()})
     return out
 
 

@@ -7,8 +7,10 @@ The draws and the divergence check are ``fedlight.engine.loop.client_faults``; t
 a round, keeps ``faults.csv`` (round, client, event, detail), adds the round's ``answered``,
 ``dropped``, ``stragglers`` and ``diverged`` client counts (and ``attackers``, the attackers
 that sent, when ``faults.attack`` is set) to the history and TensorBoard, and stops the run
-when more clients diverge than ``faults.max_bad_clients``. An attacker's crafted update is
-``fedlight.engine.loop.client_attacks``'s.
+when more clients diverge than ``faults.max_bad_clients``. Who attacks is
+``fedlight.engine.loop.client_attacks``'s; what an attacker sends, its attack's
+(``fedlight.attacks``): crafted as it uploads, or, for an attack that sees the benign clients'
+payloads, once the round's clients have all trained (``revise``).
 """
 
 from __future__ import annotations
@@ -17,12 +19,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from fedlight.attacks.attack import Attack, AttackContext
 from fedlight.engine.loop import client_attacks as attacks, client_faults as faults
 from fedlight.engine.loop.comm_ledger import CommLedger
 from fedlight.engine.loop.interfaces import FaultModel, Report, State
 from fedlight.engine.output.console import say
 from fedlight.engine.state.run_files import CHECKPOINT
 from fedlight.errors import RunStopped
+from fedlight.seeding import torch_generator
+from fedlight.server.aggregator import ClientPayload
 
 COLUMNS = ("answered", "dropped", "stragglers", "diverged")  # per-round client counts in the history
 
@@ -36,11 +41,21 @@ class SimulatedFaults(FaultModel):
         run_dir: the run folder (``faults.csv``, and the checkpoint a stop message names).
         rank: this process's rank (rank 0 writes and speaks).
         clients: the federation's trainable client ids (the attackers are a share of them).
+        attack: what an attacker sends (``faults.attack``; None: no attack).
+        attack_settings: what ``attack`` is built with (``registry.attack_settings``: its name and
+            options, defaults included): each attacker's ``faults.csv`` detail.
     """
 
     def __init__(self, options: faults.FaultOptions, seed: int, run_dir: Path, rank: int = 0,
-                 clients: list[int] | None = None) -> None:
+                 clients: list[int] | None = None, attack: Attack | None = None,
+                 attack_settings: dict[str, Any] | None = None) -> None:
         self.o, self.seed, self.run_dir, self.rank, self.clients = options, seed, run_dir, rank, clients or []
+        self.attack = attack
+        self.needs_payloads = attack is not None and attack.needs_benign
+        settings = dict(attack_settings or {"name": options.attack})
+        self.detail = " ".join([str(settings.pop("name")),  # an attacker's faults.csv detail: "sign_flip scale=10"
+                                *(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                                  for k, v in settings.items() if v is not None)])  # unset: its default rule
         self.rows: list[list] = []  # faults.csv: round, client, event, detail
         self.bound: faults.NormBound | None = None  # how far a client's update may go (set each round)
         self.global_state: State = {}  # the round's model (an attacker's update is measured from it)
@@ -51,7 +66,7 @@ class SimulatedFaults(FaultModel):
 
     def attackers(self, round_: int) -> frozenset[int]:
         """The clients that attack in ``round_`` (none without ``faults.attack``)."""
-        if self.o.attack == "none":
+        if self.attack is None:
             return frozenset()
         return attacks.attackers(self.o.attackers, self.clients, self.seed, round_ if self.o.attackers_per_round
                                  else None)
@@ -60,12 +75,27 @@ class SimulatedFaults(FaultModel):
         fault = faults.draw_fault(self.o, self.seed, round_, client)
         if client not in self.attackers(round_):
             return fault
-        return replace(fault, attack=attacks.Attack(self.o.attack, self.o.attack_scale, self.seed, round_, client))
+        return replace(fault, attack=attacks.Attacker(round_, client))
 
     def damage(self, payload: State, fault: faults.ClientFault) -> State:
-        if fault.attack is not None:
-            payload = attacks.apply(fault.attack, payload, self.global_state)
+        if fault.attack is not None and not self.needs_payloads:  # else crafted in ``revise``
+            payload = self.attack.craft(payload, self._context(fault.attack.round_, fault.attack.client))
         return faults.poison(payload) if fault.diverge else payload
+
+    def revise(self, round_: int, payloads: list[ClientPayload]) -> list[ClientPayload]:
+        """Each attacker's payload crafted from its own and the benign ones (an attack that sees them)."""
+        attacking = self.attackers(round_)
+        benign = [p.payload for p in payloads if p.client not in attacking]
+        count = len(payloads) - len(benign)
+        return [p._replace(payload=self.attack.craft(p.payload, self._context(round_, p.client, benign, count)))
+                if p.client in attacking else p for p in payloads]
+
+    def _context(self, round_: int, client: int, benign: list[State] | None = None,
+                 count: int | None = None) -> AttackContext:
+        """What the attacker ``client`` knows of ``round_``: its generator is keyed by (seed, round,
+        client), or by (seed, round) for a colluding attack (one generator for every attacker)."""
+        keys = ("collusion", round_) if self.attack.colludes else ("attack", round_, client)
+        return AttackContext(self.global_state, torch_generator(self.seed, *keys), benign or [], count, round_, client)
 
     def problem(self, loss: float, payload: State) -> str | None:
         return faults.divergence(loss, payload, self.bound)
@@ -78,8 +108,7 @@ class SimulatedFaults(FaultModel):
                 rows.append([round_ + 1, rep["client"], "dropped", ""])
                 continue
             if rep["client"] in attacking:
-                detail = self.o.attack + (f" scale={self.o.attack_scale:g}" if self.o.attack != "labels" else "")
-                rows.append([round_ + 1, rep["client"], "attacker", detail])
+                rows.append([round_ + 1, rep["client"], "attacker", self.detail])
             if rep["work"] < 1:
                 rows.append([round_ + 1, rep["client"], "straggler", f"work={rep['work']} steps={rep['steps']}"])
             if rep["status"] == "diverged":
@@ -106,7 +135,7 @@ class SimulatedFaults(FaultModel):
                   "dropped": sum(rep["status"] == "dropped" for rep in reports),
                   "stragglers": sum(rep["status"] != "dropped" and rep["work"] < 1 for rep in reports),
                   "diverged": sum(rep["status"] == "diverged" for rep in reports)}
-        if self.o.attack == "none":
+        if self.attack is None:
             return counts
         attacking = self.attackers(round_)
         return {**counts, "attackers": sum(rep["status"] != "dropped" and rep["client"] in attacking
@@ -134,6 +163,7 @@ class SimulatedFaults(FaultModel):
         ``straggler_work`` when stragglers are."""
         c = self.o
         drawn = ("faults.dropout", "faults.straggler", "faults.diverge") if c.dropout or c.straggler or c.diverge else ()
-        attack = ("faults.attack", "faults.attackers", "faults.attack_scale", "faults.attackers_per_round")
+        attack = ("faults.attack", "faults.attackers", "faults.attack_scale", "faults.attackers_per_round",
+                  "faults.attack_options")
         return ("faults.max_update_ratio", "faults.max_bad_clients", *drawn,
-                *(("faults.straggler_work",) if c.straggler else ()), *(attack if c.attack != "none" else ()))
+                *(("faults.straggler_work",) if c.straggler else ()), *(attack if self.attack is not None else ()))
