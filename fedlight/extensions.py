@@ -8,8 +8,9 @@ declaring it in its ``pyproject.toml``; nothing in fedlight is edited::
 
 Groups: ``fedlight.methods`` (a ``FederatedModule`` subclass), ``fedlight.aggregators`` (an
 ``Aggregator`` subclass), ``fedlight.backbones`` (``(channels, image_size) -> nn.Module``),
-``fedlight.schedules`` (``(ScheduleContext) -> ClientSchedule``) and ``fedlight.plugins`` (a
-``RoundPlugin`` built as ``cls(PluginContext, **options)``). A :class:`Table` holds the
+``fedlight.schedules`` (``(ScheduleContext) -> ClientSchedule``), ``fedlight.plugins`` (a
+``RoundPlugin`` built as ``cls(PluginContext, **options)``) and ``fedlight.attacks`` (an ``Attack``
+subclass built with ``faults.attack_options``). A :class:`Table` holds the
 built-in names and finds the installed ones when first asked for a name it lacks or for its
 list; a built-in name wins over an entry point of the same name, with a one-line warning the
 first time the shadowed name is used (a package's ``median`` never silently trains as fedlight's).
