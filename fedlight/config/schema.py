@@ -145,6 +145,10 @@ class ViewsConfig:
     grayscale_p: float = check(probability, 0.2)
     blur_p: list[float] = check(probabilities, default_factory=lambda: [0.0, 0.0])
     solarize_p: list[float] = check(probabilities, default_factory=lambda: [0.0, 0.0])
+    # draw every view's parameters of a batch in one call on the images' device and make the views
+    # as one batch (fedlight/data/views.py): the same views for a seed on the same device type only;
+    # null: on where the run's device is CUDA (no host-to-device copies per view), off on the CPU
+    on_device: bool | None = None
 
 
 @dataclass

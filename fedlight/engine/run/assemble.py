@@ -24,7 +24,7 @@ from fedlight.catalog import check_name
 from fedlight.config.schema import Recipe
 from fedlight.data.rotated import add_rotated_device
 from fedlight.data.sources import ImageData
-from fedlight.data.views import ViewMaker, ViewParams
+from fedlight.data.views import ViewMaker, ViewParams, views_on_device
 from fedlight.engine.loop.client_attacks import attackers, flip_labels
 from fedlight.engine.loop.client_faults import FaultOptions
 from fedlight.engine.loop.client_store import choose_store
@@ -146,12 +146,14 @@ def client_store_kind(recipe: Recipe, module: FederatedModule, aggregator: Aggre
     return choose_store(recipe.run.client_state, state_bytes(per_client), clients, recipe.run.state_cache_mb)
 
 
-def build_views(recipe: Recipe, data: ImageData) -> ViewMaker:
+def build_views(recipe: Recipe, data: ImageData, device: torch.device = torch.device("cpu")) -> ViewMaker:
     """The view maker for recipe section ``views``, normalised with the data's statistics,
-    in the memory format ``fabric.channels_last`` gives the model."""
-    cfg = recipe.views
-    params = ViewParams(**{**asdict(cfg), "blur_p": tuple(cfg.blur_p), "solarize_p": tuple(cfg.solarize_p)})
-    return ViewMaker(params, *data.mean_std(), channels_last=recipe.fabric.channels_last)
+    in the memory format ``fabric.channels_last`` gives the model, drawing its parameters on
+    ``device`` (the images') where ``views.on_device`` says so."""
+    cfg = asdict(recipe.views)
+    on_device = views_on_device(cfg.pop("on_device"), device)
+    params = ViewParams(**{**cfg, "blur_p": tuple(cfg["blur_p"]), "solarize_p": tuple(cfg["solarize_p"])})
+    return ViewMaker(params, *data.mean_std(), channels_last=recipe.fabric.channels_last, on_device=on_device)
 
 
 def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: list[np.ndarray],
@@ -162,7 +164,8 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
     module = fabric.to_device(module)  # worker 0: evaluation, checkpoints and the server use it
     registry.check_declared(module)  # check_recipe asked already, unless a library caller skipped it
     o = part_options(recipe, aggregator)
-    original, views = data, build_views(recipe, data)  # normalised, probed and tested on the original data
+    # normalised, probed and tested on the original data
+    original, views = data, build_views(recipe, data, fabric.device)
     rotated = None
     if o.new_device is not None:  # LG-FedAvg sec. 3.2: a device of rotated images, online
         nd = o.new_device
