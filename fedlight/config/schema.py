@@ -71,6 +71,10 @@ class LocalConfig:
     # how a client spends its round (registry.SCHEDULES): None picks ``stream`` when stream.velocity is
     # set, ``exchange`` when local.iterations is, else ``epochs``; packages add names (fedlight.schedules)
     schedule: str | None = None
+    # compile the method's training_step (forward, loss and backward) with torch.compile: inductor's fused
+    # kernels, or those replayed as CUDA graphs (cudagraphs, CUDA only); other kernels, so other last bits
+    # than eager (fedlight/engine/loop/compiled_step.py)
+    compile: Literal["none", "inductor", "cudagraphs"] = "none"
 
 
 @dataclass

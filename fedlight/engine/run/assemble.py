@@ -28,6 +28,7 @@ from fedlight.data.views import ViewMaker, ViewParams, views_on_device
 from fedlight.engine.loop.client_attacks import attackers, flip_labels
 from fedlight.engine.loop.client_faults import FaultOptions
 from fedlight.engine.loop.client_store import choose_store
+from fedlight.engine.loop.compiled_step import compile_refusal, compile_step
 from fedlight.engine.loop.evaluator import EvalOptions, Evaluator
 from fedlight.engine.loop.federation import Federation
 from fedlight.engine.loop.interfaces import ClientSchedule, PluginContext, RoundPlugin, ScheduleContext
@@ -156,6 +157,22 @@ def build_views(recipe: Recipe, data: ImageData, device: torch.device = torch.de
     return ViewMaker(params, *data.mean_std(), channels_last=recipe.fabric.channels_last, on_device=on_device)
 
 
+def run_device_type(accelerator: str) -> str:
+    """The device type ``fabric.accelerator`` gives a run on this machine, before Fabric is built."""
+    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
+        return "cuda"
+    return "mps" if accelerator == "mps" or (accelerator == "auto" and torch.backends.mps.is_available()) else "cpu"
+
+
+def check_compile(recipe: Recipe, module: FederatedModule, device_type: str | None = None) -> None:
+    """Refuse ``local.compile`` in one line where it cannot compile the method's step on the run's
+    device (``device_type``; None: the one ``fabric.accelerator`` gives here)."""
+    device_type = device_type or run_device_type(recipe.fabric.accelerator)
+    refusal = compile_refusal(recipe.local.compile, module, device_type, recipe.fabric.workers)
+    if refusal:
+        raise UserError(refusal)
+
+
 def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: list[np.ndarray],
                      module: FederatedModule, aggregator: Aggregator, run_dir: Path,
                      record: dict[str, Any] | None = None) -> Federation:
@@ -163,6 +180,8 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
     is what results.json and the hparams show of the run's settings (default: the recipe)."""
     module = fabric.to_device(module)  # worker 0: evaluation, checkpoints and the server use it
     registry.check_declared(module)  # check_recipe asked already, unless a library caller skipped it
+    check_compile(recipe, module, fabric.device.type)  # prepare asked already, before the device was known
+    compile_step(module, recipe.local.compile)
     o = part_options(recipe, aggregator)
     # normalised, probed and tested on the original data
     original, views = data, build_views(recipe, data, fabric.device)
