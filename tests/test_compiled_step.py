@@ -85,5 +85,8 @@ def test_a_compiled_step_trains_as_the_eager_one(monkeypatch: pytest.MonkeyPatch
     assert abs(results[0].loss_sum - results[1].loss_sum) < 1e-4
     for a, b in zip(eager.parameters(), compiled.parameters()):
         assert torch.allclose(a, b, atol=1e-5)
+    compile_step(compiled, "cudagraphs")  # its per-step mark runs on the CPU too (the graphs need CUDA)
+    assert train_client(fabric, compiled, images, torch.zeros(24, dtype=torch.long), torch.arange(24), views, 1, 8,
+                        torch.Generator().manual_seed(0)).steps == 3
     compile_step(compiled, "none")
     assert step_function(compiled) == compiled.training_step

@@ -81,7 +81,17 @@ def compile_step(module: FederatedModule, setting: CompileSetting) -> None:
         return
     mode = {"mode": MODES[setting]} if BACKEND == "inductor" else {}
     # the class's function, called with the module: the table holds no reference to the module
-    _STEPS[module] = torch.compile(type(module).training_step, backend=BACKEND, **mode)
+    compiled = torch.compile(type(module).training_step, backend=BACKEND, **mode)
+    _STEPS[module] = _new_step_each_call(compiled) if setting == "cudagraphs" else compiled
+
+
+def _new_step_each_call(compiled: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``compiled`` telling CUDA graph trees that each call is a new step: the last step's outputs
+    (its loss, read by then) may be overwritten, so the graphs replay without copying them out."""
+    def step(*args: object) -> torch.Tensor:
+        torch.compiler.cudagraph_mark_step_begin()
+        return compiled(*args)
+    return step
 
 
 def step_function(module: FederatedModule) -> Callable[[Batch, int], torch.Tensor]:
