@@ -3,9 +3,11 @@
 A GPU at a small batch waits on the host (BENCHMARKS.md section 5), so the host's work per
 step, not the arithmetic, sets the pace. On the CPU the same work shows with the smallest model
 and batch: ``tiny_cnn`` (16-32-64 channels) on the synthetic 3 x 16 x 16 images, local batch 8,
-one torch thread. Each configuration runs fedlight's own local loop (``train_client``, one
-client, ``--steps`` steps after a 20-step warm-up client) and reports wall milliseconds per
-step: on the CPU the host's time.
+one torch thread. Each configuration runs fedlight's own local loop (``train_client``) as a run
+builds it (``fit.prepare``, ``assemble.build_federation``: its views, its compiled step) and
+reports the process's CPU milliseconds per step (``time.process_time``: on a machine shared with
+other jobs, wall time measures them too), wall milliseconds beside. Within a process the
+configurations take turns, ``BLOCK`` steps each, after a 20-step warm-up client each.
 
 Sides: this checkout, and with ``--base DIR`` another fedlight checkout (the code before a
 change: ``git archive main | tar -x -C DIR``). Each side runs in its own child process,
@@ -57,53 +59,77 @@ METHODS = {
 CONFIGS = {**METHODS, "simclr views.on_device": [*METHODS["simclr"], "views.on_device=true"]}
 COMPILED = {"simclr local.compile=inductor": [*METHODS["simclr"], "local.compile=inductor"]}
 WARMUP_STEPS = 20
+BLOCK = 25  # steps a configuration takes before the next one's turn
 
 
-def measure(overrides: list[str], steps: int, repo: Path) -> dict[str, float] | None:
-    """``steps`` timed local steps of the recipe with ``overrides`` (None: this checkout lacks a key)."""
-    import torch
+class Trainer:
+    """One configuration's local training, built once (``None`` from ``build``: a recipe key this checkout lacks)."""
 
-    from fedlight.config import load_recipe
-    from fedlight.engine.loop.local_loop import steps_per_epoch, train_client
-    from fedlight.engine.run.assemble import build_federation
-    from fedlight.engine.run.fit import make_fabric, prepare
-    from fedlight.errors import UserError
+    def __init__(self, fabric: Any, module: Any, views: Any, images: Any, labels: Any, batch: int) -> None:
+        self.fabric, self.module, self.views, self.images, self.labels, self.batch = (
+            fabric, module, views, images, labels, batch)
+        self.client = 0
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "recipe.yaml"
-        path.write_text(RECIPE.format(repo=repo, run=Path(tmp) / "run"))
+    @classmethod
+    def build(cls, overrides: list[str], repo: Path, tmp: Path) -> Trainer | None:
+        from fedlight.config import load_recipe
+        from fedlight.engine.run.assemble import build_federation
+        from fedlight.engine.run.fit import make_fabric, prepare
+        from fedlight.errors import UserError
+
+        path = tmp / "recipe.yaml"
+        path.write_text(RECIPE.format(repo=repo, run=tmp / "run"))
         try:
             recipe = load_recipe(path, overrides)
         except UserError:
             return None
         server, data, parts, module, _ = prepare(recipe)
         fabric = make_fabric(recipe)
-        federation = build_federation(fabric, recipe, data, parts, module, server, Path(tmp) / "run")
-        views = federation.schedule.views  # what the run's own schedule makes views with
-        images, labels = fabric.to_device(data.train_x), fabric.to_device(data.train_y)
-        idx = torch.arange(len(images))
-        batch = recipe.local.batch_size
+        federation = build_federation(fabric, recipe, data, parts, module, server, tmp / "run")
+        # the run's own schedule's views; fabric.to_device is a no-op on the CPU
+        return cls(fabric, federation.module, federation.schedule.views, fabric.to_device(data.train_x),
+                   fabric.to_device(data.train_y), recipe.local.batch_size)
 
-        def train(n: int, client: int) -> float:
-            epochs = math.ceil(n / steps_per_epoch(len(idx), batch))
-            start = time.perf_counter()
-            train_client(fabric, module, images, labels, idx, views, epochs, batch,
-                         torch.Generator().manual_seed(client), max_steps=n)
-            return time.perf_counter() - start
+    def train(self, steps: int) -> tuple[float, float]:
+        """``steps`` local steps of a new client (seeded by its number); (CPU seconds, wall seconds)."""
+        import torch
 
-        first = train(WARMUP_STEPS, 0)
-        return {"ms_per_step": train(steps, 1) / steps * 1e3, "warmup_s": first}
+        from fedlight.engine.loop.local_loop import steps_per_epoch, train_client
+
+        idx = torch.arange(len(self.images))
+        epochs = math.ceil(steps / steps_per_epoch(len(idx), self.batch))
+        self.client += 1
+        cpu, wall = time.process_time(), time.perf_counter()
+        train_client(self.fabric, self.module, self.images, self.labels, idx, self.views, epochs, self.batch,
+                     torch.Generator().manual_seed(self.client), max_steps=steps)
+        return time.process_time() - cpu, time.perf_counter() - wall
 
 
 def child(args: argparse.Namespace) -> None:
-    """One side's measurements, as one JSON line on stdout."""
+    """One side's measurements, as one JSON line on stdout: every configuration built, warmed up, then
+    timed in blocks of ``BLOCK`` steps taken in turn, so a slower spell of the machine hits them all."""
     import torch
 
     os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)  # as fit does once the device is chosen
     torch.set_num_threads(1)
     configs = {**CONFIGS, **(COMPILED if args.compile else {})}
-    out = {name: measure(overrides, args.steps, args.repo) for name, overrides in configs.items()}
-    print(json.dumps(out))
+    with tempfile.TemporaryDirectory() as tmp:
+        trainers = {}
+        for i, (name, overrides) in enumerate(configs.items()):
+            (Path(tmp) / str(i)).mkdir()
+            trainers[name] = Trainer.build(overrides, args.repo, Path(tmp) / str(i))
+        ready = {name: t for name, t in trainers.items() if t is not None}
+        warmup = {name: t.train(WARMUP_STEPS)[1] for name, t in ready.items()}  # compiles, where compiled
+        spent = {name: [0.0, 0.0] for name in ready}
+        for _ in range(max(1, args.steps // BLOCK)):
+            for name, t in ready.items():
+                cpu, wall = t.train(BLOCK)
+                spent[name][0] += cpu
+                spent[name][1] += wall
+    steps = max(1, args.steps // BLOCK) * BLOCK
+    print(json.dumps({name: None if name not in ready else {
+        "cpu_ms_per_step": spent[name][0] / steps * 1e3, "wall_ms_per_step": spent[name][1] / steps * 1e3,
+        "warmup_s": warmup[name]} for name in configs}))
 
 
 def run_side(repo: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -123,7 +149,9 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]
     for name in runs["this"][0]:
         row: dict[str, Any] = {}
         for side, results in runs.items():
-            values = [r[name]["ms_per_step"] for r in results if r.get(name)]
+            values = [r[name]["cpu_ms_per_step"] for r in results if r.get(name)]
+            walls = [r[name]["wall_ms_per_step"] for r in results if r.get(name)]
+            row[f"{side}_wall"] = statistics.median(walls) if walls else None
             row[side] = statistics.median(values) if values else None
             row[f"{side}_all"] = values
             if name in COMPILED and values:
@@ -137,7 +165,7 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]
 def table(summary: dict[str, dict[str, Any]], sides: list[str]) -> str:
     """The summary as a markdown table."""
     fmt = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
-    lines = ["| configuration | " + " | ".join(f"{s} ms/step (median)" for s in sides)
+    lines = ["| configuration | " + " | ".join(f"{s} CPU ms/step (median)" for s in sides)
              + (" | this / base |" if "base" in sides else " |"),
              "|---" * (len(sides) + 1 + ("base" in sides)) + "|"]
     for name, row in summary.items():
@@ -167,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         for side, repo in sides.items():
             runs[side].append(run_side(repo, args))
             print(f"repeat {repeat + 1}/{args.repeats}, {side}: "
-                  + ", ".join(f"{k} {v['ms_per_step']:.2f}" for k, v in runs[side][-1].items() if v), flush=True)
+                  + ", ".join(f"{k} {v['cpu_ms_per_step']:.2f}" for k, v in runs[side][-1].items() if v), flush=True)
     summary = summarize(runs)
     print(table(summary, list(sides)))
     if args.json is not None:
