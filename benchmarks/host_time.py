@@ -11,7 +11,8 @@ configurations take turns, ``BLOCK`` steps each, after a 20-step warm-up client 
 
 Sides: this checkout, and with ``--base DIR`` another fedlight checkout (the code before a
 change: ``git archive main | tar -x -C DIR``). Each side runs in its own child process,
-alternately, ``--repeats`` times (the machine is shared: medians, and the ratio of medians). A
+alternately (base first in even repeats, this first in odd ones), ``--repeats`` times (the machine
+is shared: medians, and the ratio of medians). A
 configuration a side does not know (a recipe key it lacks) is ``n/a`` there.
 
 Configurations: SimCLR, MOON, SCAFFOLD (supervised) and FedProx (SimCLR) with the defaults;
@@ -192,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     sides = {"base": args.base.resolve(), "this": REPO} if args.base else {"this": REPO}
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
     for repeat in range(args.repeats):
-        for side, repo in sides.items():
+        order = list(sides.items())
+        for side, repo in order if repeat % 2 == 0 else order[::-1]:  # ABBA: a drifting machine favours no side
             runs[side].append(run_side(repo, args))
             print(f"repeat {repeat + 1}/{args.repeats}, {side}: "
                   + ", ".join(f"{k} {v['cpu_ms_per_step']:.2f}" for k, v in runs[side][-1].items() if v), flush=True)
