@@ -222,14 +222,18 @@ def _result(s: dict[str, Any]) -> str:
 
 def report(out: Path) -> list[str]:
     """``out``/results.json (every step's record, in the order ``steps/order.txt`` lists them) and
-    ``out``/results.md (a markdown row a step) from ``gpu_check.sh``'s ``steps/*.json``; returns the rows."""
+    ``out``/results.md (a markdown row a step, with the step's seconds from ``steps/*.seconds``) from
+    ``gpu_check.sh``'s ``steps/*.json``; returns the rows."""
     names = (out / "steps" / "order.txt").read_text().split()
     steps = [{"name": name, **json.loads((out / "steps" / f"{name}.json").read_text())} for name in names]
+    for s in steps:  # the step's whole time, as the shell measured it (a --json's wall_s may time less)
+        seconds = out / "steps" / f"{s['name']}.seconds"
+        s["step_seconds"] = float(seconds.read_text()) if seconds.is_file() else None
     (out / "results.json").write_text(json.dumps(steps, indent=2) + "\n")
     rows = ["| step | status | wall s | result |", "|---|---|---|---|"]
     for s in steps:
         status = s.get("status", "ok")
-        rows.append(f"| {s['name']} | {status} | {_number(s.get('wall_s', '-'))} | "
+        rows.append(f"| {s['name']} | {status} | {_number(s['step_seconds'] or '-')} | "
                     f"{_result(s) if status == 'ok' else ''} |")
     (out / "results.md").write_text("\n".join(rows) + "\n")
     return rows

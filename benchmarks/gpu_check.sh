@@ -29,7 +29,7 @@ esac
 cd "$(dirname "$0")/.." || exit 2
 mkdir -p "$1/steps" "$1/logs" || exit 2
 OUT=$(cd "$1" && pwd)
-rm -f "$OUT"/steps/*.json "$OUT/steps/order.txt"  # a second call into the same folder starts afresh
+rm -f "$OUT"/steps/*.json "$OUT"/steps/*.seconds "$OUT/steps/order.txt"  # a second call into the same folder starts afresh
 PY=${PYTHON:-python3}
 BUDGET_S=${BUDGET_S:-470}
 BATCHED_KEY=${BATCHED_KEY:-local.batched_clients}
@@ -41,7 +41,8 @@ BENCH=(benchmarks/gpu_bench.py)
 left() { echo $(( BUDGET_S - ($(date +%s) - START) )); }
 
 # step NAME LIMIT_S COMMAND...: run COMMAND under min(LIMIT_S, budget left); its JSON (gpu_bench's
-# --json) is steps/NAME.json, else a record of how it ended; its output logs/NAME.log
+# --json) is steps/NAME.json, else a record of how it ended; its wall seconds steps/NAME.seconds; its
+# output logs/NAME.log
 step() {
   local name=$1 limit=$2 rc t0; shift 2
   local budget; budget=$(( $(left) - 5 ))
@@ -56,14 +57,14 @@ step() {
   t0=$(date +%s)
   timeout --kill-after=5 "$limit" "$@" > "$OUT/logs/$name.log" 2>&1
   rc=$?
+  echo $(( $(date +%s) - t0 )) > "$OUT/steps/$name.seconds"
   tail -n 3 "$OUT/logs/$name.log"
   if (( rc == 124 || rc == 137 )); then
     echo "{\"step\": \"$name\", \"status\": \"timed out after ${limit} s\"}" > "$OUT/steps/$name.json"
   elif (( rc != 0 )); then
-    echo "{\"step\": \"$name\", \"status\": \"failed (exit $rc)\", \"wall_s\": $(( $(date +%s) - t0 ))}" \
-      > "$OUT/steps/$name.json"
+    echo "{\"step\": \"$name\", \"status\": \"failed (exit $rc)\"}" > "$OUT/steps/$name.json"
   elif [ ! -s "$OUT/steps/$name.json" ]; then  # a command without --json: its exit status is its result
-    echo "{\"step\": \"$name\", \"status\": \"ok\", \"wall_s\": $(( $(date +%s) - t0 ))}" > "$OUT/steps/$name.json"
+    echo "{\"step\": \"$name\", \"status\": \"ok\"}" > "$OUT/steps/$name.json"
   fi
 }
 
@@ -127,8 +128,8 @@ row = r["history"][-1] if r.get("final") is not None else {}
 print(", ".join(f"{k}={v:.4g}" for k, v in row.items() if isinstance(v, float)) or "no final results")
 EOF
 )
-  ended=$($PY -c "import json, sys; s = json.load(open(sys.argv[1])); print(s['status'], '|', s.get('wall_s', '-'))" \
-    "$OUT/steps/fit-$name.json")
+  ended="$($PY -c "import json, sys; print(json.load(open(sys.argv[1])).get('status', 'ok'))" \
+    "$OUT/steps/fit-$name.json") | $(cat "$OUT/steps/fit-$name.seconds" 2>/dev/null || echo -)"
   echo "| $name | $recipe | $ended | ${last:-no results.json} |" >> "$OUT/fits.md"
 done
 rm -rf "$FIT_DIR"

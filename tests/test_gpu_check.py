@@ -57,9 +57,10 @@ def test_report_writes_a_row_a_step_in_order(tmp_path: Path) -> None:
     for name, record in records.items():
         (steps / f"{name}.json").write_text(json.dumps(record))
     (steps / "order.txt").write_text("\n".join(records) + "\n")
+    (steps / "tput-64.seconds").write_text("31\n")
     rows = gpu_bench.report(tmp_path)
     assert [row.split(" | ")[0] for row in rows[2:]] == ["| tput-64", "| xdev-batched", "| moon"]
-    assert "views on the device 9,000.0, on the CPU 7,000.0; plain loop 9,100.0" in rows[2]
+    assert "| 31.0 |" in rows[2] and "views on the device 9,000.0, on the CPU 7,000.0; plain loop 9,100.0" in rows[2]
     assert "not available" in rows[3] and "timed out after 75 s" in rows[4]
     assert [s["name"] for s in json.loads((tmp_path / "results.json").read_text())] == list(records)
 
