@@ -227,7 +227,7 @@ def profile(args: argparse.Namespace, cuda: bool) -> dict[str, Any]:
     if recipe.fabric.threads:
         torch.set_num_threads(recipe.fabric.threads)
     module = fabric.to_device(build_module(recipe, data))
-    views = build_views(recipe, data)  # from the CPU data, as the engine builds them
+    views = build_views(recipe, data, fabric.device)  # from the CPU data, as the engine builds them
     images, labels = fabric.to_device(data.train_x), fabric.to_device(data.train_y)
     parts = [p.to(images.device) for p in torch.arange(len(data.train_x)).chunk(args.clients)]
     timer = RegionTimer(cuda)

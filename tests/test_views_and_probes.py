@@ -21,13 +21,15 @@ def test_views_are_seeded_and_distinct() -> None:
     assert a[0].min() >= 0 and a[0].max() <= 1  # mean 0 / std 1: values stay in [0, 1]
 
 
-def test_flip_mirrors_the_same_crop() -> None:
+@pytest.mark.parametrize("on_device", [False, True])
+def test_flip_mirrors_the_same_crop(on_device: bool) -> None:
     x = torch.randint(0, 256, (4, 1, 8, 8), dtype=torch.uint8)
     same = _maker(1, crop_min_scale=1.0, flip_p=0.0, jitter_p=0.0)
     flip = _maker(1, crop_min_scale=1.0, flip_p=1.0, jitter_p=0.0)
-    theta_free = flip._crop_flip(x.float() / 255, torch.Generator().manual_seed(0))
-    keep = same._crop_flip(x.float() / 255, torch.Generator().manual_seed(0))
-    assert torch.allclose(theta_free, keep.flip(-1), atol=1e-5)
+    same.on_device = flip.on_device = on_device
+    flipped = flip.view(x, 0, torch.Generator().manual_seed(0))
+    keep = same.view(x, 0, torch.Generator().manual_seed(0))
+    assert torch.allclose(flipped, keep.flip(-1), atol=1e-5)
 
 
 def test_grayscale_makes_channels_equal() -> None:

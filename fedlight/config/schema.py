@@ -73,6 +73,10 @@ class LocalConfig:
     # how a client spends its round (registry.SCHEDULES): None picks ``stream`` when stream.velocity is
     # set, ``exchange`` when local.iterations is, else ``epochs``; packages add names (fedlight.schedules)
     schedule: str | None = None
+    # compile the method's training_step (forward, loss and backward) with torch.compile: inductor's fused
+    # kernels, or those replayed as CUDA graphs (cudagraphs, CUDA only); other kernels, so other last bits
+    # than eager (fedlight/engine/loop/compiled_step.py)
+    compile: Literal["none", "inductor", "cudagraphs"] = "none"
 
 
 @dataclass
@@ -147,6 +151,10 @@ class ViewsConfig:
     grayscale_p: float = check(probability, 0.2)
     blur_p: list[float] = check(probabilities, default_factory=lambda: [0.0, 0.0])
     solarize_p: list[float] = check(probabilities, default_factory=lambda: [0.0, 0.0])
+    # draw every view's parameters of a batch in one call on the images' device and make the views
+    # as one batch (fedlight/data/views.py): the same views for a seed on the same device type only;
+    # null: on where the run's device is CUDA (no host-to-device copies per view), off on the CPU
+    on_device: bool | None = None
 
 
 @dataclass

@@ -67,6 +67,8 @@ class FederatedModule(L.LightningModule):
     num_views: int = 2
     uses_labels: bool = False
     has_classifier: bool = False
+    # why ``training_step`` cannot be compiled (``local.compile``), said after the class name; None: it can
+    compile_refusal: str | None = None
 
     def __init__(self, backbone: nn.Module, optim: OptimizerSpec | None = None) -> None:
         super().__init__()

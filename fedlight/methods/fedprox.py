@@ -27,12 +27,14 @@ class FedProx(ObjectiveWrapper):
     def __init__(self, objective: FederatedModule, mu: Annotated[float, non_negative] = 0.01) -> None:
         super().__init__(objective)
         self.mu = mu
+        self._params: list[torch.Tensor] = []  # the communicated weights, listed once a client (not every step)
         self._anchors: list[torch.Tensor] = []
 
     def on_train_start(self) -> None:
         super().on_train_start()
-        self._anchors = [p.detach().clone() for _, p in self.trainable_shared()]
+        self._params = [p for _, p in self.trainable_shared()]
+        self._anchors = [p.detach().clone() for p in self._params]
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         loss = self.objective.training_step(batch, batch_idx)
-        return loss + proximal_term([p for _, p in self.trainable_shared()], self._anchors, self.mu)
+        return loss + proximal_term(self._params, self._anchors, self.mu)

@@ -97,6 +97,9 @@ class MOON(Supervised):
         self.previous = _Representation(backbone, self.projection_head)
         self.frozen_global = _Representation(backbone, self.projection_head)
         self.mu, self.tau, self.term = mu, tau, term
+        # whether ``previous`` holds a model, read once a client (on_train_start): reading the device
+        # flag at every step would wait for the device each step
+        self._has_previous: bool | None = None
         if term == "l2":  # no previous model to keep between a client's rounds: nothing stored per client
             self.private_modules, self.transient_modules = (), ("frozen_global", "previous")
 
@@ -107,6 +110,7 @@ class MOON(Supervised):
         self.frozen_global.copy_from(self.backbone, self.projection_head)
         self.frozen_global.eval()
         self.previous.eval()
+        self._has_previous = bool(self.previous.valid)
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         views, y = batch
@@ -119,7 +123,7 @@ class MOON(Supervised):
             with torch.no_grad():
                 z_glob = self.frozen_global(x)
             return loss + self.mu * representation_l2(z, z_glob)
-        if bool(self.previous.valid):
+        if self._has_previous if self._has_previous is not None else bool(self.previous.valid):
             with torch.no_grad():
                 z_glob, z_prev = self.frozen_global(x), self.previous(x)
             loss = loss + self.mu * model_contrastive_loss(z, z_glob, z_prev, self.tau)
@@ -127,3 +131,4 @@ class MOON(Supervised):
 
     def on_train_end(self) -> None:
         self.previous.copy_from(self.backbone, self.projection_head)
+        self._has_previous = None

@@ -53,6 +53,8 @@ class Scaffold(ObjectiveWrapper):
         self.private_modules = (*self.private_modules, "control_local")
         self._start: list[torch.Tensor] = []
         self._delta: list[torch.Tensor] = []
+        self._params: list[nn.Parameter] = []
+        self._correction: list[torch.Tensor] = []
         self._steps = 0
 
     def reset_private_state(self) -> None:
@@ -62,14 +64,16 @@ class Scaffold(ObjectiveWrapper):
 
     def on_train_start(self) -> None:
         super().on_train_start()
-        self._start = [p.detach().clone() for _, p in self.trainable_shared()]
+        self._params = [p for _, p in self.trainable_shared()]
+        self._start = [p.detach().clone() for p in self._params]
+        # lr (c - c_i) is fixed while a client trains: made once, not at every step (one fused update a step)
+        self._correction = [self.optim.lr * (c - ci) for c, ci in zip(self.control_global.values(),
+                                                                      self.control_local.values())]
         self._steps = 0
 
     def on_train_batch_end(self, outputs: torch.Tensor, batch, batch_idx: int) -> None:
         with torch.no_grad():
-            for (_, p), c, ci in zip(self.trainable_shared(), self.control_global.values(),
-                                     self.control_local.values()):
-                p.sub_(self.optim.lr * (c - ci))
+            torch._foreach_sub_(self._params, self._correction)
         super().on_train_batch_end(outputs, batch, batch_idx)
         self._steps += 1
 

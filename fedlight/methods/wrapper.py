@@ -38,6 +38,10 @@ class ObjectiveWrapper(FederatedModule):
         return [(f"{m}.{n}", p) for m in self.shared_modules
                 for n, p in self.get_submodule(m).named_parameters() if p.requires_grad]
 
+    @property
+    def compile_refusal(self) -> str | None:  # the wrapped objective's step is compiled with the wrapper's
+        return self.objective.compile_refusal
+
     def features(self, x: torch.Tensor) -> torch.Tensor:
         return self.objective.features(x)
 

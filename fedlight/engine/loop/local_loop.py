@@ -8,6 +8,7 @@ import torch
 from lightning.fabric import Fabric
 
 from fedlight.data.views import ViewMaker
+from fedlight.engine.loop.compiled_step import step_function
 from fedlight.engine.output.progress import step_done
 from fedlight.methods.federated_module import FederatedModule
 
@@ -70,7 +71,7 @@ def training_step(fabric: Fabric, module: FederatedModule, optimizer: torch.opti
     """One optimizer step on samples ``idx`` with Lightning's hook order; returns the detached loss."""
     batch = (views.views(images[idx], module.num_views, generator), labels[idx])
     with fabric.autocast():
-        loss = module.training_step(batch, step)
+        loss = step_function(module)(batch, step)
     optimizer.zero_grad(set_to_none=True)
     fabric.backward(loss)
     module.on_before_optimizer_step(optimizer)

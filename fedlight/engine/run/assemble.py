@@ -24,10 +24,11 @@ from fedlight.catalog import check_name
 from fedlight.config.schema import Recipe
 from fedlight.data.rotated import add_rotated_device
 from fedlight.data.sources import ImageData
-from fedlight.data.views import ViewMaker, ViewParams
+from fedlight.data.views import ViewMaker, ViewParams, views_on_device
 from fedlight.engine.loop.client_attacks import attackers, poisoned_labels
 from fedlight.engine.loop.client_faults import FaultOptions
 from fedlight.engine.loop.client_store import choose_store
+from fedlight.engine.loop.compiled_step import compile_refusal, compile_step
 from fedlight.engine.loop.evaluator import EvalOptions, Evaluator
 from fedlight.engine.loop.federation import Federation
 from fedlight.engine.loop.interfaces import ClientSchedule, PluginContext, RoundPlugin, ScheduleContext
@@ -146,12 +147,30 @@ def client_store_kind(recipe: Recipe, module: FederatedModule, aggregator: Aggre
     return choose_store(recipe.run.client_state, state_bytes(per_client), clients, recipe.run.state_cache_mb)
 
 
-def build_views(recipe: Recipe, data: ImageData) -> ViewMaker:
+def build_views(recipe: Recipe, data: ImageData, device: torch.device = torch.device("cpu")) -> ViewMaker:
     """The view maker for recipe section ``views``, normalised with the data's statistics,
-    in the memory format ``fabric.channels_last`` gives the model."""
-    cfg = recipe.views
-    params = ViewParams(**{**asdict(cfg), "blur_p": tuple(cfg.blur_p), "solarize_p": tuple(cfg.solarize_p)})
-    return ViewMaker(params, *data.mean_std(), channels_last=recipe.fabric.channels_last)
+    in the memory format ``fabric.channels_last`` gives the model, drawing its parameters on
+    ``device`` (the images') where ``views.on_device`` says so."""
+    cfg = asdict(recipe.views)
+    on_device = views_on_device(cfg.pop("on_device"), device)
+    params = ViewParams(**{**cfg, "blur_p": tuple(cfg["blur_p"]), "solarize_p": tuple(cfg["solarize_p"])})
+    return ViewMaker(params, *data.mean_std(), channels_last=recipe.fabric.channels_last, on_device=on_device)
+
+
+def run_device_type(accelerator: str) -> str:
+    """The device type ``fabric.accelerator`` gives a run on this machine, before Fabric is built."""
+    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
+        return "cuda"
+    return "mps" if accelerator == "mps" or (accelerator == "auto" and torch.backends.mps.is_available()) else "cpu"
+
+
+def check_compile(recipe: Recipe, module: FederatedModule, device_type: str | None = None) -> None:
+    """Refuse ``local.compile`` in one line where it cannot compile the method's step on the run's
+    device (``device_type``; None: the one ``fabric.accelerator`` gives here)."""
+    device_type = device_type or run_device_type(recipe.fabric.accelerator)
+    refusal = compile_refusal(recipe.local.compile, module, device_type, recipe.fabric.workers)
+    if refusal:
+        raise UserError(refusal)
 
 
 def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: list[np.ndarray],
@@ -161,8 +180,11 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
     is what results.json and the hparams show of the run's settings (default: the recipe)."""
     module = fabric.to_device(module)  # worker 0: evaluation, checkpoints and the server use it
     registry.check_declared(module)  # check_recipe asked already, unless a library caller skipped it
+    check_compile(recipe, module, fabric.device.type)  # prepare asked already, before the device was known
+    compile_step(module, recipe.local.compile)
     o = part_options(recipe, aggregator)
-    original, views = data, build_views(recipe, data)  # normalised, probed and tested on the original data
+    # normalised, probed and tested on the original data
+    original, views = data, build_views(recipe, data, fabric.device)
     rotated = None
     if o.new_device is not None:  # LG-FedAvg sec. 3.2: a device of rotated images, online
         nd = o.new_device

@@ -25,7 +25,7 @@ from fedlight.engine.loop.aggregation import check_payload_budget
 from fedlight.engine.loop.sampling import clients_per_round
 from fedlight.engine.output.console import say
 from fedlight.engine.run import launch, rendezvous
-from fedlight.engine.run.assemble import build_federation, part_options
+from fedlight.engine.run.assemble import build_federation, check_compile, part_options
 from fedlight.engine.run.run_folder import RunFolder, claim_run_dir, finished_results
 from fedlight.engine.run.same_experiment import RESOLVED
 from fedlight.engine.state.checkpoint import verified
@@ -206,7 +206,8 @@ def prepare(recipe: Recipe, load: Callable[..., ImageData] = load_dataset
             method, server or new device, or the method's constructor (LG's ``global_layers``,
             FedBN on a backbone without BatchNorm) refuses; or the method reads no label that
             ``faults.attack=labels`` would flip; or a round's payloads kept (a payloads-contract
-            server, an attack that sees them) would not fit ``run.payload_budget_mb``.
+            server, an attack that sees them) would not fit ``run.payload_budget_mb``; or ``local.compile``
+            cannot compile its step here.
     """
     server = check_recipe(recipe)
     data, parts = prepare_data(recipe, load)
@@ -221,6 +222,7 @@ def prepare(recipe: Recipe, load: Callable[..., ImageData] = load_dataset
     clamped = check_sizes(recipe, data, parts)
     module = build_module(recipe, data)
     check_label_attack(recipe, module)
+    check_compile(recipe, module)
     most = trainable_clients(recipe) if recipe.clients.sampling == "poisson" else round_size(recipe, server)
     attack = attack_class(recipe)
     check_payload_budget(server, module.payload(), most, recipe.run.payload_budget_mb, recipe.server["name"],
@@ -270,7 +272,9 @@ def check_elsewhere(recipe: Recipe, load: Callable[..., ImageData] = load_datase
     if data_on_disk(d.name, d.root, d.download):
         return prepare(recipe, load)[-1]
     check_recipe(recipe)
-    check_label_attack(recipe, build_module(recipe, empty_of_shape(d.name)))
+    module = build_module(recipe, empty_of_shape(d.name))
+    check_label_attack(recipe, module)
+    check_compile(recipe, module)
     return []
 
 
