@@ -34,6 +34,7 @@ class BYOL(FederatedModule):
 
     shared_modules = ("backbone", "projection_head", "prediction_head")
     private_modules = ("backbone_momentum", "projection_head_momentum")
+    batch_refusal = None  # its step reads only its tensors; the target's EMA is elementwise
 
     def __init__(self, backbone: nn.Module, optim: OptimizerSpec | None = None,
                  hidden_dim: Annotated[int, positive] = 1024,

@@ -43,6 +43,7 @@ class FairLocalGlobal(LocalGlobal):
     """
 
     uses_protected = True
+    batch_refusal = "its adversary takes its own optimizer steps inside training_step"
 
     def __init__(self, objective: FederatedModule, num_classes: int,
                  global_layers: Annotated[list[str] | None, non_empty] = None,
