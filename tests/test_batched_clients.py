@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 import pytest
 import torch
 from lightning.fabric import Fabric
 
+from fedlight.config import load_recipe
 from fedlight.data.views import ViewMaker, ViewParams
-from fedlight.engine.loop.batched_clients import finish_client
+from fedlight.engine.loop.batched_clients import batch_refusal, finish_client
 from fedlight.engine.parts.fedavg.epoch_schedule import EpochSchedule
+from fedlight.engine.run.fit import check_elsewhere, fit
+from fedlight.errors import UserError
 from fedlight.methods.byol import BYOL
+from fedlight.methods.fair import FairLocalGlobal
+from fedlight.methods.fedbn import FedBN
+from fedlight.methods.fedema import FedEMA
 from fedlight.methods.federated_module import FederatedModule, OptimizerSpec
 from fedlight.methods.fedprox import FedProx
+from fedlight.methods.local_global import LocalGlobal
+from fedlight.methods.moon import MOON
+from fedlight.methods.scaffold_client import Scaffold
 from fedlight.methods.simclr import SimCLR
 from fedlight.methods.supervised import Supervised
 from fedlight.models.backbones import SmallCNN
@@ -101,3 +111,61 @@ def test_batched_clients_equal_one_by_one(method: str, optimizer: str) -> None:
         for name, value in expected.items():
             assert _close(got[name], value), f"client {c}: {name}"
     assert [w.result.steps for w, _ in together] == [6, 4, 4, 4, 2]
+
+
+def test_a_run_with_batched_clients_equals_one_by_one(tmp_path: Path, tiny_recipe: Path) -> None:
+    """Through the round loop: BYOL's targets go into the store after round 1 and come back in round 2,
+    a dropped client is skipped, groups of 3 split the 4 answering clients 3 + 1; the global model,
+    the losses and every stored target equal the one-by-one run's."""
+    runs = {}
+    for name, batched in (("alone", "null"), ("together", "3")):
+        runs[name] = fit(load_recipe(tiny_recipe, [
+            "clients.num=5", "model.backbone=tiny_cnn", "method.name=byol", "method.hidden_dim=32",
+            "method.output_dim=16", "local.batch_size=16", "data.subset=200", "eval.projector_samples=0",
+            "local.optimizer=sgd", "local.lr=0.01",  # Adam turns a zero gradient's rounding into whole steps
+            "eval.probe_epochs=1", "eval.every=2", "faults.dropout=0.2", f"local.batched_clients={batched}",
+            f"run.dir={tmp_path / name}"]))
+    saved = {name: torch.load(tmp_path / name / "checkpoints/last.pt", weights_only=True) for name in runs}
+    alone, together = runs["alone"]["history"], runs["together"]["history"]
+    assert [h["clients"] for h in alone] == [h["clients"] for h in together]
+    assert any(h["dropped"] for h in alone)
+    for a, b in zip(alone, together):
+        assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-4)
+    for key, value in saved["alone"]["global"].items():
+        assert _close(saved["together"]["global"][key], value), key
+    stores = saved["alone"]["clients"], saved["together"]["clients"]
+    assert sorted(stores[0]) == sorted(stores[1])
+    for c, state in stores[0].items():
+        assert all(_close(stores[1][c][k], v) for k, v in state.items()), c
+
+
+@pytest.mark.parametrize(("overrides", "refusal"), [
+    (["method.name=moon"], "method.name=moon cannot: its model-contrastive term"),
+    (["method.name=scaffold", "server.name=scaffold"], "method.name=scaffold cannot: its correction"),
+    (["stream.velocity=50"], "local.schedule=stream cannot: each client's next batch"),
+    (["fabric.precision=16-mixed"], "no loss scaler for fabric.precision=16-mixed"),
+])
+def test_methods_and_schedules_that_cannot_are_refused_in_one_line(tiny_recipe: Path, overrides: list[str],
+                                                                     refusal: str) -> None:
+    recipe = load_recipe(tiny_recipe, ["local.batched_clients=4", *overrides])
+    with pytest.raises(UserError, match=refusal) as error:
+        check_elsewhere(recipe)
+    assert "\n" not in str(error.value) and str(error.value).endswith("drop local.batched_clients")
+
+
+@pytest.mark.parametrize("value", ["1", "true", "0"])
+def test_batched_clients_must_be_at_least_two(tiny_recipe: Path, value: str) -> None:
+    with pytest.raises(UserError, match="local.batched_clients"):
+        load_recipe(tiny_recipe, [f"local.batched_clients={value}"])
+
+
+def test_which_methods_can_train_clients_together() -> None:
+    """The declared refusals: what a step over several clients can and cannot hold."""
+    backbone, optim = _backbone(), OptimizerSpec()
+    can = [SimCLR(backbone, optim), BYOL(backbone, optim), Supervised(backbone, 10, optim),
+           FedProx(Supervised(backbone, 10, optim)), FedBN(SimCLR(backbone, optim)), FedEMA(backbone, optim),
+           LocalGlobal(SimCLR(backbone, optim), 10, ["head"])]
+    cannot = [MOON(backbone, 10, optim), Scaffold(SimCLR(backbone, optim)),
+              FairLocalGlobal(Supervised(backbone, 10, optim), 10, ["classifier"])]
+    assert [batch_refusal(m) for m in can] == [None] * len(can)
+    assert all(batch_refusal(m) for m in cannot)

@@ -71,6 +71,9 @@ class LocalConfig:
     # how a client spends its round (registry.SCHEDULES): None picks ``stream`` when stream.velocity is
     # set, ``exchange`` when local.iterations is, else ``epochs``; packages add names (fedlight.schedules)
     schedule: str | None = None
+    # train up to this many of a worker's clients as one step (torch.func.vmap over their stacked
+    # models, engine/loop/batched_clients.py; docs/batched_clients.md); None: one by one
+    batched_clients: int | None = check(at_least(2), None)
 
 
 @dataclass

@@ -48,6 +48,7 @@ from fedlight.data.views import ViewMaker
 from fedlight.engine.loop.interfaces import ClientSchedule, ClientWork, State
 from fedlight.engine.loop.local_loop import LocalResult, client_batches
 from fedlight.engine.output.progress import step_done
+from fedlight.errors import UserError
 from fedlight.methods.federated_module import FederatedModule
 
 ELEMENTWISE_OPTIMIZERS = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW)
@@ -82,6 +83,13 @@ def batch_refusal(module: FederatedModule) -> str | None:
     if not isinstance(optimizer, ELEMENTWISE_OPTIMIZERS):
         return f"its optimizer {type(optimizer).__name__} is not one of SGD, Adam, AdamW (elementwise updates)"
     return None
+
+
+def refused(size: int, part: str, reason: str) -> UserError:
+    """The one-line error for ``local.batched_clients=size`` with a ``part`` (``method.name=moon``) that
+    cannot train clients as one step, for ``reason``."""
+    return UserError(f"local.batched_clients={size} trains clients as one step, which {part} cannot: {reason}; "
+                     "drop local.batched_clients")
 
 
 class _Call(nn.Module):

@@ -22,6 +22,7 @@ from fedlight.data.rotated import check_device_fits
 from fedlight.data.sources import ImageData, empty_of_shape, load_dataset, take_subset
 from fedlight.engine.loop import preemption
 from fedlight.engine.loop.aggregation import check_payload_budget
+from fedlight.engine.loop.batched_clients import batch_refusal, refused
 from fedlight.engine.loop.sampling import clients_per_round
 from fedlight.engine.output.console import say
 from fedlight.engine.run import launch, rendezvous
@@ -180,6 +181,14 @@ def check_label_attack(recipe: Recipe, module: FederatedModule) -> None:
                         "a method that reads labels (e.g. method.name=supervised)")
 
 
+def check_batched_method(recipe: Recipe, module: FederatedModule) -> None:
+    """Refuse ``local.batched_clients`` for a method whose step cannot train several clients at once."""
+    size = recipe.local.batched_clients
+    refusal = None if size is None else batch_refusal(module)
+    if refusal:
+        raise refused(size, f"method.name={recipe.method['name']}", refusal)
+
+
 def round_size(recipe: Recipe, server: Aggregator) -> int:
     """The clients a round samples (one when the server pools them; on average under Poisson sampling)."""
     return 1 if server.pools_clients else clients_per_round(trainable_clients(recipe), recipe.clients.fraction)
@@ -210,6 +219,7 @@ def prepare(recipe: Recipe, load: Callable[..., ImageData] = load_dataset
     clamped = check_sizes(recipe, data, parts)
     module = build_module(recipe, data)
     check_label_attack(recipe, module)
+    check_batched_method(recipe, module)
     most = trainable_clients(recipe) if recipe.clients.sampling == "poisson" else round_size(recipe, server)
     check_payload_budget(server, module.payload(), most, recipe.run.payload_budget_mb, recipe.server["name"])
     return server, data, parts, module, clamped
@@ -257,7 +267,9 @@ def check_elsewhere(recipe: Recipe, load: Callable[..., ImageData] = load_datase
     if data_on_disk(d.name, d.root, d.download):
         return prepare(recipe, load)[-1]
     check_recipe(recipe)
-    check_label_attack(recipe, build_module(recipe, empty_of_shape(d.name)))
+    module = build_module(recipe, empty_of_shape(d.name))
+    check_label_attack(recipe, module)
+    check_batched_method(recipe, module)
     return []
 
 
