@@ -41,6 +41,7 @@ METHODS: dict[str, Callable[[OptimizerSpec], FederatedModule]] = {
     "byol": lambda o: BYOL(_backbone(), o, hidden_dim=16, output_dim=8, momentum=0.9),
     "supervised": lambda o: Supervised(_backbone(), 10, o),
     "fedprox": lambda o: FedProx(SimCLR(_backbone(), o, hidden_dim=16, output_dim=8), mu=0.5),
+    "fedema": lambda o: FedEMA(_backbone(), o, hidden_dim=16, output_dim=8, momentum=0.9),
 }
 OPTIMIZERS = {"adam": OptimizerSpec("adam", lr=1e-3, weight_decay=1e-4),
               "sgd": OptimizerSpec("sgd", lr=0.01, momentum=0.9, weight_decay=1e-4),
@@ -81,11 +82,17 @@ def _starts(module: FederatedModule) -> Callable[[int], None]:
             for p in module.parameters():
                 p.add_(0.01 * client)
         module.reset_private_state()
+        if isinstance(module, FedEMA) and client % 2:  # back with a model of its own: merged as training starts
+            with torch.no_grad():
+                for own, p in zip(module.local.parameters(), module.parameters()):
+                    own.copy_(0.9 * p)
+            module.local.valid.fill_(True)
     return start
 
 
 @pytest.mark.parametrize(("method", "optimizer"), [("simclr", "adam"), ("byol", "sgd"), ("supervised", "sgd"),
-                                                   ("fedprox", "adamw"), ("supervised", "adam")])
+                                                   ("fedprox", "adamw"), ("supervised", "adam"),
+                                                   ("fedema", "sgd")])
 def test_batched_clients_equal_one_by_one(method: str, optimizer: str) -> None:
     """Five clients of five sizes (different step counts, last batches of other sizes, a straggler)
     with BatchNorm: every parameter and buffer (running statistics, BYOL's target network) and

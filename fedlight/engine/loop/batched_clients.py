@@ -11,8 +11,9 @@ step trains every client that has a batch:
   become one grouped convolution). BatchNorm's running statistics are buffers stacked like the
   rest, so each client's batch updates its own slice, as it would one by one;
 * the gradients: one backward of the summed losses. A client's loss depends on its own slice
-  only, so each slice's gradient is its client's. (``vmap(grad_and_value(...))`` gives the
-  same numbers; on the CPU proxy of ``benchmarks/batched_clients.py`` the step was 1.3x slower);
+  only, so each slice's gradient is its client's (``vmap(grad_and_value(...))`` gives the same
+  numbers; on the CPU proxy of ``benchmarks/batched_clients.py``, 32 clients at batch 8, its step
+  took 1.2-1.4x as long);
 * the update: the method's own optimizer (``configure_optimizers``), rebuilt over the stacked
   tensors. SGD, Adam and AdamW update each element from its own gradient and state, and every
   client with a batch at step t has taken t steps before it, so one such optimizer over (K, ...)
@@ -107,51 +108,77 @@ def _own_tensors(module: nn.Module) -> State:
     return {**dict(module.named_parameters()), **dict(module.named_buffers())}
 
 
-def _stack(module: FederatedModule, start: Callable[[int], None], clients: int) -> State:
-    """Every client's starting tensors stacked (K, ...), keyed with ``PREFIX``: for each slot,
-    ``start(slot)`` loads the client into ``module``, then ``on_train_start`` runs on it."""
-    own = _own_tensors(module)
-    stacked = {PREFIX + n: torch.empty((clients, *t.shape), dtype=t.dtype, device=t.device) for n, t in own.items()}
-    for slot in range(clients):
-        start(slot)
-        module.train()
-        module.on_train_start()
-        with torch.no_grad():
-            for n, t in _own_tensors(module).items():
-                stacked[PREFIX + n][slot].copy_(t)
-    return stacked
+class _ClientStack:
+    """K clients' tensors stacked (K, ...) for all their steps, and the optimizer that steps them.
 
+    Args:
+        module: the worker model.
+        start: ``start(slot)`` loads the client of a slot into ``module``; ``on_train_start`` then
+            runs on it and its tensors are copied into the slot.
+        clients: K.
+    """
 
-def _optimizer(module: FederatedModule, stacked: State) -> torch.optim.Optimizer:
-    """The method's optimizer, same class and settings, over the stacked tensors of the parameters
-    it steps (which become leaves that take gradients)."""
-    template = module.configure_optimizers()
-    names = {id(p): n for n, p in module.named_parameters()}
-    groups = []
-    for group in template.param_groups:
-        params = [stacked[PREFIX + names[id(p)]].requires_grad_() for p in group["params"]]
-        groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": params})
-    cls = type(template)
-    accepted = inspect.signature(cls).parameters  # AdamW's defaults name Adam's decoupled_weight_decay, not its own
-    return cls(groups, **{k: v for k, v in template.defaults.items() if k in accepted})
+    def __init__(self, module: FederatedModule, start: Callable[[int], None], clients: int) -> None:
+        self.module, self.call, self.clients = module, _Call(module), clients
+        self.tensors = {PREFIX + n: torch.empty((clients, *t.shape), dtype=t.dtype, device=t.device)
+                        for n, t in _own_tensors(module).items()}
+        self.buffers = [PREFIX + n for n, _ in module.named_buffers()]
+        for slot in range(clients):
+            start(slot)
+            module.train()
+            module.on_train_start()
+            with torch.no_grad():
+                for n, t in _own_tensors(module).items():
+                    self.tensors[PREFIX + n][slot].copy_(t)
+        self.optimizer = self._optimizer()
+        self.leaves = [p for group in self.optimizer.param_groups for p in group["params"]]
 
+    def _optimizer(self) -> torch.optim.Optimizer:
+        """The method's optimizer, same class and settings, over the stacked tensors of the parameters
+        it steps (which become leaves that take gradients)."""
+        template = self.module.configure_optimizers()
+        names = {id(p): n for n, p in self.module.named_parameters()}
+        groups = []
+        for group in template.param_groups:
+            params = [self.tensors[PREFIX + names[id(p)]].requires_grad_() for p in group["params"]]
+            groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": params})
+        cls = type(template)
+        accepted = inspect.signature(cls).parameters  # AdamW's defaults name Adam's decoupled_weight_decay
+        return cls(groups, **{k: v for k, v in template.defaults.items() if k in accepted})
 
-def _take(stacked: State, slot: int) -> State:
-    return {n[len(PREFIX):]: t[slot].detach().clone() for n, t in stacked.items()}
+    def take(self, slot: int) -> State:
+        """A copy of one client's tensors, keyed as the module's."""
+        return {n[len(PREFIX):]: t[slot].detach().clone() for n, t in self.tensors.items()}
 
+    def step(self, batches: dict[int, tuple[list[torch.Tensor], torch.Tensor]], step: int,
+             autocast: Callable[[], Any]) -> torch.Tensor:
+        """One optimizer step of the clients in ``batches`` (slot: (views, labels) of B samples) in
+        groups of one B; returns the (K,) losses, 0 for a slot without a batch."""
+        by_size: dict[int, list[int]] = {}
+        for slot, (_, labels) in batches.items():
+            by_size.setdefault(len(labels), []).append(slot)
+        device = next(iter(self.tensors.values())).device
+        total, losses = torch.zeros((), device=device), torch.zeros(self.clients, device=device)
+        for slots in by_size.values():
+            views = [torch.stack(v) for v in zip(*(batches[s][0] for s in slots))]  # each (G, B, C, H, W)
+            labels = torch.stack([batches[s][1] for s in slots])
+            index = torch.tensor(slots, device=device)
+            with autocast():
+                out = self._losses(index, len(slots) == self.clients, views, labels, step)
+            total = total + out.sum()
+            losses.index_copy_(0, index, out.detach().float())
+        self.optimizer.zero_grad(set_to_none=True)
+        total.backward(inputs=self.leaves)
+        self.optimizer.step()
+        with torch.no_grad():  # on_train_batch_end once, on the stacked tensors
+            functional_call(self.call, self.tensors, (lambda: self.module.on_train_batch_end(losses, None, step),))
+        return losses
 
-class _Step:
-    """One step's forward for a group of clients with batches of one size, on their slices."""
-
-    def __init__(self, module: FederatedModule, stacked: State, buffers: set[str]) -> None:
-        self.call, self.stacked, self.buffers = _Call(module), stacked, buffers
-        self.module = module
-
-    def losses(self, slots: torch.Tensor, whole: bool, views: list[torch.Tensor], labels: torch.Tensor,
-               step: int) -> torch.Tensor:
-        """(G,) losses of the clients in ``slots`` (every slot when ``whole``) on their (G, B, ...) batches;
-        their BatchNorm buffers updated in the stack."""
-        tensors = self.stacked if whole else {n: t[slots] for n, t in self.stacked.items()}
+    def _losses(self, slots: torch.Tensor, whole: bool, views: list[torch.Tensor], labels: torch.Tensor,
+                step: int) -> torch.Tensor:
+        """(G,) losses of the clients in ``slots`` (every slot when ``whole``) on their (G, B, ...)
+        batches; their BatchNorm buffers updated in the stack."""
+        tensors = self.tensors if whole else {n: t[slots] for n, t in self.tensors.items()}
 
         def loss(own: State, views: list[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
             return functional_call(self.call, own, (lambda v, y: self.module.training_step((v, y), step), views, labels))
@@ -160,13 +187,8 @@ class _Step:
         if not whole:
             with torch.no_grad():
                 for n in self.buffers:
-                    self.stacked[n].index_copy_(0, slots, tensors[n])
+                    self.tensors[n].index_copy_(0, slots, tensors[n])
         return out
-
-    def batch_end(self, losses: torch.Tensor, step: int) -> None:
-        """``on_train_batch_end`` once, on the stacked tensors (``losses``: (K,), 0 for a client without a batch)."""
-        with torch.no_grad():
-            functional_call(self.call, self.stacked, (lambda: self.module.on_train_batch_end(losses, None, step),))
 
 
 def train_clients(fabric: Fabric, module: FederatedModule, start: Callable[[int], None], plans: list[ClientPlan],
@@ -187,44 +209,25 @@ def train_clients(fabric: Fabric, module: FederatedModule, start: Callable[[int]
     Returns:
         each client's final tensors and loss, in ``plans``' order.
     """
-    k, device = len(plans), images.device
-    stacked = _stack(module, start, k)
-    optimizer = _optimizer(module, stacked)
-    leaves = [p for group in optimizer.param_groups for p in group["params"]]
-    step_of = _Step(module, stacked, {PREFIX + n for n, _ in module.named_buffers()})
+    stack = _ClientStack(module, start, len(plans))
     batches = [client_batches(p.indices, epochs, batch_size, p.generator, p.max_steps) for p in plans]
     finals: list[State] = [{} for _ in plans]
-    loss_sums, steps = torch.zeros(k, device=device), [0] * k
-    active, step = list(range(k)), 0
+    loss_sums, steps = torch.zeros(len(plans), device=images.device), [0] * len(plans)
+    active, step = list(range(len(plans))), 0
     while active:
         drawn = {slot: next(batches[slot], None) for slot in active}
         for slot in (s for s in active if drawn[s] is None):  # past its last step: out before the next moves it
-            finals[slot] = _take(stacked, slot)
+            finals[slot] = stack.take(slot)
         active = [s for s in active if drawn[s] is not None]
-        if not active:
-            break
-        by_size: dict[int, list[int]] = {}
-        for slot in active:
-            by_size.setdefault(len(drawn[slot]), []).append(slot)
-        total, step_losses = torch.zeros((), device=device), torch.zeros(k, device=device)
-        for slots in by_size.values():
-            made = [views.views(images[drawn[s]], module.num_views, plans[s].generator) for s in slots]
-            batch = [torch.stack(v) for v in zip(*made)], torch.stack([labels[drawn[s]] for s in slots])
-            index = torch.tensor(slots, device=device)
-            with fabric.autocast():
-                out = step_of.losses(index, len(slots) == k, *batch, step)
-            total = total + out.sum()
-            step_losses.index_copy_(0, index, out.detach().float())
-        optimizer.zero_grad(set_to_none=True)
-        total.backward(inputs=leaves)
-        optimizer.step()
-        step_of.batch_end(step_losses, step)
-        loss_sums += step_losses
+        made = {s: (views.views(images[drawn[s]], module.num_views, plans[s].generator), labels[drawn[s]])
+                for s in active}
+        if made:
+            loss_sums += stack.step(made, step, fabric.autocast)
         for slot in active:
             steps[slot] += 1
             step_done()
         step += 1
-    return [TrainedClient(finals[s], LocalResult(float(loss_sums[s]), steps[s])) for s in range(k)]
+    return [TrainedClient(finals[s], LocalResult(float(loss_sums[s]), steps[s])) for s in range(len(plans))]
 
 
 def finish_client(module: FederatedModule, tensors: State) -> None:
