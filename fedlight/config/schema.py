@@ -77,6 +77,9 @@ class LocalConfig:
     # kernels, or those replayed as CUDA graphs (cudagraphs, CUDA only); other kernels, so other last bits
     # than eager (fedlight/engine/loop/compiled_step.py)
     compile: Literal["none", "inductor", "cudagraphs"] = "none"
+    # train up to this many of a worker's clients as one step (torch.func.vmap over their stacked
+    # models, engine/loop/batched_clients.py; docs/batched_clients.md); None: one by one
+    batched_clients: int | None = check(at_least(2), None)
 
 
 @dataclass

@@ -36,6 +36,7 @@ class BYOL(FederatedModule):
     private_modules = ("backbone_momentum", "projection_head_momentum")
     predictor_module = "prediction_head"  # FedU's divergence-aware predictor update applies
     target_modules = private_modules  # an EMA target network: FedEMA applies
+    batch_refusal = None  # its step reads only its tensors; the target's EMA is elementwise
 
     def __init__(self, backbone: nn.Module, optim: OptimizerSpec | None = None,
                  hidden_dim: Annotated[int, positive] = 1024,

@@ -44,6 +44,7 @@ class FairLocalGlobal(LocalGlobal):
 
     uses_protected = True
     compile_refusal = "steps its adversary's own optimizer inside training_step"
+    batch_refusal = "its adversary takes its own optimizer steps inside training_step"
 
     def __init__(self, objective: FederatedModule, num_classes: int,
                  global_layers: Annotated[list[str] | None, non_empty] = None,

@@ -59,6 +59,18 @@ class FederatedModule(L.LightningModule):
     Args:
         backbone: encoder with a ``feature_dim`` attribute, (B, C, H, W) -> (B, D).
         optim: the local optimizer.
+
+    Attributes:
+        batch_refusal: why the engine cannot train several clients of this method as one step
+            (``local.batched_clients``, ``fedlight.engine.loop.batched_loop``), or None where it can.
+            A method may set None when (1) ``training_step`` reads nothing per client but its
+            parameters, buffers and the batch (no Python branch on a tensor's value, no other
+            attribute set per client, no ``requires_grad``, which reads False there): it runs
+            under ``torch.func.vmap`` on each client's tensors;
+            (2) ``on_train_batch_end`` changes its tensors elementwise: it runs once a step with every
+            tensor stacked over the clients (K, ...), e.g. BYOL's EMA of its target network;
+            (3) ``on_before_optimizer_step`` does nothing (it is not called). ``on_train_start`` and
+            ``on_train_end`` run on each client's own state, as one by one.
     """
 
     shared_modules: tuple[str, ...] = ("backbone",)
@@ -69,6 +81,8 @@ class FederatedModule(L.LightningModule):
     has_classifier: bool = False
     # why ``training_step`` cannot be compiled (``local.compile``), said after the class name; None: it can
     compile_refusal: str | None = None
+    batch_refusal: str | None = ("its class does not declare that one step can train several clients "
+                                 "(FederatedModule.batch_refusal says when it may)")
 
     def __init__(self, backbone: nn.Module, optim: OptimizerSpec | None = None) -> None:
         super().__init__()

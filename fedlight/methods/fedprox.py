@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import torch
+from torch import nn
 
 from fedlight.config.checks import non_negative
 from fedlight.methods.federated_module import Batch, FederatedModule
@@ -19,6 +20,10 @@ def proximal_term(params: list[torch.Tensor], anchors: list[torch.Tensor], mu: f
 class FedProx(ObjectiveWrapper):
     """Any local objective plus the proximal term on the communicated weights.
 
+    The global weights the term pulls towards (``anchors``) are buffers, copied from the shared
+    weights as local training starts: a module tensor, so a step over several clients
+    (``local.batched_clients``) holds each client's own. They are not saved (``persistent=False``).
+
     Args:
         objective: the local objective (SimCLR, BYOL, supervised, ...).
         mu: proximal strength (grid in the paper: 1e-3, 1e-2, 0.1, 1).
@@ -27,14 +32,21 @@ class FedProx(ObjectiveWrapper):
     def __init__(self, objective: FederatedModule, mu: Annotated[float, non_negative] = 0.01) -> None:
         super().__init__(objective)
         self.mu = mu
-        self._params: list[torch.Tensor] = []  # the communicated weights, listed once a client (not every step)
-        self._anchors: list[torch.Tensor] = []
+        self.anchored = [name for name, _ in self.trainable_shared()]  # by name: under vmap requires_grad reads False
+        self.anchors = nn.Module()
+        for name, p in self.trainable_shared():
+            self.anchors.register_buffer(name.replace(".", "__"), torch.empty_like(p), persistent=False)
+
+    def _anchored_params(self) -> list[torch.Tensor]:
+        own = dict(self.named_parameters())
+        return [own[name] for name in self.anchored]
 
     def on_train_start(self) -> None:
         super().on_train_start()
-        self._params = [p for _, p in self.trainable_shared()]
-        self._anchors = [p.detach().clone() for p in self._params]
+        with torch.no_grad():
+            for anchor, p in zip(self.anchors.buffers(), self._anchored_params()):
+                anchor.copy_(p)
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         loss = self.objective.training_step(batch, batch_idx)
-        return loss + proximal_term(self._params, self._anchors, self.mu)
+        return loss + proximal_term(self._anchored_params(), list(self.anchors.buffers()), self.mu)

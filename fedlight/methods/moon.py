@@ -88,6 +88,8 @@ class MOON(Supervised):
 
     private_modules = ("previous",)
     transient_modules = ("frozen_global",)
+    batch_refusal = ("its model-contrastive term branches, client by client, on whether the client has a "
+                     "previous model (previous.valid), a Python branch one step over several clients cannot take")
 
     def __init__(self, backbone: nn.Module, num_classes: int, optim: OptimizerSpec | None = None,
                  mu: Annotated[float, non_negative] = 5.0, tau: Annotated[float, positive] = 0.5,

@@ -44,6 +44,9 @@ class Scaffold(ObjectiveWrapper):
         objective: the local objective.
     """
 
+    batch_refusal = ("its correction keeps the client's start weights and step count in Python from "
+                     "on_train_start to on_train_end, which one step over several clients would mix up")
+
     def __init__(self, objective: FederatedModule) -> None:
         super().__init__(objective)
         params = self.trainable_shared()

@@ -41,6 +41,7 @@ class SimCLR(FederatedModule):
     """
 
     shared_modules = ("backbone", "projection_head")
+    batch_refusal = None  # its step reads only its tensors and the two views
 
     def __init__(self, backbone: nn.Module, optim: OptimizerSpec | None = None,
                  hidden_dim: Annotated[int, positive] = 512,

@@ -36,6 +36,7 @@ class Supervised(FederatedModule):
     num_views = 1
     uses_labels = True
     has_classifier = True
+    batch_refusal = None  # its step reads only its tensors, the view and the labels
 
     def __init__(self, backbone: nn.Module, num_classes: int, optim: OptimizerSpec | None = None,
                  projection_dim: Annotated[int, non_negative] = 0) -> None:

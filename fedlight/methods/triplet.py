@@ -63,6 +63,8 @@ class Triplet(FederatedModule):
         normalize: compare unit-length embeddings (True) or the raw backbone outputs.
     """
 
+    batch_refusal = None  # its step reads only its tensors and the two views
+
     def __init__(self, backbone: nn.Module, optim: OptimizerSpec | None = None,
                  margin: Annotated[float, non_negative] = 0.5,
                  normalize: bool = True) -> None:

@@ -33,6 +33,11 @@ class ObjectiveWrapper(FederatedModule):
         self.num_views, self.uses_labels = objective.num_views, objective.uses_labels
         self.has_classifier = objective.has_classifier
 
+    @property
+    def batch_refusal(self) -> str | None:  # type: ignore[override]
+        """The objective's: a wrapper adds nothing to its step that several clients cannot share."""
+        return self.objective.batch_refusal
+
     def trainable_shared(self) -> list[tuple[str, nn.Parameter]]:
         """(name, parameter) of the communicated parameters that receive gradients."""
         return [(f"{m}.{n}", p) for m in self.shared_modules

@@ -13,14 +13,17 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+import torch
 from lightning.fabric import Fabric
 
 from fedlight.engine.loop import preemption
 from fedlight.engine.loop.aggregation import fold
+from fedlight.engine.loop.batched_clients import BatchedHand
 from fedlight.engine.loop.client_faults import ClientFault
 from fedlight.engine.loop.client_store import ClientStateStore, ClientStore
 from fedlight.engine.loop.comm_ledger import CommLedger
 from fedlight.engine.loop.interfaces import ClientSchedule, FaultModel, Report, RoundPlugin, State
+from fedlight.engine.loop.round_options import RoundOptions
 from fedlight.engine.loop.sampling import deal_clients, owner
 from fedlight.engine.loop.workers import Workers
 from fedlight.engine.state.collectives import gather_dicts
@@ -41,15 +44,18 @@ class ClientRunner:
         plugins: the round's other parts (one may replace a client's payload).
         sizes: every client's sample count (dealing clients to ranks).
         workers: this process's worker models.
-        seed: run seed (each client's generator is keyed by seed, round and client).
+        options: the loop's options: the run seed (each client's generator is keyed by seed, round
+            and client) and ``batched_clients`` (train a worker's clients that many at a time as one
+            step, ``engine/loop/batched_clients.py``; None: one by one).
         store: where this rank's clients' private state lives (default: in memory).
     """
 
     def __init__(self, fabric: Fabric, aggregator: Aggregator, schedule: ClientSchedule, faults: FaultModel,
-                 plugins: list[RoundPlugin], sizes: list[int], workers: Workers, seed: int = 0,
+                 plugins: list[RoundPlugin], sizes: list[int], workers: Workers, options: RoundOptions,
                  store: ClientStore | None = None) -> None:
         self.fabric, self.aggregator, self.schedule, self.faults = fabric, aggregator, schedule, faults
-        self.plugins, self.sizes, self.workers, self.seed = plugins, sizes, workers, seed
+        self.plugins, self.sizes, self.workers = plugins, sizes, workers
+        self.seed, self.batched = options.seed, options.batched_clients
         self.rank, self.world = fabric.global_rank, fabric.world_size
         self.store = store if store is not None else ClientStateStore(owns=self.owns)
         self.keeps_payloads = faults.needs_payloads  # the fault model revises the round's payloads: keep them all
@@ -95,7 +101,7 @@ class ClientRunner:
         """Train the clients of one worker's ``hand`` in order on ``module``, folding their payloads
         into ``acc``; returns it and their reports. ``progress`` is called as each client finishes. In a
         one-process run a preemption stops it between two clients."""
-        reports = []
+        reports, batched = [], self._batched_hand(module, hand, round_, global_state)
         for i, client in enumerate(hand):
             fault = self.faults.draw(round_, client)
             ledger = CommLedger()
@@ -106,17 +112,28 @@ class ClientRunner:
             if fault.dropped:  # fails before sending: nothing trained, nothing sent, private state kept
                 report.update(status="dropped", loss=None, steps=0, samples=0)
             else:
-                acc = self._train_one(module, client, round_, global_state, fault, acc, ledger, report)
+                acc = self._train_one(module, client, round_, global_state, fault, acc, ledger, report, batched)
             if progress is not None:  # the client is done (progress counts finished work)
                 progress()
             if self.world == 1 and i + 1 < len(hand) and preemption.received():  # stop between clients
                 break
         return acc, reports
 
-    def _train_one(self, module: FederatedModule, client: int, round_: int, global_state: State, fault: ClientFault,
-                   acc: State | None, ledger: CommLedger, report: Report) -> State | None:
-        """Train one answering client on ``module``, fill its ``report`` and fold its payload into
-        ``acc`` unless its result is unusable (then its private state is not saved either)."""
+    def _batched_hand(self, module: FederatedModule, hand: list[int], round_: int,
+                      global_state: State) -> BatchedHand | None:
+        """With ``batched``: the hand's answering clients, trained that many at a time on ``module``."""
+        if not self.batched:
+            return None
+        answering = [(c, fault.work) for c in hand for fault in [self.faults.draw(round_, c)] if not fault.dropped]
+        return BatchedHand(self.schedule, module, self.batched, round_, answering,
+                           lambda c: self._start(module, c, global_state), lambda c: self._generator(round_, c))
+
+    def _generator(self, round_: int, client: int) -> torch.Generator:
+        return torch_generator(self.seed, "local", round_, client)
+
+    def _start(self, module: FederatedModule, client: int, global_state: State) -> State:
+        """Put ``client``'s starting model into ``module`` (the global state, then its stored private
+        state, or a new client's); returns what the store keeps for it."""
         module.load_partial(global_state)
         private = self.store.get(client) or {}
         prefix = self.schedule.state_prefix
@@ -125,10 +142,20 @@ class ClientRunner:
             module.load_partial(module_state)
         else:
             module.reset_private_state()
-        started = time.perf_counter()
-        work = self.schedule.train(module, client, round_, torch_generator(self.seed, "local", round_, client),
-                                   private, fault.work)
-        report["seconds"] = time.perf_counter() - started
+        return private
+
+    def _train_one(self, module: FederatedModule, client: int, round_: int, global_state: State, fault: ClientFault,
+                   acc: State | None, ledger: CommLedger, report: Report, batched: BatchedHand | None) -> State | None:
+        """Train one answering client on ``module`` (or take its result from its ``batched`` group), fill
+        its ``report`` and fold its payload into ``acc`` unless its result is unusable (then its private
+        state is not saved either)."""
+        if batched is not None:
+            work, report["seconds"] = batched.work(client)
+        else:
+            private = self._start(module, client, global_state)
+            started = time.perf_counter()
+            work = self.schedule.train(module, client, round_, self._generator(round_, client), private, fault.work)
+            report["seconds"] = time.perf_counter() - started
         payload = self.faults.damage(self.payload(module), fault)
         if self.aggregator.communicates:
             ledger.record(round_, client, "up", payload)

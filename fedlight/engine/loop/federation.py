@@ -65,7 +65,7 @@ class Federation:
         self.schedule, self.faults, self.hooks = schedule, faults, [schedule, faults, *plugins]  # hooks: in this order
         self.workers = Workers(module, options.workers, torch.get_num_threads())
         self.clients = ClientRunner(fabric, aggregator, schedule, faults, plugins, [len(p) for p in parts],
-                                    self.workers, options.seed, store.open_store(options, run_dir / CHECKPOINT, fabric))
+                                    self.workers, options, store.open_store(options, run_dir / CHECKPOINT, fabric))
         self.log = RunLog(run_dir, self.hooks, data, parts, enabled=self.rank == 0, loggers=options.loggers)
         self.checkpoint = RunCheckpoint(fabric, module, aggregator, self.clients, self.hooks, run_dir)
         self.s = RunState({k: v.detach().clone() for k, v in module.shared_state().items()})

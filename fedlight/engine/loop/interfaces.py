@@ -147,11 +147,14 @@ class ClientSchedule(RoundPlugin):
             same rank (``client % world_size``).
         state_prefix: the client-store keys this schedule owns ("" if none).
         side_by_side: several worker models may train clients of one process at once.
+        batch_refusal: why it cannot train several clients as one step (``local.batched_clients``,
+            ``train_together``), or None where it can.
     """
 
     keeps_clients = False
     state_prefix = ""
     side_by_side = True
+    batch_refusal: str | None = "it trains one client at a time (it has no train_together)"
 
     def begin_round(self, round_: int, global_state: State, receivers: list[int]) -> None:
         """Before ``round_``'s clients train; ``receivers``: this process's first worker's clients."""
@@ -170,6 +173,18 @@ class ClientSchedule(RoundPlugin):
         """Train ``client`` on ``module`` for ``round_``; a straggler does only ``work`` (< 1) of it.
 
         ``private`` is the client's stored state (the schedule's entries under ``state_prefix``).
+        """
+        raise NotImplementedError
+
+    def train_together(self, module: FederatedModule, clients: list[int], round_: int,
+                       generators: list[torch.Generator], works: list[float],
+                       start: Callable[[int], None]) -> list[tuple[ClientWork, State]]:
+        """Train ``clients`` for ``round_`` as one step each (``batch_refusal`` None), each exactly as
+        ``train`` would from its own generator; a straggler does only its ``works`` share.
+
+        ``start(client)`` puts a client's starting state into ``module`` (the global model and its
+        stored private state). Returns each client's work and its final tensors, for
+        ``batched_loop.finish_client`` to put back into ``module`` when its payload is taken.
         """
         raise NotImplementedError
 

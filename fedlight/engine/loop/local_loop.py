@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -46,23 +47,35 @@ def train_client(fabric: Fabric, module: FederatedModule, images: torch.Tensor, 
     optimizer = fabric.setup_optimizers(module.configure_optimizers())
     module.train()
     module.on_train_start()
-    n = len(indices)
     loss_sum = torch.zeros((), device=fabric.device)
     steps = 0
+    for idx in client_batches(indices, epochs, batch_size, generator, max_steps):
+        loss_sum += training_step(fabric, module, optimizer, images, labels, idx, views, generator, steps)
+        steps += 1
+    module.on_train_end()
+    return LocalResult(float(loss_sum), steps)
+
+
+def client_batches(indices: torch.Tensor, epochs: int, batch_size: int, generator: torch.Generator,
+                   max_steps: int | None = None) -> Iterator[torch.Tensor]:
+    """The sample indices of a client's local steps, in order: each epoch shuffles ``indices`` with
+    ``generator`` as it starts (so the views of the steps before it come first from the same generator),
+    then cuts it into batches of ``batch_size``, skipping a trailing batch of one; at most ``max_steps``
+    batches in all (None: every one).
+    """
+    n, steps = len(indices), 0
     for _ in range(epochs):
         if steps == max_steps:
-            break
+            return
         order = indices[torch.randperm(n, generator=generator).to(indices.device)]
         for start in range(0, n, batch_size):
             idx = order[start:start + batch_size]
             if len(idx) < 2:
                 continue
             if steps == max_steps:
-                break
-            loss_sum += training_step(fabric, module, optimizer, images, labels, idx, views, generator, steps)
+                return
+            yield idx
             steps += 1
-    module.on_train_end()
-    return LocalResult(float(loss_sum), steps)
 
 
 def training_step(fabric: Fabric, module: FederatedModule, optimizer: torch.optim.Optimizer, images: torch.Tensor,

@@ -20,6 +20,8 @@ class RoundOptions:
         eval_every: evaluate every N rounds (and after the last).
         lr, lr_schedule, lr_decay: the local learning rate and its per-round schedule.
         workers: worker models per process (clients trained side by side).
+        batched_clients: clients a worker trains together as one step (``engine/loop/batched_clients.py``);
+            None: one by one.
         projector_samples: test images in the final TensorBoard embedding.
         loggers: where the scalars and hparams go (``fedlight.engine.output.loggers``).
         client_state: the client-state store, ``memory`` or ``disk`` (``store.choose_store``).
@@ -37,6 +39,7 @@ class RoundOptions:
     lr_schedule: Literal["constant", "cosine", "exponential"] = "constant"
     lr_decay: float = 0.0
     workers: int = 1
+    batched_clients: int | None = None
     projector_samples: int = 0
     loggers: tuple[str, ...] = ("tensorboard",)
     client_state: Literal["memory", "disk"] = "memory"

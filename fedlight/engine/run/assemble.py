@@ -26,6 +26,7 @@ from fedlight.data.rotated import add_rotated_device
 from fedlight.data.sources import ImageData
 from fedlight.data.views import ViewMaker, ViewParams, views_on_device
 from fedlight.engine.loop.client_attacks import attackers, poisoned_labels
+from fedlight.engine.loop.batched_clients import refused
 from fedlight.engine.loop.client_faults import FaultOptions
 from fedlight.engine.loop.client_store import choose_store
 from fedlight.engine.loop.compiled_step import compile_refusal, compile_step
@@ -86,7 +87,8 @@ def part_options(recipe: Recipe, aggregator: Aggregator) -> PartOptions:
     round_ = RoundOptions(rounds=recipe.rounds, seed=recipe.seed, fraction=recipe.clients.fraction,
                           poisson=recipe.clients.sampling == "poisson", eval_every=recipe.eval.every, lr=l.lr,
                           lr_schedule=l.lr_schedule, lr_decay=l.lr_decay,
-                          workers=recipe.fabric.workers, projector_samples=recipe.eval.projector_samples,
+                          workers=recipe.fabric.workers, batched_clients=l.batched_clients,
+                          projector_samples=recipe.eval.projector_samples,
                           loggers=tuple(recipe.loggers),
                           state_cache_mb=recipe.run.state_cache_mb, record=asdict(recipe))
     policy, exchange, stream = recipe.exchange.policy, None, None
@@ -104,8 +106,22 @@ def part_options(recipe: Recipe, aggregator: Aggregator) -> PartOptions:
         raise UserError(f"fabric.workers={round_.workers} trains clients side by side, which "
                         f"server.name={recipe.server['name']} with local.schedule={name} cannot (its clients "
                         "share one model's public-set embeddings or device-to-device exchange); set fabric.workers=1")
+    if l.batched_clients is not None:
+        check_batched_schedule(recipe, name)
     return PartOptions(round_, eval_options(recipe), FaultOptions(**asdict(recipe.faults)), name, exchange, stream,
                        new_device_options(recipe, aggregator))
+
+
+def check_batched_schedule(recipe: Recipe, name: str) -> None:
+    """``local.batched_clients`` needs a schedule that trains clients together (``ClientSchedule.batch_refusal``)
+    and a precision without a per-optimizer loss scale; raises a one-line UserError otherwise."""
+    k = recipe.local.batched_clients
+    refusal = getattr(registry.SCHEDULES[name], "batch_refusal", ClientSchedule.batch_refusal)
+    if refusal:
+        raise refused(k, f"local.schedule={name}", refusal)
+    if recipe.fabric.precision == "16-mixed":
+        raise UserError(f"local.batched_clients={k} has no loss scaler for fabric.precision=16-mixed; use "
+                        "fabric.precision=bf16-mixed or 32-true, or drop local.batched_clients")
 
 
 def new_device_options(recipe: Recipe, aggregator: Aggregator) -> NewDeviceOptions | None:

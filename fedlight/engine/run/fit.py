@@ -22,6 +22,7 @@ from fedlight.data.rotated import check_device_fits
 from fedlight.data.sources import ImageData, empty_of_shape, load_dataset, take_subset
 from fedlight.engine.loop import preemption
 from fedlight.engine.loop.aggregation import check_payload_budget
+from fedlight.engine.loop.batched_clients import batch_refusal, refused
 from fedlight.engine.loop.sampling import clients_per_round
 from fedlight.engine.output.console import say
 from fedlight.engine.run import launch, rendezvous
@@ -190,6 +191,14 @@ def check_label_attack(recipe: Recipe, module: FederatedModule) -> None:
                         "(e.g. method.name=supervised)")
 
 
+def check_batched_method(recipe: Recipe, module: FederatedModule) -> None:
+    """Refuse ``local.batched_clients`` for a method whose step cannot train several clients at once."""
+    size = recipe.local.batched_clients
+    refusal = None if size is None else batch_refusal(module)
+    if refusal:
+        raise refused(size, f"method.name={recipe.method['name']}", refusal)
+
+
 def round_size(recipe: Recipe, server: Aggregator) -> int:
     """The clients a round samples (one when the server pools them; on average under Poisson sampling)."""
     return 1 if server.pools_clients else clients_per_round(trainable_clients(recipe), recipe.clients.fraction)
@@ -223,6 +232,7 @@ def prepare(recipe: Recipe, load: Callable[..., ImageData] = load_dataset
     module = build_module(recipe, data)
     check_label_attack(recipe, module)
     check_compile(recipe, module)
+    check_batched_method(recipe, module)
     most = trainable_clients(recipe) if recipe.clients.sampling == "poisson" else round_size(recipe, server)
     attack = attack_class(recipe)
     check_payload_budget(server, module.payload(), most, recipe.run.payload_budget_mb, recipe.server["name"],
@@ -275,6 +285,7 @@ def check_elsewhere(recipe: Recipe, load: Callable[..., ImageData] = load_datase
     module = build_module(recipe, empty_of_shape(d.name))
     check_label_attack(recipe, module)
     check_compile(recipe, module)
+    check_batched_method(recipe, module)
     return []
 
 

@@ -120,6 +120,7 @@ class ExchangeSchedule(ClientSchedule):
     keeps_clients = True
     state_prefix = EXCHANGE
     side_by_side = False  # the devices share one model's embeddings of the exchange
+    batch_refusal = "its devices pull one another's data between iterations (the device-to-device exchange)"
 
     def __init__(self, fabric: Fabric, module: FederatedModule, images: torch.Tensor, train_labels: np.ndarray,
                  parts: list[torch.Tensor], views: ViewMaker, devices: list[int], cfg: ExchangeOptions,

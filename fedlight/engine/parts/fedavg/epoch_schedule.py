@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from lightning.fabric import Fabric
 
 from fedlight.data.views import ViewMaker
+from fedlight.engine.loop.batched_clients import ClientPlan, train_clients
 from fedlight.engine.loop.client_faults import steps_done
 from fedlight.engine.loop.interfaces import ClientSchedule, ClientWork, State
 from fedlight.engine.loop.local_loop import steps_per_epoch, train_client
@@ -25,6 +28,8 @@ class EpochSchedule(ClientSchedule):
         batch_size: ``local.batch_size``.
     """
 
+    batch_refusal = None
+
     def __init__(self, fabric: Fabric, images: torch.Tensor, labels: torch.Tensor, parts: list[torch.Tensor],
                  views: ViewMaker, epochs: int = 1, batch_size: int = 128) -> None:
         self.fabric, self.images, self.labels, self.parts, self.views = fabric, images, labels, parts, views
@@ -40,6 +45,15 @@ class EpochSchedule(ClientSchedule):
         result = train_client(self.fabric, module, self.images, self.labels, self.parts[client].to(self.images.device),
                               self.views, self.epochs, self.batch_size, generator, max_steps=max_steps)
         return ClientWork(result, float(n))
+
+    def train_together(self, module: FederatedModule, clients: list[int], round_: int,
+                       generators: list[torch.Generator], works: list[float],
+                       start: Callable[[int], None]) -> list[tuple[ClientWork, State]]:
+        plans = [ClientPlan(self.parts[c].to(self.images.device), g, steps_done(self.planned_steps(c), w))
+                 for c, g, w in zip(clients, generators, works)]
+        trained = train_clients(self.fabric, module, lambda slot: start(clients[slot]), plans, self.images,
+                                self.labels, self.views, self.epochs, self.batch_size)
+        return [(ClientWork(t.result, float(len(self.parts[c]))), t.tensors) for c, t in zip(clients, trained)]
 
     def option_keys(self) -> tuple[str, ...]:
         return ("local.epochs",)

@@ -68,6 +68,7 @@ class StreamSchedule(ClientSchedule):
 
     keeps_clients = True
     state_prefix = BUFFER
+    batch_refusal = "each client's next batch comes from its replay buffer, rescored and replaced after every step"
 
     def __init__(self, fabric: Fabric, images: torch.Tensor, labels: torch.Tensor, train_labels: np.ndarray,
                  parts: list[torch.Tensor], views: ViewMaker, options: StreamOptions, num_classes: int = 10,
