@@ -81,7 +81,7 @@ case "$PYTHON" in
        PYTHON="$folder/$(basename "$PYTHON")" ;;
 esac
 extra=; modules="fedlight lightning lightly torchmetrics torchvision tensorboard matplotlib tqdm omegaconf scipy"
-if [ "$target" = test ]; then extra='[dev]'; modules="$modules sklearn pytest hypothesis opacus wandb mlflow"; fi
+if [ "$target" = test ]; then extra='[dev]'; modules="$modules sklearn pytest hypothesis opacus wandb mlflow setuptools"; fi
 # (re)install when a module is missing or the installed fedlight is not this checkout (PYTHONPATH aside); find_spec
 # locates a module without importing it (importing torch and Lightning alone takes seconds)
 here=$(pwd)
