@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import cli_process
 from fedlight.config import load_recipe
 from fedlight.engine.loop.federation import TIMING
 from fedlight.engine.loop.local_loop import train_client
@@ -141,6 +142,6 @@ def test_ctrl_c_mid_round_says_one_line_exits_130_and_its_command_resumes_bit_ex
     assert said[0].startswith("fedlight: interrupted: checkpoint after round ") and f"saved in '{run}'" in said[0]
     resume = shlex.split(said[0].split("; continue with: ")[1])
     assert resume == ["fedlight", "fit", "--recipe", str(recipe), *FAST, f"run.dir={run}", "--resume"]
-    done = subprocess.run([sys.executable, "-m", *resume], env=env, capture_output=True, text=True, timeout=300)
+    done = cli_process.run(resume[1:], env=env)  # `fedlight fit ... --resume`, as the line says
     assert done.returncode == 0, done.stderr[-2000:]
     _assert_same_run(run, straight_run)
