@@ -1,26 +1,32 @@
-"""``python -m fedlight ARGS`` as a real process that skips the seconds of imports: forked from a server
-that imported torch, Lightning and fedlight once.
+"""``python -m fedlight ARGS`` (or ``python SCRIPT ARGS``) as a real process that skips the seconds of
+imports: forked from a server that imported torch, Lightning and fedlight once.
 
-A test that needs the command line as a process of its own (its exit code, its output, a signal or
-a SIGKILL mid-run, a run another process resumes) started one with ``subprocess``; each paid
-Python's start and the imports of torch, Lightning and torchmetrics (about 5 s of CPU, three
-times that on a busy 2-core machine) before fedlight ran a line. Here the process comes from
-multiprocessing's fork server, which imports ``PRELOAD`` once per test session and forks a
-child per command. The child is a process like any other: its own pid, environment and working
-folder, its output to the files or pipes asked for, signals delivered to it, an exit code as
-``subprocess`` reports it (``-9`` when killed); it runs ``fedlight.cli.run`` as ``python -m
-fedlight`` does, ``atexit`` handlers included. The server only imports: it runs no torch kernel, so
-no thread pool exists to be broken by the fork (``tests/test_cli_process.py`` checks it has one thread).
+A test that needs the command line as a process of its own (its exit code, its output, a SIGKILL
+mid-run, a run another process resumes, the ranks a run starts) started one with ``subprocess``;
+each paid Python's start and the imports of torch, Lightning and torchmetrics (about 5 s of CPU,
+three times that on a busy 2-core machine) before fedlight ran a line. Here the process comes from
+multiprocessing's fork server, which imports ``PRELOAD`` once per test session and forks a child
+per command. The child is a process like any other: its own pid, environment, working folder and
+``sys.path`` (the interpreter's, after the module's folder and PYTHONPATH), its output to the files
+or pipes asked for, signals delivered to it, an exit code as ``subprocess`` reports it (``-9`` when
+killed); it runs the module or script as ``__main__`` through ``runpy``, as ``python`` does, and
+its ``atexit`` handlers. The server only imports: it runs no torch kernel and touches no GPU, so
+the fork copies no thread pool or CUDA context (``tests/test_cli_process.py`` checks both).
 
-Where the Python start itself is what a test checks (what ``import fedlight`` or a command imports, a
-rank ``launch`` starts) the test keeps ``subprocess``.
+Where the interpreter's start itself is what a test checks (what ``import fedlight`` or a command
+imports, a signal's handling by the real entry point, locks and rendezvous between processes), the
+test keeps ``subprocess``. The children's modules are the server's: a test cannot run another
+checkout of fedlight this way.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
+import json
 import multiprocessing
 import os
+import runpy
 import subprocess
 import sys
 import tempfile
@@ -29,7 +35,6 @@ from multiprocessing.reduction import DupFd
 from pathlib import Path
 from typing import IO, Any
 
-REPO = Path(__file__).resolve().parents[1]
 # what ``python -m fedlight fit`` imports before it trains (``python -X importtime``): the rest is
 # fedlight's own small modules, imported by the child
 PRELOAD = ["torch", "torchvision", "lightning", "torchmetrics", "lightly.loss", "lightly.models.modules",
@@ -66,9 +71,20 @@ def _received(dup: Any) -> int:
     return dup.detach()
 
 
-def _child(args: list[str], env: dict[str, str], cwd: str, fds: tuple[int, int, int]) -> None:
-    """The forked process: this environment, folder and standard streams, then ``fedlight.cli.run()``
-    with ``args``; exits with its code as the interpreter would."""
+@functools.cache
+def interpreter_path() -> tuple[str, ...]:
+    """The ``sys.path`` this interpreter starts with, before PYTHONPATH and the script's folder: the
+    standard library and site-packages (a test's own additions to this process's path are no part of it)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    found = subprocess.run([sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
+                           env=env, capture_output=True, text=True, check=True)
+    return tuple(json.loads(found.stdout))
+
+
+def _child(command: list[str], env: dict[str, str], cwd: str, fds: tuple[int, int, int], path: tuple[str, ...]) -> None:
+    """The forked ``python COMMAND`` (``-m MODULE ARGS`` or ``SCRIPT ARGS``): its environment, folder,
+    ``sys.path`` and standard streams, then the module or script as ``__main__``; exits with its code
+    as the interpreter would."""
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -78,14 +94,16 @@ def _child(args: list[str], env: dict[str, str], cwd: str, fds: tuple[int, int, 
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
-    entries = [os.getcwd(), *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
-    sys.path[:0] = [p for p in entries if p not in sys.path]  # what `python -m` puts first
-    sys.argv = [str(REPO / "fedlight" / "__main__.py"), *args]
+    module = command[1] if command[0] == "-m" else None
+    first = os.getcwd() if module else os.path.dirname(os.path.abspath(command[0]))  # what python puts first
+    sys.path[:] = [first, *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p), *path]
+    sys.argv = command[1:] if module else command  # runpy sets a module's argv[0] to its file
     multiprocessing.set_start_method(None, force=True)  # the platform's default again, not the fork server
-    from fedlight.cli import run
-
     try:
-        run()
+        if module:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(command[0], run_name="__main__")
         code = 0
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
@@ -176,40 +194,47 @@ def _stream(where: Any, name: str, captured: dict[str, IO[bytes]], opened: list[
     return where if isinstance(where, int) else where.fileno()
 
 
-def start(args: list[str], env: dict[str, str] | None = None, cwd: str | Path | None = None,
+def start(command: list[str], env: dict[str, str] | None = None, cwd: str | Path | None = None,
           stdin: Any = subprocess.DEVNULL, stdout: Any = None, stderr: Any = None,
           text: bool = False) -> ForkedProcess:
-    """``subprocess.Popen([sys.executable, "-m", "fedlight", *args], ...)``, forked: see the module."""
+    """``subprocess.Popen([sys.executable, *command], ...)``, forked (see the module): ``command`` is
+    ``["-m", MODULE, *args]`` or ``[SCRIPT, *args]``."""
     captured: dict[str, IO[bytes]] = {}
     opened: list[IO[bytes]] = []
     fds = [_stream(stdin, "stdin", captured, opened, -1), _stream(stdout, "stdout", captured, opened, -1)]
     fds.append(_stream(stderr, "stderr", captured, opened, fds[1]))
-    process = _CONTEXT.Process(target=_child, name=f"fedlight {' '.join(args[:2])}",
-                               args=(list(args), dict(os.environ if env is None else env), str(cwd or os.getcwd()),
-                                     tuple(_Fd(fd) for fd in fds)))
+    process = _CONTEXT.Process(target=_child, name=" ".join(command[:3]),
+                               args=(list(command), dict(os.environ if env is None else env), str(cwd or os.getcwd()),
+                                     tuple(_Fd(fd) for fd in fds), interpreter_path()))
     process.start()  # the child has its own copies of the fds now
     for file in opened:
         file.close()
     return ForkedProcess(process, captured, text)
 
 
+def run_python(command: list[str], env: dict[str, str] | None = None, cwd: str | Path | None = None,
+               timeout: float | None = 300) -> subprocess.CompletedProcess:
+    """``subprocess.run([sys.executable, *command], capture_output=True, text=True, ...)``, forked."""
+    with start(command, env, cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        out, err = process.communicate(timeout=timeout)
+    return subprocess.CompletedProcess([sys.executable, *command], process.returncode, out, err)
+
+
 def run(args: list[str], env: dict[str, str] | None = None, cwd: str | Path | None = None,
         timeout: float | None = 300) -> subprocess.CompletedProcess:
-    """``subprocess.run([sys.executable, "-m", "fedlight", *args], capture_output=True, text=True, ...)``, forked."""
-    with start(args, env, cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
-        out, err = process.communicate(timeout=timeout)
-    return subprocess.CompletedProcess([sys.executable, "-m", "fedlight", *args], process.returncode, out, err)
+    """``python -m fedlight ARGS``: ``run_python(["-m", "fedlight", *args], ...)``."""
+    return run_python(["-m", "fedlight", *args], env, cwd, timeout)
 
 
 def popen(command: list[str], stdin: Any = None, stdout: Any = None, stderr: Any = None, env: dict[str, str] | None = None,
           cwd: str | Path | None = None, **ignored: Any) -> ForkedProcess:
-    """``subprocess.Popen(command, ...)`` for a ``command`` that is ``[python, "-m", "fedlight", *args]``, forked,
-    where a test lets fedlight start its own processes so (``fedlight sweep --executor local``'s tasks).
+    """``subprocess.Popen(command, ...)`` for a ``command`` of this interpreter (``[sys.executable, *rest]``),
+    forked, where a test lets fedlight start its processes so (``fedlight sweep --executor local``'s tasks).
 
     ``start_new_session`` and ``preexec_fn`` are among the ``ignored``: the child is in the fork
     server's session, and the server ends with the tests.
     """
-    if command[1:3] != ["-m", "fedlight"]:
-        raise ValueError(f"not a `python -m fedlight` command: {command}")
-    return start(command[3:], env, cwd, stdin, stdout, stderr)
+    if command[0] != sys.executable:
+        raise ValueError(f"not a command of this interpreter ({sys.executable}): {command}")
+    return start(command[1:], env, cwd, stdin, stdout, stderr)
 

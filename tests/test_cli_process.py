@@ -35,7 +35,7 @@ def test_a_command_runs_in_its_folder_with_its_environment_and_exit_code(tmp_pat
 
 
 def test_a_signal_reaches_the_process_and_its_code_says_so(tmp_path: Path, tiny_recipe: Path) -> None:
-    with cli_process.start(["fit", "--recipe", str(tiny_recipe), "rounds=1000"], stdout=subprocess.DEVNULL,
+    with cli_process.start(["-m", "fedlight", "fit", "--recipe", str(tiny_recipe), "rounds=1000"], stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, text=True) as process:
         assert process.pid != os.getpid() and process.poll() is None
         deadline = time.monotonic() + 300  # bounds the wait for its run folder, times nothing
@@ -51,3 +51,16 @@ def test_the_server_forks_from_one_thread() -> None:
     assert cli_process.run(["recipes"]).returncode == 0  # the server is up
     server = forkserver._forkserver._forkserver_pid
     assert server is not None and os.listdir(f"/proc/{server}/task") == [str(server)]
+
+
+def test_a_script_runs_as_main_and_the_server_touched_no_gpu(tmp_path: Path) -> None:
+    """A fork after CUDA is initialised breaks the child's CUDA, and a device count cached before the
+    fork would ignore the child's CUDA_VISIBLE_DEVICES: the server must have done neither."""
+    script = tmp_path / "probe.py"
+    script.write_text("import sys\nimport torch\n"
+                      "print(__name__, sys.argv[1:], sys.path[0], torch.cuda.is_initialized(), "
+                      "getattr(torch.cuda, '_cached_device_count', None))\n")
+    done = cli_process.run_python([str(script), "a", "b"], env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["__main__", "['a',", "'b']", str(tmp_path), "False", "None"]
+
