@@ -323,7 +323,9 @@ class Kind:
         code: the module's template; test: the test's.
         listed: the README's note on ``pip install -e .`` (where fedlight lists it).
         tested: what the README says ``pytest`` does.
-        usage: the ``fedlight fit`` overrides that use it (``$name`` filled in).
+        usage: the ``fedlight fit`` overrides that use it.
+        test_parts: what ``FIT_TEST`` leaves to the kind: its imports, a unit test before the run, the
+            recipe override that names the part and its section's key.
     """
 
     group: str
@@ -333,20 +335,26 @@ class Kind:
     listed: str
     tested: str
     usage: str
+    test_parts: dict[str, str]
 
 
 KINDS = {
     "method": Kind("fedlight.methods", "A SimCLR-like contrastive objective (lightly's head and NT-Xent loss)", METHOD,
                    FIT_TEST, "; `fedlight methods` lists it", "trains it for one round on synthetic data",
-                   '"method={name: $name}"'),
+                   '"method={name: $name}"',
+                   {"imports": "\nfrom fedlight.cli import main\n", "unit": "", "key": "method",
+                    "section": "method={name: $name, hidden_dim: 32, output_dim: 16}"}),
     "aggregator": Kind("fedlight.aggregators", "A coordinate-wise trimmed mean of the clients' models", AGGREGATOR,
                        FIT_TEST, "; `fedlight methods` lists it",
                        "checks the trimmed mean by hand, then trains one round with it",
-                       '"server={name: $name, trim: 0.2}"'),
+                       '"server={name: $name, trim: 0.2}"',
+                       {"imports": "\nimport torch\n\nfrom fedlight import ClientPayload\n"
+                                   "from fedlight.cli import main\nfrom $name.aggregator import $cls\n",
+                        "unit": AGGREGATOR_UNIT, "key": "server", "section": "server={name: $name, trim: 0.25}"}),
     # ``fedlight.attacks``: the group the engine's pluggable attacks are being given (issue 44)
     "attack": Kind("fedlight.attacks", "A sign-flip attack: Byzantine clients send their update reversed and scaled",
                    ATTACK, ATTACK_TEST, "", "checks the sign flip by hand, then a round with an attacker",
-                   "faults.attack=$name faults.attackers=0.3"),
+                   "faults.attack=$name faults.attackers=0.3", {}),
 }
 BUILT_IN = {"method": METHODS, "aggregator": SERVERS}  # names fedlight already has: a built-in wins over a package
 
@@ -377,14 +385,8 @@ def files(kind: str, name: str) -> dict[str, str]:
     """The package's files of ``kind`` named ``name``: relative path -> text."""
     spec, cls = KINDS[kind], class_name(name)
     fill = {"name": name, "cls": cls, "kind": kind, "group": spec.group, "summary": spec.summary}
-    test = {"imports": "\nfrom fedlight.cli import main\n", "unit": "", "section": f"method={{name: {name}, hidden_dim: 32, output_dim: 16}}",
-            "key": "method"}
-    if kind == "aggregator":
-        test = {"imports": f"\nimport torch\n\nfrom fedlight import ClientPayload\nfrom fedlight.cli import main\n"
-                           f"from {name}.aggregator import {cls}\n",
-                "unit": Template(AGGREGATOR_UNIT).substitute(cls=cls),
-                "section": f"server={{name: {name}, trim: 0.25}}", "key": "server"}
-    readme = {"listed": spec.listed, "tested": spec.tested, "usage": Template(spec.usage).substitute(name=name)}
+    test = {key: Template(text).substitute(fill) for key, text in spec.test_parts.items()}
+    readme = {"listed": spec.listed, "tested": spec.tested, "usage": Template(spec.usage).substitute(fill)}
     return {"pyproject.toml": PYPROJECT.substitute(fill),
             "README.md": README.substitute(fill, **readme),
             f"src/{name}/__init__.py": f'"""{spec.summary}: a fedlight {kind} (``{name}.{kind}.{cls}``)."""\n',

@@ -6,8 +6,9 @@ mid-run, a run another process resumes, the ranks a run starts) started one with
 each paid Python's start and the imports of torch, Lightning and torchmetrics (about 5 s of CPU,
 three times that on a busy 2-core machine) before fedlight ran a line. Here the process comes from
 multiprocessing's fork server, which imports ``PRELOAD`` once per test session and forks a child
-per command. The child is a process like any other: its own pid, environment, working folder and
-``sys.path`` (the interpreter's, after the module's folder and PYTHONPATH), its output to the files
+per command. The child is a process like any other: its own pid, environment (OMP_NUM_THREADS too,
+which OpenMP read as the server imported torch), working folder and ``sys.path`` (the
+interpreter's, after the module's folder and PYTHONPATH), its output to the files
 or pipes asked for, signals delivered to it, an exit code as ``subprocess`` reports it (``-9`` when
 killed); it runs the module or script as ``__main__`` through ``runpy``, as ``python`` does, and
 its ``atexit`` handlers. The server only imports: it runs no torch kernel and touches no GPU, so
@@ -34,6 +35,8 @@ import traceback
 from multiprocessing.reduction import DupFd
 from pathlib import Path
 from typing import IO, Any
+
+import torch
 
 # what ``python -m fedlight fit`` imports before it trains (``python -X importtime``): the rest is
 # fedlight's own small modules, imported by the child
@@ -99,6 +102,9 @@ def _child(command: list[str], env: dict[str, str], cwd: str, fds: tuple[int, in
     sys.path[:] = [first, *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p), *path]
     sys.argv = command[1:] if module else command  # runpy sets a module's argv[0] to its file
     multiprocessing.set_start_method(None, force=True)  # the platform's default again, not the fork server
+    # OpenMP read OMP_NUM_THREADS when the server imported torch: this environment's, as a fresh process reads it
+    threads = env.get("OMP_NUM_THREADS", "").split(",")[0]
+    torch.set_num_threads(int(threads) if threads.isdigit() and int(threads) > 0 else len(os.sched_getaffinity(0)))
     try:
         if module:
             runpy.run_module(module, run_name="__main__", alter_sys=True)
@@ -226,8 +232,8 @@ def run(args: list[str], env: dict[str, str] | None = None, cwd: str | Path | No
     return run_python(["-m", "fedlight", *args], env, cwd, timeout)
 
 
-def popen(command: list[str], stdin: Any = None, stdout: Any = None, stderr: Any = None, env: dict[str, str] | None = None,
-          cwd: str | Path | None = None, **ignored: Any) -> ForkedProcess:
+def popen(command: list[str], stdin: Any = None, stdout: Any = None, stderr: Any = None,
+          env: dict[str, str] | None = None, cwd: str | Path | None = None, **ignored: Any) -> ForkedProcess:
     """``subprocess.Popen(command, ...)`` for a ``command`` of this interpreter (``[sys.executable, *rest]``),
     forked, where a test lets fedlight start its processes so (``fedlight sweep --executor local``'s tasks).
 

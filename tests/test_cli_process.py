@@ -35,8 +35,8 @@ def test_a_command_runs_in_its_folder_with_its_environment_and_exit_code(tmp_pat
 
 
 def test_a_signal_reaches_the_process_and_its_code_says_so(tmp_path: Path, tiny_recipe: Path) -> None:
-    with cli_process.start(["-m", "fedlight", "fit", "--recipe", str(tiny_recipe), "rounds=1000"], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, text=True) as process:
+    command = ["-m", "fedlight", "fit", "--recipe", str(tiny_recipe), "rounds=1000"]
+    with cli_process.start(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as process:
         assert process.pid != os.getpid() and process.poll() is None
         deadline = time.monotonic() + 300  # bounds the wait for its run folder, times nothing
         while not (tmp_path / "run").is_dir() and time.monotonic() < deadline:
@@ -63,4 +63,16 @@ def test_a_script_runs_as_main_and_the_server_touched_no_gpu(tmp_path: Path) -> 
     done = cli_process.run_python([str(script), "a", "b"], env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["__main__", "['a',", "'b']", str(tmp_path), "False", "None"]
+
+
+def test_the_child_takes_its_own_omp_num_threads(tmp_path: Path) -> None:
+    """OpenMP reads OMP_NUM_THREADS once, as torch loads it (in the server): the child's must count,
+    as it does in a fresh process (a sweep's tasks run with one thread each: two threads each, on
+    two busy cores, took twice as long)."""
+    script = tmp_path / "threads.py"
+    script.write_text("import torch\nprint(torch.get_num_threads())\n")
+    for threads, expected in (("1", 1), ("3", 3), (None, len(os.sched_getaffinity(0)))):
+        env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+        done = cli_process.run_python([str(script)], env=env if threads is None else {**env, "OMP_NUM_THREADS": threads})
+        assert done.stdout.split() == [str(expected)], (threads, done.stderr)
 
