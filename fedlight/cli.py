@@ -1,5 +1,5 @@
-"""Command line: ``fedlight fit``, ``sweep``, ``report``, ``methods`` and ``recipes`` (argument parsing only;
-the work lives elsewhere).
+"""Command line: ``fedlight fit``, ``sweep``, ``report``, ``methods``, ``recipes``, ``export`` and ``new``
+(argument parsing only; the work lives elsewhere).
 
 Torch and Lightning are imported inside the commands that train, after every check that needs
 neither (recipe keys and types, data paths, the run folder): those errors come within a second.
@@ -56,6 +56,7 @@ EXAMPLES = """examples:
   fedlight fit --recipe quickstart_fmnist rounds=3 --overwrite
   fedlight sweep --recipe quickstart_fmnist --grid partition.alpha=0.1,1 --seeds 3 --out sweeps/a --executor local
   fedlight report sweeps/a                                   tables and plots of finished runs
+  fedlight new method my_method                              a package of your own method (or aggregator, attack)
   fedlight <command> --help                                  a command's options"""
 
 
@@ -119,7 +120,13 @@ def _parser() -> argparse.ArgumentParser:
                             "fedlight.load_encoder rebuilds without the recipe")
     export.add_argument("run_dir", metavar="RUN_DIR", help="the run folder (run.dir) of a finished run")
     export.add_argument("--out", default=None, metavar="FILE", help="where to write it (default: RUN_DIR/encoder.pt)")
-    for command in (fit, sweep, report, methods, recipes, export):
+    new = sub.add_parser("new", help="write a package that adds a method, an aggregator or an attack to fedlight: "
+                         "a working example, its entry point and a test (docs/new_package.md)")
+    new.add_argument("kind", choices=("method", "aggregator", "attack"), help="what the package adds")
+    new.add_argument("name", metavar="NAME", help="its package, module and entry-point name (a Python identifier)")
+    new.add_argument("--dir", default=None, metavar="PATH", help="where to write it, a new or empty folder "
+                     "(default: ./NAME)")
+    for command in (fit, sweep, report, methods, recipes, export, new):
         command.set_defaults(command_parser=command)  # refuses what it does not take, in its own name
     return parser
 
@@ -199,6 +206,16 @@ def _export(args: argparse.Namespace) -> int:
           f"({b['channels']}x{b['image_size']}x{b['image_size']} images -> {b['feature_dim']} features)"
           + (f", with the local parts of {clients} clients" if clients else "")
           + f"; rebuild it with fedlight.load_encoder('{out}')")
+    return 0
+
+
+def _new(args: argparse.Namespace) -> int:
+    from fedlight.new_package import write_package
+
+    folder = Path(args.dir or args.name)
+    written = write_package(args.kind, args.name, folder)
+    print(f"wrote {len(written)} files:\n" + "\n".join(f"  {path}" for path in written))
+    print(f"next: pip install -e {shlex.quote(str(folder))} && pytest {shlex.quote(str(folder))}")
     return 0
 
 
@@ -287,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = _parse(argv)
         return {"fit": _fit, "sweep": _sweep, "report": _report, "methods": _methods,
-                "recipes": _recipes, "export": _export}[args.command](args)
+                "recipes": _recipes, "export": _export, "new": _new}[args.command](args)
     except UserError as exc:
         if not launch.is_child():  # rank 0 says it once
             for problem in getattr(exc, "problems", [str(exc)]):

@@ -103,7 +103,7 @@ case "$PYTHON" in
 esac
 extra=; modules="fedlight lightning lightly torchmetrics torchvision tensorboard matplotlib tqdm omegaconf scipy"
 if [ "$target" = test ]; then
-  extra='[dev]'; modules="$modules sklearn pytest hypothesis opacus wandb mlflow mkdocs material mkdocstrings mkdocstrings_handlers"
+  extra='[dev]'; modules="$modules sklearn pytest hypothesis opacus wandb mlflow mkdocs material mkdocstrings mkdocstrings_handlers setuptools"
 fi
 # (re)install when a module is missing or the installed fedlight is not this checkout (PYTHONPATH aside); find_spec
 # locates a module without importing it (importing torch and Lightning alone takes seconds)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+
+import cli_process
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,3 +34,13 @@ def tiny_recipe(tmp_path: Path) -> Path:
     path = tmp_path / "tiny.yaml"
     path.write_text(TINY.format(repo=REPO) + f"run: {{dir: {tmp_path / 'run'}}}\n")
     return path
+
+
+@pytest.fixture
+def forked_sweep_tasks(monkeypatch) -> None:
+    """``fedlight sweep --executor local`` starts its tasks (``python -m fedlight fit``) forked from
+    ``cli_process``'s server: processes of their own without the seconds of imports each."""
+    from fedlight.sweep import local
+
+    monkeypatch.setattr(local, "subprocess", SimpleNamespace(**{**vars(local.subprocess), "Popen": cli_process.popen}))
+

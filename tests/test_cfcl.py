@@ -6,8 +6,6 @@ import dataclasses
 import json
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +13,7 @@ import pytest
 import torch
 from lightning.fabric import Fabric
 
+import cli_process
 from fedlight.cli import main
 from fedlight.config import load_recipe
 from fedlight.data.partition import class_counts
@@ -359,9 +358,8 @@ def test_two_processes_exchange_as_one(tmp_path: Path) -> None:
     path, one = _recipe(tmp_path, *extra)
     fit(one)
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "fedlight", "fit", "--recipe", str(path), *extra, "fabric.devices=2",
-           f"run.dir={tmp_path / 'two'}"]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    cmd = ["fit", "--recipe", str(path), *extra, "fabric.devices=2", f"run.dir={tmp_path / 'two'}"]
+    proc = cli_process.run(cmd, env=env)  # rank 0 forked; it starts rank 1 as `python -m fedlight`
     assert proc.returncode == 0, proc.stderr[-2000:]
     a = torch.load(tmp_path / "run/checkpoints/last.pt", weights_only=True)
     b = torch.load(tmp_path / "two/checkpoints/last.pt", weights_only=True)

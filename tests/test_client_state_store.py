@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+import cli_process
 from fedlight.cli import main
 from fedlight.config import load_recipe
 from fedlight.engine.loop.client_store import choose_store
@@ -209,9 +210,9 @@ def test_two_processes_keep_each_clients_state_on_its_own_rank(tmp_path: Path, t
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     args = [*SCAFFOLD, "clients.num=4", "clients.fraction=1.0", "run.client_state=disk", "fabric.threads=1"]
     for devices in (1, 2):
-        cmd = [sys.executable, "-m", "fedlight", "fit", "--recipe", str(tiny_recipe), *args,
-               f"fabric.devices={devices}", f"run.dir={tmp_path / str(devices)}"]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        cmd = ["fit", "--recipe", str(tiny_recipe), *args, f"fabric.devices={devices}",
+               f"run.dir={tmp_path / str(devices)}"]
+        proc = cli_process.run(cmd, env=env, timeout=600)
         assert proc.returncode == 0, proc.stderr[-2000:]
     one, two = _disk_states(tmp_path / "1"), _disk_states(tmp_path / "2")
     assert sorted(one) == sorted(two) == [0, 1, 2, 3]

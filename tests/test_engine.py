@@ -15,6 +15,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+import cli_process
 import fedlight
 from fedlight.cli import main
 from fedlight.config import load_recipe
@@ -42,8 +43,7 @@ def tiny_run(tmp_path_factory) -> Path:
     recipe = tmp / "tiny.yaml"
     recipe.write_text(TINY.format(repo=REPO) + f"run: {{dir: {tmp / 'run'}}}\n")
     # as a user runs it: the process ends at once after success (cli.run), nothing may be lost
-    proc = subprocess.run([sys.executable, "-m", "fedlight", "fit", "--recipe", str(recipe)], capture_output=True,
-                          text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+    proc = cli_process.run(["fit", "--recipe", str(recipe)], env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0 and "final: linear probe, 100% labels" in proc.stdout, proc.stderr[-2000:]
     # off a terminal: one plain line per round, no carriage-return progress bars
     assert [line.split(":")[0] for line in proc.stdout.splitlines() if line.startswith("round ")] == ["round 1/2",
@@ -181,10 +181,9 @@ def test_client_sampling_is_seeded_and_sized() -> None:
 
 def test_two_processes_match_one(tmp_path: Path, tiny_recipe: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    for devices in (1, 2):
-        cmd = [sys.executable, "-m", "fedlight", "fit", "--recipe", str(tiny_recipe), "clients.num=4",
-               f"fabric.devices={devices}", "fabric.threads=1", f"run.dir={tmp_path / str(devices)}"]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    for devices in (1, 2):  # rank 0 forked, rank 1 (devices=2) a `python -m fedlight` that rank 0 starts
+        proc = cli_process.run(["fit", "--recipe", str(tiny_recipe), "clients.num=4", f"fabric.devices={devices}",
+                                "fabric.threads=1", f"run.dir={tmp_path / str(devices)}"], env=env)
         assert proc.returncode == 0, proc.stderr[-2000:]
     one, two = _global(tmp_path / "1"), _global(tmp_path / "2")
     for k in one:
@@ -210,7 +209,8 @@ def test_sigkill_mid_run_then_resume_ends_where_a_straight_run_ends(tmp_path: Pa
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert (run / "checkpoints/last.pt").exists()
-    subprocess.run([*cmd, "--resume"], env=env, check=True, capture_output=True, timeout=300)
+    again = cli_process.run([*cmd[3:], "--resume"], env=env)  # the killed one was a `python -m fedlight`
+    assert again.returncode == 0, again.stderr[-2000:]
     straight = fit(load_recipe(tiny_recipe, ["rounds=4", f"run.dir={tmp_path / 'straight'}"]))
     a, b = _global(tmp_path / "straight"), _global(run)
     assert all(torch.equal(a[k], b[k]) for k in a)

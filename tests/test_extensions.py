@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import cli_process
 from fedlight.errors import UserError
 from fedlight.extensions import Table
 
@@ -63,9 +64,10 @@ def install(site: Path, package: str, files: dict[str, str], entry_points: str) 
 
 
 def fedlight(site: Path, *args: str) -> subprocess.CompletedProcess:
+    """``python -m fedlight ARGS`` with the package in ``site`` installed: a process of its own (the
+    entry points are looked up as a fresh command does), forked with fedlight already imported."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)]), "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "fedlight", *args], capture_output=True, text=True, env=env,
-                          cwd=REPO, timeout=300)
+    return cli_process.run(list(args), env=env, cwd=REPO)
 
 
 def test_the_readme_method_trains_through_fedlight_fit(tmp_path: Path, tiny_recipe: Path) -> None:

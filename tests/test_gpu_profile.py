@@ -5,17 +5,18 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
+
+import cli_process
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "gpu_profile.py"
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
+    """``python benchmarks/gpu_profile.py ARGS``, a process forked with torch imported (``cli_process``)."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # no GPU, even on a machine that has one
-    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=120)
+    return cli_process.run_python([str(SCRIPT), *args], env=env, cwd=REPO, timeout=120)
 
 
 def test_without_cuda_it_says_so_and_exits_0() -> None:

@@ -4,13 +4,12 @@ and worker models and processes that give the one-process result bit for bit."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+import cli_process
 from fedlight.config import load_recipe
 from fedlight.engine.loop.aggregation import check_payload_budget, finish, fold, merge_workers
 from fedlight.engine.run.fit import check_recipe, fit, prepare
@@ -124,9 +123,8 @@ def test_a_payloads_server_runs_with_two_workers_and_two_processes_as_with_one(t
     fit(load_recipe(tiny_recipe, [*args, f"run.dir={tmp_path / 'one'}"]))
     fit(load_recipe(tiny_recipe, [*args, "fabric.workers=2", f"run.dir={tmp_path / 'workers'}"]))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-m", "fedlight", "fit", "--recipe", str(tiny_recipe), *args,
-                           "fabric.devices=2", f"run.dir={tmp_path / 'ranks'}"], env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = cli_process.run(["fit", "--recipe", str(tiny_recipe), *args, "fabric.devices=2",
+                            f"run.dir={tmp_path / 'ranks'}"], env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     one = _global(tmp_path / "one")
     for other in ("workers", "ranks"):  # the same payloads in the same order: the same bits

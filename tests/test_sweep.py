@@ -348,6 +348,7 @@ def test_a_sweep_from_before_keeps_its_index_names(tmp_path: Path, tiny_recipe: 
     assert not (out / "runs/alpha=0.01_name=simclr_seed=3").exists()
 
 
+@pytest.mark.usefixtures("forked_sweep_tasks")  # each task a process, forked
 def test_local_executor_runs_skips_finished_and_resumes(tmp_path: Path, tiny_recipe: Path, capsys) -> None:
     """A tiny 2-run sweep as 2 processes here: the same manifest and files as SLURM's, finished
     tasks skipped on a re-run, and a task whose results are gone continued with --resume."""

@@ -23,6 +23,7 @@ def _recipe(out: Path, name: str) -> dict:
     return yaml.safe_load((out / "recipes" / f"{name}.yaml").read_text())
 
 
+@pytest.mark.usefixtures("forked_sweep_tasks")  # each task a process, forked
 def test_fedavg_scaffold_moon_in_one_command(tmp_path: Path, capsys) -> None:
     """One command, three arms with different method and server sections: SLURM's task list is the
     one the local executor runs; each run records its arm; SCAFFOLD keeps the recipe's 256 head."""

@@ -1,0 +1,414 @@
+"""``fedlight new``: a package folder that adds a method, an aggregator or an attack to fedlight.
+
+``write_package("method", "my_method", Path("my_method"))`` writes::
+
+    my_method/pyproject.toml            the entry point (``[project.entry-points."fedlight.methods"]``)
+    my_method/README.md                 install, test, run: a few lines
+    my_method/src/my_method/__init__.py
+    my_method/src/my_method/method.py   a minimal but working part, imported from ``fedlight`` only
+    my_method/tests/test_my_method.py   pytest: one round on fedlight's synthetic data
+
+The parts are real: a SimCLR-like objective from lightly's head and loss (method), a
+coordinate-wise trimmed mean (aggregator, the payloads contract), a scaled sign flip (attack).
+Only the standard library and ``fedlight.catalog`` are imported here, so the command answers at
+once; the templates are ``string.Template`` text (``$name``, ``$cls``), since their code is
+never run in this package.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import keyword
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+
+from fedlight.catalog import METHODS, SERVERS
+from fedlight.errors import UserError
+
+PYPROJECT = Template('''\
+# $name: a fedlight $kind, from `fedlight new $kind $name`; `pip install -e .` installs it
+[build-system]
+requires = ["setuptools>=64"]  # 64: editable installs (PEP 660)
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "$name"
+version = "0.1.0"
+description = "$summary"
+readme = "README.md"
+requires-python = ">=3.10"
+dependencies = ["fedlight"]
+
+[project.optional-dependencies]
+test = ["pytest>=7"]
+
+# what fedlight finds: the name a recipe uses -> the class
+[project.entry-points."$group"]
+$name = "$name.$kind:$cls"
+
+[tool.setuptools.packages.find]
+where = ["src"]
+
+[tool.pytest.ini_options]
+testpaths = ["tests"]
+''')
+
+README = Template('''\
+# $name
+
+$summary. A fedlight $kind under the entry point `$group`, written by `fedlight new $kind $name`;
+the code is `src/$name/$kind.py`, its test `tests/test_$name.py`.
+
+    pip install -e .        # fedlight finds it by its entry point$listed
+    pytest                  # $tested
+    fedlight fit --recipe quickstart_fmnist $usage
+
+fedlight's docs/new_package.md says what fedlight asks of it.
+''')
+
+METHOD = Template('''\
+"""$name: a fedlight method (entry point ``fedlight.methods``), from ``fedlight new method $name``.
+
+A contrastive objective in the manner of SimCLR (Chen et al., "A Simple Framework for
+Contrastive Learning of Visual Representations", ICML 2020, https://arxiv.org/abs/2002.05709),
+built from lightly's projection head and NT-Xent loss. Make it your own in ``training_step`` and
+the heads it uses; a sub-module is declared shared (averaged by the server), private (kept by
+each client) or transient (rebuilt every round).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import torch
+from lightly.loss import NTXentLoss
+from lightly.models.modules import SimCLRProjectionHead
+from torch import nn
+
+from fedlight import Batch, FederatedModule, OptimizerSpec, positive
+
+
+class $cls(FederatedModule):
+    """Two augmented views of an image attract, the batch's other images repel (NT-Xent).
+
+    A recipe sets every argument after ``optim`` as a ``method.*`` key, checked by its annotation:
+    ``method: {name: $name, hidden_dim: 512, output_dim: 128, temperature: 0.5}``.
+
+    Args:
+        backbone: the encoder ``model.backbone`` builds: (B, C, H, W) -> (B, backbone.feature_dim).
+        optim: the local optimizer, from ``local.*``.
+        hidden_dim: the projection head's hidden width.
+        output_dim: the embedding width: z of shape (B, output_dim).
+        temperature: NT-Xent's softmax temperature (SimCLR: 0.5).
+    """
+
+    shared_modules = ("backbone", "projection_head")  # averaged by the server
+    private_modules = ()  # kept by each client between its rounds: none here
+    num_views = 2  # training_step receives two augmented views of every image
+
+    def __init__(self, backbone: nn.Module, optim: OptimizerSpec | None = None,
+                 hidden_dim: Annotated[int, positive] = 512, output_dim: Annotated[int, positive] = 128,
+                 temperature: Annotated[float, positive] = 0.5) -> None:
+        super().__init__(backbone, optim)
+        self.projection_head = SimCLRProjectionHead(backbone.feature_dim, hidden_dim, output_dim)
+        self.criterion = NTXentLoss(temperature=temperature)
+
+    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
+        """The loss of one batch ``((x0, x1), y)``: two views (B, C, H, W) of B images; labels y unused."""
+        (x0, x1), _ = batch
+        z0, z1 = self.projection_head(self.backbone(x0)), self.projection_head(self.backbone(x1))
+        return self.criterion(z0, z1)
+''')
+
+AGGREGATOR = Template('''\
+"""$name: a fedlight aggregator (entry point ``fedlight.aggregators``), from ``fedlight new aggregator $name``.
+
+A coordinate-wise trimmed mean (Yin, Chen, Ramchandran and Bartlett, "Byzantine-Robust
+Distributed Learning: Towards Optimal Statistical Rates", ICML 2018, Algorithm 2,
+https://arxiv.org/abs/1803.01498), written to the payloads contract: ``finalize`` receives every
+answering client's upload at once. An aggregator that needs only a running sum (FedAvg's kind)
+sets no ``needs_payloads`` and implements ``accumulate`` too: see fedlight's ``Aggregator``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated
+
+import torch
+
+from fedlight import Aggregator, ClientPayload, State
+
+
+def below_half(trim: float) -> str | None:
+    """``server.trim``'s range: what is wrong with it, or None (a recipe that breaks it is one line)."""
+    return None if 0 <= trim < 0.5 else "must be in [0, 0.5): a share of 0.5 would drop every client"
+
+
+class $cls(Aggregator):
+    """Each coordinate drops its ``floor(trim * n)`` largest and smallest values among the n
+    answering clients and averages the rest (every client counts once).
+
+    Args:
+        trim: the share dropped from each side, below 0.5 (``server.trim``; 0 is a plain mean).
+    """
+
+    needs_payloads = True  # finalize gets list[ClientPayload], sorted by client, on the CPU
+
+    def __init__(self, trim: Annotated[float, below_half] = 0.1) -> None:
+        self.trim = trim
+
+    def finalize(self, global_state: State, payloads: list[ClientPayload]) -> State:
+        """The new global state: for every entry of ``global_state``, the trimmed mean over the
+        clients' tensors of its shape, cast back to its dtype and device (integer buffers rounded)."""
+        cut = math.floor(self.trim * len(payloads))
+        new = {}
+        for key, ref in global_state.items():
+            stacked = torch.stack([p.payload[key].double() for p in payloads])  # (n, *shape)
+            kept = stacked.sort(dim=0).values[cut:len(payloads) - cut]
+            mean = kept.mean(dim=0)
+            new[key] = (mean if ref.is_floating_point() else mean.round()).to(ref.dtype).to(ref.device)
+        return new
+''')
+
+ATTACK = Template('''\
+"""$name: a fedlight attack (entry point ``fedlight.attacks``), from ``fedlight new attack $name``.
+
+A Byzantine client that sends its update reversed and scaled: instead of ``x_global + u`` with
+``u = x_trained - x_global``, it sends ``x_global - scale * u`` (the sign-flip attack of
+Blanchard et al., "Machine Learning with Adversaries: Byzantine Tolerant Gradient Descent",
+NeurIPS 2017, https://arxiv.org/abs/1703.02757, and El Mhamdi et al., ICML 2018).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import torch
+
+from fedlight import State, positive
+
+RUNNING_STATISTICS = ("running_mean", "running_var")  # BatchNorm's statistics: measured, not learned
+
+
+class $cls:
+    """Send ``x_global - scale * (x_trained - x_global)`` for every learnable floating-point tensor;
+    BatchNorm statistics and integer buffers go as trained.
+
+    Args:
+        scale: how far the reversed update reaches (``faults.attack_scale``).
+    """
+
+    def __init__(self, scale: Annotated[float, positive] = 10.0) -> None:
+        self.scale = scale
+
+    def __call__(self, payload: State, global_state: State) -> State:
+        """What the attacker sends, given what it trained (``payload``) and the round's model
+        (``global_state``): the same names, shapes and dtypes as ``payload``."""
+        sent = dict(payload)
+        for key, trained in payload.items():
+            if trained.is_floating_point() and key.rpartition(".")[2] not in RUNNING_STATISTICS:
+                start = global_state[key].to(trained.device)
+                sent[key] = start - self.scale * (trained.detach() - start)
+        return sent
+''')
+
+# the generated tests of the method and the aggregator train through ``fedlight fit``, in-process
+FIT_TEST = Template('''\
+"""$name trains for one round through ``fedlight fit`` on fedlight's synthetic data (seconds, on a CPU)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+$imports
+# 256 of fedlight's synthetic 3 x 16 x 16 images (class templates plus noise, made in memory: nothing to download)
+RECIPE = """
+rounds: 1
+data: {name: synthetic, subset: 256, test_subset: 128}
+model: {backbone: tiny_cnn}
+clients: {num: 4}
+local: {epochs: 1, batch_size: 64}
+eval: {probe_epochs: 1, knn_k: 5, projector_samples: 0}
+fabric: {accelerator: cpu}
+"""
+PART = "$section"  # the part under test, as a recipe names it
+
+$unit
+def test_${name}_trains_one_round_through_fedlight_fit(tmp_path: Path) -> None:
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(RECIPE)
+    run = tmp_path / "run"
+    assert main(["fit", "--recipe", str(recipe), PART, f"run.dir={run}"]) == 0
+    results = json.loads((run / "results.json").read_text())
+    assert results["recipe"]["$key"]["name"] == "$name" and results["rounds_completed"] == 1
+    assert results["history"][0]["answered"] == 4 and math.isfinite(results["history"][0]["train_loss"])
+''')
+
+AGGREGATOR_UNIT = '''
+def test_each_coordinate_drops_its_extremes_and_averages_the_rest() -> None:
+    """Four clients, trim 0.25: each coordinate drops its largest and smallest value."""
+    values = [[1.0, 40.0], [2.0, 10.0], [3.0, 20.0], [-100.0, 30.0]]
+    payloads = [ClientPayload(c, 1.0, {"w": torch.tensor(v), "n": torch.tensor(c)}) for c, v in enumerate(values)]
+    new = $cls(trim=0.25).finalize({"w": torch.zeros(2), "n": torch.tensor(0)}, payloads)
+    assert new["w"].tolist() == [1.5, 25.0]  # (1 + 2) / 2 and (20 + 30) / 2
+    assert new["n"].dtype == torch.int64 and new["n"].item() == 2  # (1 + 2) / 2 = 1.5, rounded to even
+
+'''
+
+ATTACK_TEST = Template('''\
+"""$name sends its update reversed and scaled, and a round with it moves the mean model away from the honest one.
+
+Until fedlight's ``fit`` runs attacks of the ``fedlight.attacks`` entry point, the round below is
+trained here, in plain torch: two clients of a least-squares task, one of them attacking.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from $name.attack import $cls
+
+
+def test_the_update_is_reversed_and_scaled_and_statistics_go_as_trained() -> None:
+    global_state = {"w": torch.tensor([1.0, 2.0]), "bn.running_mean": torch.tensor([0.0]),
+                    "bn.num_batches_tracked": torch.tensor(3)}
+    trained = {"w": torch.tensor([1.5, 1.0]), "bn.running_mean": torch.tensor([0.25]),
+               "bn.num_batches_tracked": torch.tensor(5)}
+    sent = $cls(scale=2.0)(trained, global_state)
+    assert sent["w"].tolist() == [0.0, 4.0]  # update (0.5, -1) -> (-1, 2), from (1, 2)
+    assert sent["bn.running_mean"] is trained["bn.running_mean"] and sent["bn.num_batches_tracked"].item() == 5
+
+
+def _train(start: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+    """One epoch of SGD (batches of 8) on a linear model from ``start``: what an honest client sends."""
+    model = nn.Linear(x.shape[1], 1)
+    model.load_state_dict(start)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    for xb, yb in zip(x.split(8), y.split(8)):
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(xb), yb).backward()
+        optimizer.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_one_round_with_an_attacker_ends_worse_than_its_start() -> None:
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 32, 4, generator=generator)  # two clients' 32 samples of 4 features
+    y = x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]])
+    start = {k: v.detach().clone() for k, v in nn.Linear(4, 1).state_dict().items()}
+    honest = [_train(start, x[c], y[c]) for c in range(2)]
+    sent = [honest[0], $cls(scale=10.0)(honest[1], start)]
+    mean = {k: (sent[0][k] + sent[1][k]) / 2 for k in start}
+    honest_mean = {k: (honest[0][k] + honest[1][k]) / 2 for k in start}
+
+    def loss(state: dict[str, torch.Tensor]) -> float:
+        return float(((x @ state["weight"].T + state["bias"] - y) ** 2).mean())
+
+    assert loss(honest_mean) < loss(start) < loss(mean)  # the honest round helps, the attacked one hurts
+''')
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What ``fedlight new KIND`` writes for one kind of part.
+
+    Attributes:
+        group: the entry-point group fedlight reads.
+        summary: the package's one-line description.
+        code: the module's template; test: the test's.
+        listed: the README's note on ``pip install -e .`` (where fedlight lists it).
+        tested: what the README says ``pytest`` does.
+        usage: the ``fedlight fit`` overrides that use it.
+        test_parts: what ``FIT_TEST`` leaves to the kind: its imports, a unit test before the run, the
+            recipe override that names the part and its section's key.
+    """
+
+    group: str
+    summary: str
+    code: Template
+    test: Template
+    listed: str
+    tested: str
+    usage: str
+    test_parts: dict[str, str]
+
+
+KINDS = {
+    "method": Kind("fedlight.methods", "A SimCLR-like contrastive objective (lightly's head and NT-Xent loss)", METHOD,
+                   FIT_TEST, "; `fedlight methods` lists it", "trains it for one round on synthetic data",
+                   '"method={name: $name}"',
+                   {"imports": "\nfrom fedlight.cli import main\n", "unit": "", "key": "method",
+                    "section": "method={name: $name, hidden_dim: 32, output_dim: 16}"}),
+    "aggregator": Kind("fedlight.aggregators", "A coordinate-wise trimmed mean of the clients' models", AGGREGATOR,
+                       FIT_TEST, "; `fedlight methods` lists it",
+                       "checks the trimmed mean by hand, then trains one round with it",
+                       '"server={name: $name, trim: 0.2}"',
+                       {"imports": "\nimport torch\n\nfrom fedlight import ClientPayload\n"
+                                   "from fedlight.cli import main\nfrom $name.aggregator import $cls\n",
+                        "unit": AGGREGATOR_UNIT, "key": "server", "section": "server={name: $name, trim: 0.25}"}),
+    # ``fedlight.attacks``: the group the engine's pluggable attacks are being given (issue 44)
+    "attack": Kind("fedlight.attacks", "A sign-flip attack: Byzantine clients send their update reversed and scaled",
+                   ATTACK, ATTACK_TEST, "", "checks the sign flip by hand, then a round with an attacker",
+                   "faults.attack=$name faults.attackers=0.3", {}),
+}
+BUILT_IN = {"method": METHODS, "aggregator": SERVERS}  # names fedlight already has: a built-in wins over a package
+
+
+def class_name(name: str) -> str:
+    """``my_method`` -> ``MyMethod``: the part's class (``x`` -> ``X``)."""
+    return "".join(word[:1].upper() + word[1:] for word in name.split("_") if word) or "Part"
+
+
+def check_name(kind: str, name: str) -> None:
+    """Raise the UserError for a NAME that cannot be a package, module and entry-point name of ``kind``."""
+    if not name.isidentifier() or keyword.iskeyword(name):
+        fixed = re.sub(r"\W", "_", name).strip("_") or "my_part"
+        fixed = f"my_{fixed}" if fixed[0].isdigit() or keyword.iskeyword(fixed) else fixed
+        raise UserError(f"NAME '{name}' is not a Python identifier (letters, digits and _, not a keyword, no digit "
+                        f"first), as a package name must be; e.g. fedlight new {kind} {fixed}")
+    table = BUILT_IN.get(kind)
+    if table is not None and name in table.builtins:
+        raise UserError(f"'{name}' is fedlight's own {kind} (a built-in name wins over a package's); pick another NAME")
+    found = importlib.util.find_spec(name)
+    if found is not None:
+        where = found.origin or next(iter(found.submodule_search_locations or []), "?")
+        raise UserError(f"NAME '{name}' is already an importable module ({where}), which the package would "
+                        "shadow or be shadowed by; pick another NAME")
+
+
+def files(kind: str, name: str) -> dict[str, str]:
+    """The package's files of ``kind`` named ``name``: relative path -> text."""
+    spec, cls = KINDS[kind], class_name(name)
+    fill = {"name": name, "cls": cls, "kind": kind, "group": spec.group, "summary": spec.summary}
+    test = {key: Template(text).substitute(fill) for key, text in spec.test_parts.items()}
+    readme = {"listed": spec.listed, "tested": spec.tested, "usage": Template(spec.usage).substitute(fill)}
+    return {"pyproject.toml": PYPROJECT.substitute(fill),
+            "README.md": README.substitute(fill, **readme),
+            f"src/{name}/__init__.py": f'"""{spec.summary}: a fedlight {kind} (``{name}.{kind}.{cls}``)."""\n',
+            f"src/{name}/{kind}.py": spec.code.substitute(fill),
+            f"tests/test_{name}.py": spec.test.substitute(fill, **test)}
+
+
+def write_package(kind: str, name: str, folder: Path) -> list[Path]:
+    """Write the package of ``kind`` named ``name`` into ``folder`` (absent or empty); return its files.
+
+    Raises:
+        UserError: ``name`` is no identifier, a built-in's or an importable module's name, or ``folder``
+            is a file or a folder that holds something.
+    """
+    if folder.is_file() or (folder.is_dir() and any(folder.iterdir())):
+        raise UserError(f"--dir '{folder}' already holds {'a file' if folder.is_file() else 'files'}; "
+                        "name a new or empty folder with --dir")
+    check_name(kind, name)
+    written = []
+    for relative, text in files(kind, name).items():
+        path = folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        written.append(path)
+    return written
