@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import torch
 
-import cli_process
 from fedlight.config import load_recipe
 from fedlight.engine.loop.federation import TIMING
 from fedlight.engine.loop.local_loop import train_client
