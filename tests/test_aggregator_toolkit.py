@@ -20,7 +20,6 @@ from fedlight.engine.run.fit import check_recipe, fit
 from fedlight.errors import UserError
 from tests.test_extensions import install, readme_example
 
-PAGE = Path(__file__).resolve().parents[1] / "docs" / "aggregators.md"
 EXAMPLES = {"toolkit-rfa": "RFA", "toolkit-centered-clipping": "CenteredClipping", "toolkit-server-lr": "ServerLR"}
 FAST = ["clients.num=4", "eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0", "model.backbone=tiny_cnn"]
 
@@ -33,7 +32,7 @@ def package(tmp_path: Path, monkeypatch) -> dict[str, ModuleType]:
 
     files, lines, names = {}, [], {}
     for marker in EXAMPLES:
-        code, entry = readme_example(marker, "fedlight.aggregators", PAGE)
+        code, entry = readme_example(marker, "fedlight.aggregators")
         name, target = (s.strip().strip('"') for s in entry.split("="))
         module = target.split(":")[0]
         files[f"{module.split('.')[1]}.py"] = code
