@@ -7,8 +7,9 @@ mostly the dispatch of its small kernels. Both sides train the same clients from
 starting model and generators through the engine's own entry points (``EpochSchedule.train``
 one client after another; ``EpochSchedule.train_together`` on all of them); the two sides
 alternate, the first of each repeat swapped every repeat, so a CPU shared with other work
-slows both alike. Prints the median milliseconds a client over ``--repeats`` and the ratio,
-and with ``--profile`` torch's profile of one batched round (where its time goes).
+slows both alike. Prints the median milliseconds a client over ``--repeats``, their ratio, and
+the median and range of the ratio within each repeat (its two sides ran back to back); with
+``--profile``, torch's profile of one batched round (where its time goes).
 
     python benchmarks/batched_clients.py [--batch 4 8] [--clients 32] [--samples 32] [--repeats 7]
 """
@@ -89,11 +90,10 @@ def compare(method: str, clients: int, samples: int, batch: int, repeats: int) -
             runs[name]()
             times[name].append(1000 * (time.perf_counter() - started) / clients)
     alone, together = (statistics.median(times[n]) for n in runs)
-    steps = schedule.planned_steps(0)
-    print(f"{method:10s} batch {batch}: {clients} clients x {steps} steps; ms a client: one by one {alone:7.1f}, "
-          f"batched {together:7.1f}; one by one / batched = {alone / together:.2f}x "
-          f"(spread {min(times['one by one']):.1f}-{max(times['one by one']):.1f} / "
-          f"{min(times['batched']):.1f}-{max(times['batched']):.1f})")
+    paired = sorted(a / b for a, b in zip(times["one by one"], times["batched"]))  # a repeat's two sides ran back to back
+    print(f"{method:10s} batch {batch}: {clients} clients x {schedule.planned_steps(0)} steps; ms a client (median): "
+          f"one by one {alone:6.1f}, batched {together:6.1f}, ratio {alone / together:.2f}x; "
+          f"ratio within a repeat: median {statistics.median(paired):.2f}x, range {paired[0]:.2f}-{paired[-1]:.2f}x")
 
 
 def profile(method: str, clients: int, samples: int, batch: int) -> None:

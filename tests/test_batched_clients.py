@@ -150,7 +150,8 @@ def test_a_run_with_batched_clients_equals_one_by_one(tmp_path: Path, tiny_recip
     (["method.name=moon"], "method.name=moon cannot: its model-contrastive term"),
     (["method.name=scaffold", "server.name=scaffold"], "method.name=scaffold cannot: its correction"),
     (["stream.velocity=50"], "local.schedule=stream cannot: each client's next batch"),
-    (["fabric.precision=16-mixed"], "no loss scaler for fabric.precision=16-mixed"),
+    (["fabric.precision=16-mixed"], "full precision, not fabric.precision=16-mixed"),
+    (["fabric.precision=bf16-mixed"], "full precision, not fabric.precision=bf16-mixed"),
 ])
 def test_methods_and_schedules_that_cannot_are_refused_in_one_line(tiny_recipe: Path, overrides: list[str],
                                                                      refusal: str) -> None:

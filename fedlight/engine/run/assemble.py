@@ -114,14 +114,15 @@ def part_options(recipe: Recipe, aggregator: Aggregator) -> PartOptions:
 
 def check_batched_schedule(recipe: Recipe, name: str) -> None:
     """``local.batched_clients`` needs a schedule that trains clients together (``ClientSchedule.batch_refusal``)
-    and a precision without a per-optimizer loss scale; raises a one-line UserError otherwise."""
+    and full precision (under vmap, BatchNorm's float32 statistics meet autocast's bfloat16 activations, and
+    16-mixed scales the loss per optimizer); raises a one-line UserError otherwise."""
     k = recipe.local.batched_clients
     refusal = getattr(registry.SCHEDULES[name], "batch_refusal", ClientSchedule.batch_refusal)
     if refusal:
         raise refused(k, f"local.schedule={name}", refusal)
-    if recipe.fabric.precision == "16-mixed":
-        raise UserError(f"local.batched_clients={k} has no loss scaler for fabric.precision=16-mixed; use "
-                        "fabric.precision=bf16-mixed or 32-true, or drop local.batched_clients")
+    if recipe.fabric.precision.endswith("-mixed"):
+        raise UserError(f"local.batched_clients={k} trains in full precision, not fabric.precision="
+                        f"{recipe.fabric.precision}; use fabric.precision=32-true, or drop local.batched_clients")
 
 
 def new_device_options(recipe: Recipe, aggregator: Aggregator) -> NewDeviceOptions | None:
