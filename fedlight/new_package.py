@@ -186,8 +186,6 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import torch
-
 from fedlight import State, positive
 
 RUNNING_STATISTICS = ("running_mean", "running_var")  # BatchNorm's statistics: measured, not learned
