@@ -9,8 +9,9 @@
   although it makes two views.
 * ``round``: the wall seconds of a recipe's rounds (the history's ``train_seconds``: its clients'
   local work; ``seconds``: the whole round) on synthetic data of the recipe's shape (no download),
-  the first round a warm-up. ``--batched KEY`` sets recipe key KEY=true (batched clients), or
-  reports "not available" where the installed fedlight does not know KEY.
+  the first round a warm-up. ``--batched KEY=VALUE`` sets a recipe key for batched clients
+  (``local.batched_clients=100``: a round's 100 clients as one step), or reports "not available"
+  where the installed fedlight does not know the key, and the one-line refusal where it refuses.
 
 * ``report --out DIR``: ``gpu_check.sh``'s results.json and results.md from its steps' records.
 
@@ -174,21 +175,25 @@ def round_times(args: argparse.Namespace) -> dict[str, Any]:
     """The seconds of each round of ``args.recipe`` on synthetic data (the first round is a warm-up)."""
     from fedlight.engine.run.assemble import build_federation
     from fedlight.engine.run.fit import make_fabric, prepare
+    from fedlight.errors import UserError
 
     out: dict[str, Any] = {"step": "round", "recipe": str(args.recipe), "overrides": args.overrides,
-                           "batched_key": args.batched}
-    extra = [f"{args.batched}=true"] if args.batched else []
+                           "batched": args.batched}
+    extra = [args.batched] if args.batched else []
     with tempfile.TemporaryDirectory() as tmp:
         overrides = [*_accelerator(args.smoke), "fabric.devices=1", f"rounds={args.rounds}", "eval.every=1000",
                      "eval.probe_epochs=1", "eval.projector_samples=0", f"run.dir={tmp}/run", *args.overrides, *extra]
         recipe = _load(args.recipe, overrides)
         if recipe is None:
             return {**out, "train_seconds": NOT_AVAILABLE, "seconds": NOT_AVAILABLE}
-        server, data, parts, module, _ = prepare(recipe, synthetic_loader(args.images, 100))
-        fabric = make_fabric(recipe)
-        os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)  # as fit does once the device is chosen
         (Path(tmp) / "run").mkdir()
-        federation = build_federation(fabric, recipe, data, parts, module, server, Path(tmp) / "run")
+        try:
+            server, data, parts, module, _ = prepare(recipe, synthetic_loader(args.images, 100))
+            fabric = make_fabric(recipe)
+            os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)  # as fit does once the device is chosen
+            federation = build_federation(fabric, recipe, data, parts, module, server, Path(tmp) / "run")
+        except UserError as exc:  # e.g. batched clients refusing the recipe: a result, not a crash
+            return {**out, "train_seconds": f"refused: {exc}", "seconds": f"refused: {exc}"}
         try:
             history = federation.run()["history"]
         finally:
@@ -212,7 +217,7 @@ def _result(s: dict[str, Any]) -> str:
     if s.get("step") == "round":
         seconds = s["train_seconds"]
         shown = ", ".join(f"{t:.2f}" for t in seconds) if isinstance(seconds, list) else seconds
-        batched = f", {s['batched_key']}=true" if s.get("batched_key") else ""
+        batched = f", {s['batched']}" if s.get("batched") else ""
         return f"{s['recipe']}{batched}: local training s a round (the first a warm-up): {shown}"
     if "images_per_s" in s:  # gpu_profile.py's --json
         return (f"profile, batch {s['batch_size']} {s['precision']}: {_number(s['images_per_s'])} images/s, "
@@ -249,13 +254,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=50, help="throughput: timed steps per side")
     p.add_argument("--images", type=int, default=None, help="synthetic training images")
     p.add_argument("--rounds", type=int, default=2, help="round: rounds run (the first is a warm-up)")
-    p.add_argument("--batched", default=None, metavar="KEY", help="round: set recipe key KEY=true (batched clients)")
+    p.add_argument("--batched", default=None, metavar="KEY=VALUE",
+                   help="round: batched clients' recipe setting (e.g. local.batched_clients=100)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU: the code path in seconds")
     p.add_argument("--json", type=Path, default=None, help="also write the result here")
     p.add_argument("--out", type=Path, default=None, help="report: gpu_check.sh's output folder")
     p.epilog = "key=value arguments (anywhere) are recipe overrides."
     argv = sys.argv[1:] if argv is None else argv
-    overrides = [a for a in argv if "=" in a and not a.startswith("-")]
+    overrides = [a for i, a in enumerate(argv) if "=" in a and not a.startswith("-")
+                 and (i == 0 or argv[i - 1] != "--batched")]
     args = p.parse_args([a for a in argv if a not in overrides])
     args.overrides = overrides
     if args.smoke:

@@ -6,8 +6,8 @@
 #                 beside a plain single-model loop at the same batch (gpu_bench.py throughput)
 #   tput-256      the same at batch 256
 #   xdev-single   a cross-device round, 100 clients x 20 images, clients trained one by one
-#   xdev-batched  the same round with $BATCHED_KEY=true (batched clients): "not available" where the
-#                 installed fedlight does not know the key
+#   xdev-batched  the same round with $BATCHED (default local.batched_clients=100: the round's clients as
+#                 one step); "not available" where the installed fedlight lacks the key
 #   moon          the MOON twin's (recipes/moon_fmnist.yaml) round time
 #   profile       gpu_profile.py at batch 256, bf16 (where the time of a step goes)
 #   fits          a short `fedlight fit` of every paper's recipe, while the budget lasts
@@ -17,7 +17,7 @@
 # step), results.md (a markdown row per step), fits.md, steps/*.json and logs/*.log.
 #   bash benchmarks/gpu_check.sh OUT_DIR            # on the GPU machine
 #   bash benchmarks/gpu_check.sh --smoke OUT_DIR    # every step at toy size on the CPU (fits: one)
-#   BUDGET_S=300 BATCHED_KEY=local.batched_clients bash benchmarks/gpu_check.sh OUT_DIR
+#   BUDGET_S=300 BATCHED=local.batched_clients=25 bash benchmarks/gpu_check.sh OUT_DIR
 set -uo pipefail
 usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
 SMOKE=0
@@ -32,7 +32,7 @@ OUT=$(cd "$1" && pwd)
 rm -f "$OUT"/steps/*.json "$OUT"/steps/*.seconds "$OUT/steps/order.txt"  # a second call into the same folder starts afresh
 PY=${PYTHON:-python3}
 BUDGET_S=${BUDGET_S:-470}
-BATCHED_KEY=${BATCHED_KEY:-local.batched_clients}
+BATCHED=${BATCHED:-local.batched_clients=100}
 export PYTHONUNBUFFERED=1
 START=$(date +%s)
 BENCH=(benchmarks/gpu_bench.py)
@@ -90,7 +90,7 @@ step env 20 bash -c "$ENV_INFO"
 step tput-64 75 $PY "${BENCH[@]}" throughput --batch-size 64 --precision bf16-mixed --json "$OUT/steps/tput-64.json"
 step tput-256 75 $PY "${BENCH[@]}" throughput --batch-size 256 --precision bf16-mixed --json "$OUT/steps/tput-256.json"
 step xdev-single 60 $PY "${BENCH[@]}" "${XDEV[@]}" --json "$OUT/steps/xdev-single.json"
-step xdev-batched 60 $PY "${BENCH[@]}" "${XDEV[@]}" --batched "$BATCHED_KEY" --json "$OUT/steps/xdev-batched.json"
+step xdev-batched 60 $PY "${BENCH[@]}" "${XDEV[@]}" --batched "$BATCHED" --json "$OUT/steps/xdev-batched.json"
 step moon 75 $PY "${BENCH[@]}" "${MOON[@]}" --json "$OUT/steps/moon.json"
 step profile 60 $PY "${PROFILE[@]}" --json "$OUT/steps/profile.json"
 

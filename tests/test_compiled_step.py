@@ -26,6 +26,7 @@ def test_refusals_name_the_key_and_the_fix(monkeypatch: pytest.MonkeyPatch) -> N
     assert compile_refusal("none", module, "cpu", 4) is None
     assert "device is cpu; use local.compile=inductor" in compile_refusal("cudagraphs", module, "cpu", 1)
     assert "set fabric.workers=1" in compile_refusal("inductor", module, "cuda", 2)
+    assert "drop local.batched_clients" in compile_refusal("inductor", module, "cuda", 1, batched_clients=8)
 
     class Stateful(SimCLR):
         compile_refusal = "steps an optimizer inside training_step"

@@ -38,12 +38,17 @@ def test_throughput_measures_both_views_and_the_plain_loop(tmp_path: Path) -> No
     assert r["fedlight_best_over_plain"] > 0 and r["batch_size"] == 8
 
 
-def test_round_times_each_round_and_an_unknown_batched_key_is_not_available(tmp_path: Path) -> None:
+def test_round_times_each_round_and_batched_clients_unknown_or_refused_are_recorded(tmp_path: Path) -> None:
     assert gpu_bench.main([*XDEV, "--json", str(tmp_path / "r.json")]) == 0
     r = json.loads((tmp_path / "r.json").read_text())
     assert len(r["train_seconds"]) == 2 and all(t > 0 for t in r["train_seconds"]) and r["clients_per_round"] == 5
-    assert gpu_bench.main([*XDEV, "--batched", "local.no_such_key", "--json", str(tmp_path / "b.json")]) == 0
+    assert gpu_bench.main([*XDEV, "--batched", "local.no_such_key=4", "--json", str(tmp_path / "b.json")]) == 0
     assert json.loads((tmp_path / "b.json").read_text())["train_seconds"] == gpu_bench.NOT_AVAILABLE
+    refused = [*XDEV, "--batched", "local.batched_clients=5", "fabric.precision=bf16-mixed", "--json",
+               str(tmp_path / "m.json")]
+    assert gpu_bench.main(refused) == 0  # batched clients refuse mixed precision: recorded, not raised
+    assert json.loads((tmp_path / "m.json").read_text())["train_seconds"].startswith(
+        "refused: local.batched_clients=5 trains in full precision")
 
 
 def test_report_writes_a_row_a_step_in_order(tmp_path: Path) -> None:
@@ -51,7 +56,7 @@ def test_report_writes_a_row_a_step_in_order(tmp_path: Path) -> None:
     steps.mkdir()
     records = {"tput-64": {"step": "throughput", "batch_size": 64, "precision": "bf16-mixed", "wall_s": 20.0,
                            "fedlight_views_on_device": 9000.0, "fedlight_views_on_cpu": 7000.0, "plain_loop": 9100.0},
-               "xdev-batched": {"step": "round", "recipe": "x.yaml", "batched_key": "local.batched_clients",
+               "xdev-batched": {"step": "round", "recipe": "x.yaml", "batched": "local.batched_clients=100",
                                 "train_seconds": gpu_bench.NOT_AVAILABLE, "wall_s": 5.0},
                "moon": {"step": "moon", "status": "timed out after 75 s"}}
     for name, record in records.items():

@@ -17,7 +17,8 @@ compilation (seconds to minutes; torch caches the kernels on disk for the next r
 break (an operator whose output shape depends on data, such as lightly's ``NTXentLoss`` masking)
 splits the step into several graphs and is not an error.
 
-Refused in one line (``compile_refusal``): ``cudagraphs`` off CUDA; several worker models
+Refused in one line (``compile_refusal``): with ``local.batched_clients`` (its vmapped step is not
+this one); ``cudagraphs`` off CUDA; several worker models
 (``fabric.workers``: torch.compile's tracing is not thread-safe); a method whose step cannot be
 compiled (its ``compile_refusal``); a Python or torch that torch.compile does not run on; the
 CPU without a C++ compiler.
@@ -49,12 +50,17 @@ def _cxx_compiler() -> str | None:
     return next((found for name in names if (found := shutil.which(name))), None)
 
 
-def compile_refusal(setting: CompileSetting, module: FederatedModule, device_type: str, workers: int) -> str | None:
+def compile_refusal(setting: CompileSetting, module: FederatedModule, device_type: str, workers: int,
+                    batched_clients: int | None = None) -> str | None:
     """Why ``local.compile=setting`` cannot compile ``module``'s step on a ``device_type`` device
-    with ``workers`` worker models (one line naming the key and the fix), or None where it can."""
+    with ``workers`` worker models and ``local.batched_clients`` (one line naming the key and the fix),
+    or None where it can."""
     if setting == "none":
         return None
     key, fix = f"local.compile={setting}", "or set local.compile=none"
+    if batched_clients is not None:
+        return (f"{key} compiles the one-by-one local step, and local.batched_clients={batched_clients} trains "
+                "clients together through torch.func instead; drop local.batched_clients or set local.compile=none")
     if setting == "cudagraphs" and device_type != "cuda":
         return f"{key} replays CUDA graphs, and this run's device is {device_type}; use local.compile=inductor {fix}"
     if workers > 1:

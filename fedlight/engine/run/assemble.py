@@ -185,7 +185,8 @@ def check_compile(recipe: Recipe, module: FederatedModule, device_type: str | No
     """Refuse ``local.compile`` in one line where it cannot compile the method's step on the run's
     device (``device_type``; None: the one ``fabric.accelerator`` gives here)."""
     device_type = device_type or run_device_type(recipe.fabric.accelerator)
-    refusal = compile_refusal(recipe.local.compile, module, device_type, recipe.fabric.workers)
+    refusal = compile_refusal(recipe.local.compile, module, device_type, recipe.fabric.workers,
+                              recipe.local.batched_clients)
     if refusal:
         raise UserError(refusal)
 
