@@ -41,7 +41,7 @@ METHODS: dict[str, Callable[[OptimizerSpec], FederatedModule]] = {
     "byol": lambda o: BYOL(_backbone(), o, hidden_dim=16, output_dim=8, momentum=0.9),
     "supervised": lambda o: Supervised(_backbone(), 10, o),
     "fedprox": lambda o: FedProx(SimCLR(_backbone(), o, hidden_dim=16, output_dim=8), mu=0.5),
-    "fedema": lambda o: FedEMA(_backbone(), o, hidden_dim=16, output_dim=8, momentum=0.9),
+    "fedema": lambda o: FedEMA(BYOL(_backbone(), o, hidden_dim=16, output_dim=8, momentum=0.9)),
 }
 OPTIMIZERS = {"adam": OptimizerSpec("adam", lr=1e-3, weight_decay=1e-4),
               "sgd": OptimizerSpec("sgd", lr=0.01, momentum=0.9, weight_decay=1e-4),
@@ -171,7 +171,7 @@ def test_which_methods_can_train_clients_together() -> None:
     """The declared refusals: what a step over several clients can and cannot hold."""
     backbone, optim = _backbone(), OptimizerSpec()
     can = [SimCLR(backbone, optim), BYOL(backbone, optim), Supervised(backbone, 10, optim),
-           FedProx(Supervised(backbone, 10, optim)), FedBN(SimCLR(backbone, optim)), FedEMA(backbone, optim),
+           FedProx(Supervised(backbone, 10, optim)), FedBN(SimCLR(backbone, optim)), FedEMA(BYOL(backbone, optim)),
            LocalGlobal(SimCLR(backbone, optim), 10, ["head"])]
     cannot = [MOON(backbone, 10, optim), Scaffold(SimCLR(backbone, optim)),
               FairLocalGlobal(Supervised(backbone, 10, optim), 10, ["classifier"])]
