@@ -34,7 +34,7 @@ def test_user_errors_that_need_no_torch_come_before_torch_is_imported(tmp_path: 
     cases = {
         "unknown recipe key 'bogus'": [*quick, "bogus=1"],
         "rounds": [*quick, "rounds=many"],
-        "unknown method.name 'simclrr'; valid names: byol,": [*quick, "method.name=simclrr"],
+        "unknown method.name 'simclrr'; valid names: barlow_twins, byol,": [*quick, "method.name=simclrr"],
         "unknown server.name 'fedavgg'": [*quick, "server.name=fedavgg"],
         "unknown method.name ['simclr']": [*quick, "method.name=[simclr]"],
         "unknown model.backbone 'resnet'": [*quick, "model.backbone=resnet"],
