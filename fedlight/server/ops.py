@@ -13,6 +13,7 @@ import torch
 
 State = dict[str, torch.Tensor]
 WEIGHT_KEY = "__weight__"
+"""The key under which ``weighted_sum`` keeps a running sum's total client weight (a float64 scalar)."""
 
 
 def weighted_sum(acc: State | None, state: State, weight: float) -> State:
