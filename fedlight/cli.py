@@ -11,6 +11,7 @@ import argparse
 import difflib
 import logging
 import os
+import shlex
 import shutil
 import sys
 from pathlib import Path
