@@ -27,7 +27,6 @@ from fedlight.engine.parts.faults.simulated_faults import SimulatedFaults
 from fedlight.engine.run.fit import check_recipe, fit
 from fedlight.errors import UserError
 from fedlight.seeding import torch_generator
-from fedlight.server.aggregator import ClientPayload
 from fedlight.server.fedavg import FedAvg
 
 FAST = ["eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0", "model.backbone=tiny_cnn"]
