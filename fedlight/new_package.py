@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
-from fedlight.catalog import METHODS, SERVERS
+from fedlight.catalog import ATTACKS, METHODS, SERVERS
 from fedlight.errors import UserError
 
 PYPROJECT = Template('''\
@@ -61,7 +61,7 @@ README = Template('''\
 $summary. A fedlight $kind under the entry point `$group`, written by `fedlight new $kind $name`;
 the code is `src/$name/$kind.py`, its test `tests/test_$name.py`.
 
-    pip install -e .        # fedlight finds it by its entry point$listed
+    pip install -e .        # fedlight finds it by its entry point; `fedlight methods` lists it
     pytest                  # $tested
     fedlight fit --recipe quickstart_fmnist $usage
 
@@ -179,41 +179,39 @@ ATTACK = Template('''\
 A Byzantine client that sends its update reversed and scaled: instead of ``x_global + u`` with
 ``u = x_trained - x_global``, it sends ``x_global - scale * u`` (the sign-flip attack of
 Blanchard et al., "Machine Learning with Adversaries: Byzantine Tolerant Gradient Descent",
-NeurIPS 2017, https://arxiv.org/abs/1703.02757, and El Mhamdi et al., ICML 2018).
+NeurIPS 2017, https://arxiv.org/abs/1703.02757, and El Mhamdi et al., ICML 2018), as fedlight's
+own ``sign_flip`` does: make it your own in ``update``. ``UpdateAttack`` does the arithmetic
+around it: ``update`` sees the learnable floating-point entries only; BatchNorm statistics and
+integer buffers go as trained.
 """
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fedlight import State, positive
-
-RUNNING_STATISTICS = ("running_mean", "running_var")  # BatchNorm's statistics: measured, not learned
+from fedlight import AttackContext, State, UpdateAttack, positive
 
 
-class $cls:
-    """Send ``x_global - scale * (x_trained - x_global)`` for every learnable floating-point tensor;
-    BatchNorm statistics and integer buffers go as trained.
+class $cls(UpdateAttack):
+    """Sends its update reversed and scaled: ``-scale * u``.
+
+    A recipe picks it with ``faults.attack=$name`` and a share ``faults.attackers`` of the clients;
+    ``scale`` is ``faults.attack_scale``, any other constructor argument a ``faults.attack_options`` key.
 
     Args:
-        scale: how far the reversed update reaches (``faults.attack_scale``).
+        scale: how far the reversed update reaches.
     """
 
     def __init__(self, scale: Annotated[float, positive] = 10.0) -> None:
         self.scale = scale
 
-    def __call__(self, payload: State, global_state: State) -> State:
-        """What the attacker sends, given what it trained (``payload``) and the round's model
-        (``global_state``): the same names, shapes and dtypes as ``payload``."""
-        sent = dict(payload)
-        for key, trained in payload.items():
-            if trained.is_floating_point() and key.rpartition(".")[2] not in RUNNING_STATISTICS:
-                start = global_state[key].to(trained.device)
-                sent[key] = start - self.scale * (trained.detach() - start)
-        return sent
+    def update(self, own: State, benign: list[State], context: AttackContext) -> State:
+        """The update it sends, given its own ``u`` (name -> tensor); ``benign`` is empty unless the
+        class sets ``needs_benign = True`` (then: the round's benign updates)."""
+        return {key: -self.scale * u for key, u in own.items()}
 ''')
 
-# the generated tests of the method and the aggregator train through ``fedlight fit``, in-process
+# every generated test trains its part for one round through ``fedlight fit`` (in-process: ``fedlight.cli.main``)
 FIT_TEST = Template('''\
 """$name trains for one round through ``fedlight fit`` on fedlight's synthetic data (seconds, on a CPU)."""
 
@@ -233,17 +231,18 @@ local: {epochs: 1, batch_size: 64}
 eval: {probe_epochs: 1, knn_k: 5, projector_samples: 0}
 fabric: {accelerator: cpu}
 """
-PART = "$section"  # the part under test, as a recipe names it
+PART = $section  # the part under test, as a recipe names it
 
 $unit
 def test_${name}_trains_one_round_through_fedlight_fit(tmp_path: Path) -> None:
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(RECIPE)
     run = tmp_path / "run"
-    assert main(["fit", "--recipe", str(recipe), PART, f"run.dir={run}"]) == 0
+    assert main(["fit", "--recipe", str(recipe), *PART, f"run.dir={run}"]) == 0
     results = json.loads((run / "results.json").read_text())
-    assert results["recipe"]["$key"]["name"] == "$name" and results["rounds_completed"] == 1
-    assert results["history"][0]["answered"] == 4 and math.isfinite(results["history"][0]["train_loss"])
+    row = results["history"][0]
+    assert results["rounds_completed"] == 1 and row["answered"] == 4 and math.isfinite(row["train_loss"])
+    assert $recorded
 ''')
 
 AGGREGATOR_UNIT = '''
@@ -257,58 +256,18 @@ def test_each_coordinate_drops_its_extremes_and_averages_the_rest() -> None:
 
 '''
 
-ATTACK_TEST = Template('''\
-"""$name sends its update reversed and scaled, and a round with it moves the mean model away from the honest one.
-
-Until fedlight's ``fit`` runs attacks of the ``fedlight.attacks`` entry point, the round below is
-trained here, in plain torch: two clients of a least-squares task, one of them attacking.
-"""
-
-from __future__ import annotations
-
-import torch
-from torch import nn
-
-from $name.attack import $cls
-
-
+ATTACK_UNIT = '''
 def test_the_update_is_reversed_and_scaled_and_statistics_go_as_trained() -> None:
     global_state = {"w": torch.tensor([1.0, 2.0]), "bn.running_mean": torch.tensor([0.0]),
                     "bn.num_batches_tracked": torch.tensor(3)}
     trained = {"w": torch.tensor([1.5, 1.0]), "bn.running_mean": torch.tensor([0.25]),
                "bn.num_batches_tracked": torch.tensor(5)}
-    sent = $cls(scale=2.0)(trained, global_state)
+    context = AttackContext(global_state, torch.Generator(), benign=[], attackers=None, round_=0, client=0)
+    sent = $cls(scale=2.0).craft(trained, context)
     assert sent["w"].tolist() == [0.0, 4.0]  # update (0.5, -1) -> (-1, 2), from (1, 2)
-    assert sent["bn.running_mean"] is trained["bn.running_mean"] and sent["bn.num_batches_tracked"].item() == 5
+    assert sent["bn.running_mean"].item() == 0.25 and sent["bn.num_batches_tracked"].item() == 5
 
-
-def _train(start: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
-    """One epoch of SGD (batches of 8) on a linear model from ``start``: what an honest client sends."""
-    model = nn.Linear(x.shape[1], 1)
-    model.load_state_dict(start)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    for xb, yb in zip(x.split(8), y.split(8)):
-        optimizer.zero_grad()
-        nn.functional.mse_loss(model(xb), yb).backward()
-        optimizer.step()
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
-
-
-def test_one_round_with_an_attacker_ends_worse_than_its_start() -> None:
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 32, 4, generator=generator)  # two clients' 32 samples of 4 features
-    y = x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]])
-    start = {k: v.detach().clone() for k, v in nn.Linear(4, 1).state_dict().items()}
-    honest = [_train(start, x[c], y[c]) for c in range(2)]
-    sent = [honest[0], $cls(scale=10.0)(honest[1], start)]
-    mean = {k: (sent[0][k] + sent[1][k]) / 2 for k in start}
-    honest_mean = {k: (honest[0][k] + honest[1][k]) / 2 for k in start}
-
-    def loss(state: dict[str, torch.Tensor]) -> float:
-        return float(((x @ state["weight"].T + state["bias"] - y) ** 2).mean())
-
-    assert loss(honest_mean) < loss(start) < loss(mean)  # the honest round helps, the attacked one hurts
-''')
+'''
 
 
 @dataclass(frozen=True)
@@ -318,43 +277,47 @@ class Kind:
     Attributes:
         group: the entry-point group fedlight reads.
         summary: the package's one-line description.
-        code: the module's template; test: the test's.
-        listed: the README's note on ``pip install -e .`` (where fedlight lists it).
+        code: the module's template.
         tested: what the README says ``pytest`` does.
         usage: the ``fedlight fit`` overrides that use it.
-        test_parts: what ``FIT_TEST`` leaves to the kind: its imports, a unit test before the run, the
-            recipe override that names the part and its section's key.
+        test_parts: what ``FIT_TEST`` leaves to the kind: its ``imports``, a ``unit`` test before the
+            run, the recipe overrides that name the part (``section``, a list) and what the run
+            ``recorded`` of it (an expression of ``results`` and ``row``, its first history row).
     """
 
     group: str
     summary: str
     code: Template
-    test: Template
-    listed: str
     tested: str
     usage: str
     test_parts: dict[str, str]
 
 
 KINDS = {
-    "method": Kind("fedlight.methods", "A SimCLR-like contrastive objective (lightly's head and NT-Xent loss)", METHOD,
-                   FIT_TEST, "; `fedlight methods` lists it", "trains it for one round on synthetic data",
-                   '"method={name: $name}"',
-                   {"imports": "\nfrom fedlight.cli import main\n", "unit": "", "key": "method",
-                    "section": "method={name: $name, hidden_dim: 32, output_dim: 16}"}),
-    "aggregator": Kind("fedlight.aggregators", "A coordinate-wise trimmed mean of the clients' models", AGGREGATOR,
-                       FIT_TEST, "; `fedlight methods` lists it",
-                       "checks the trimmed mean by hand, then trains one round with it",
-                       '"server={name: $name, trim: 0.2}"',
-                       {"imports": "\nimport torch\n\nfrom fedlight import ClientPayload\n"
-                                   "from fedlight.cli import main\nfrom $name.aggregator import $cls\n",
-                        "unit": AGGREGATOR_UNIT, "key": "server", "section": "server={name: $name, trim: 0.25}"}),
-    # ``fedlight.attacks``: the group the engine's pluggable attacks are being given (issue 44)
-    "attack": Kind("fedlight.attacks", "A sign-flip attack: Byzantine clients send their update reversed and scaled",
-                   ATTACK, ATTACK_TEST, "", "checks the sign flip by hand, then a round with an attacker",
-                   "faults.attack=$name faults.attackers=0.3", {}),
+    "method": Kind(
+        "fedlight.methods", "A SimCLR-like contrastive objective (lightly's head and NT-Xent loss)", METHOD,
+        "trains it for one round on synthetic data", '"method={name: $name}"',
+        {"imports": "\nfrom fedlight.cli import main\n", "unit": "",
+         "section": '["method={name: $name, hidden_dim: 32, output_dim: 16}"]',
+         "recorded": 'results["recipe"]["method"]["name"] == "$name"'}),
+    "aggregator": Kind(
+        "fedlight.aggregators", "A coordinate-wise trimmed mean of the clients' models", AGGREGATOR,
+        "checks the trimmed mean by hand, then trains one round with it", '"server={name: $name, trim: 0.2}"',
+        {"imports": "\nimport torch\n\nfrom fedlight import ClientPayload\nfrom fedlight.cli import main\n"
+                    "from $name.aggregator import $cls\n",
+         "unit": AGGREGATOR_UNIT, "section": '["server={name: $name, trim: 0.25}"]',
+         "recorded": 'results["recipe"]["server"]["name"] == "$name"'}),
+    "attack": Kind(
+        "fedlight.attacks", "A sign-flip attack: Byzantine clients send their update reversed and scaled", ATTACK,
+        "checks the sign flip by hand, then trains one round in which half the clients attack",
+        "faults.attack=$name faults.attackers=0.2",
+        {"imports": "\nimport torch\n\nfrom fedlight import AttackContext\nfrom fedlight.cli import main\n"
+                    "from $name.attack import $cls\n",
+         "unit": ATTACK_UNIT, "section": '["faults.attack=$name", "faults.attackers=0.5"]',
+         "recorded": 'results["recipe"]["faults"]["attack"] == "$name" and row["attackers"] == 2'}),
 }
-BUILT_IN = {"method": METHODS, "aggregator": SERVERS}  # names fedlight already has: a built-in wins over a package
+# names fedlight already has: a built-in wins over a package's
+BUILT_IN = {"method": METHODS, "aggregator": SERVERS, "attack": ATTACKS}
 
 
 def class_name(name: str) -> str:
@@ -369,8 +332,7 @@ def check_name(kind: str, name: str) -> None:
         fixed = f"my_{fixed}" if fixed[0].isdigit() or keyword.iskeyword(fixed) else fixed
         raise UserError(f"NAME '{name}' is not a Python identifier (letters, digits and _, not a keyword, no digit "
                         f"first), as a package name must be; e.g. fedlight new {kind} {fixed}")
-    table = BUILT_IN.get(kind)
-    if table is not None and name in table.builtins:
+    if name in BUILT_IN[kind].builtins:
         raise UserError(f"'{name}' is fedlight's own {kind} (a built-in name wins over a package's); pick another NAME")
     found = importlib.util.find_spec(name)
     if found is not None:
@@ -384,12 +346,12 @@ def files(kind: str, name: str) -> dict[str, str]:
     spec, cls = KINDS[kind], class_name(name)
     fill = {"name": name, "cls": cls, "kind": kind, "group": spec.group, "summary": spec.summary}
     test = {key: Template(text).substitute(fill) for key, text in spec.test_parts.items()}
-    readme = {"listed": spec.listed, "tested": spec.tested, "usage": Template(spec.usage).substitute(fill)}
+    readme = {"tested": spec.tested, "usage": Template(spec.usage).substitute(fill)}
     return {"pyproject.toml": PYPROJECT.substitute(fill),
             "README.md": README.substitute(fill, **readme),
             f"src/{name}/__init__.py": f'"""{spec.summary}: a fedlight {kind} (``{name}.{kind}.{cls}``)."""\n',
             f"src/{name}/{kind}.py": spec.code.substitute(fill),
-            f"tests/test_{name}.py": spec.test.substitute(fill, **test)}
+            f"tests/test_{name}.py": FIT_TEST.substitute(fill, **test)}
 
 
 def write_package(kind: str, name: str, folder: Path) -> list[Path]:

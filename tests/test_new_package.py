@@ -14,7 +14,7 @@ from types import ModuleType
 
 import pytest
 
-from fedlight.catalog import METHODS, SERVERS
+from fedlight.catalog import ATTACKS, METHODS, SERVERS
 from fedlight.cli import main
 from fedlight.new_package import KINDS, class_name
 
@@ -57,7 +57,7 @@ def installed(packages: dict[str, Path], tmp_path: Path, monkeypatch) -> Path:
     for folder in packages.values():
         put_on_path(site, folder)
     monkeypatch.syspath_prepend(str(site))
-    for table in (METHODS, SERVERS):  # found again, with the new packages (undone after the test)
+    for table in (METHODS, SERVERS, ATTACKS):  # found again, with the new packages (undone after the test)
         monkeypatch.setattr(table, "_found", None)
         monkeypatch.setattr(table, "_loaded", {})
     return site
@@ -101,18 +101,18 @@ def test_pip_builds_and_installs_a_generated_package(packages: dict[str, Path], 
     assert (site / name / "method.py").read_text() == (packages["method"] / "src" / name / "method.py").read_text()
 
 
-def test_fedlight_methods_lists_the_installed_method_and_aggregator(installed: Path, capsys) -> None:
+def test_fedlight_methods_lists_each_installed_part(installed: Path, capsys) -> None:
     assert main(["methods"]) == 0
     listed = capsys.readouterr().out
-    for kind in ("method", "aggregator"):
+    for kind in KINDS:
         line = next(line for line in listed.splitlines() if line.strip().startswith(NAMES[kind] + " "))
         assert f"[{NAMES[kind]}.{kind}:{class_name(NAMES[kind])}]" in line
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_the_generated_tests_pass(kind: str, packages: dict[str, Path], installed: Path, tmp_path: Path) -> None:
-    """The method's and the aggregator's train one round through ``fedlight fit``; the attack's check its
-    sign flip and a round with an attacker (fedlight's fit runs ``fedlight.attacks`` once the engine has them)."""
+    """Each trains its part for one round through ``fedlight fit``, after a hand-computed case (the
+    aggregator's and the attack's)."""
     tests = generated_tests(packages[kind])
     names = [n for n in vars(tests) if n.startswith("test_")]
     assert names
@@ -130,6 +130,7 @@ def test_the_generated_tests_pass(kind: str, packages: dict[str, Path], installe
     (["attack", "class"], "NAME 'class' is not a Python identifier .* fedlight new attack my_class"),
     (["aggregator", "2x"], "NAME '2x' is not a Python identifier .* fedlight new aggregator my_2x"),
     (["method", "simclr"], "'simclr' is fedlight's own method .* pick another NAME"),
+    (["attack", "sign_flip"], "'sign_flip' is fedlight's own attack .* pick another NAME"),
     (["aggregator", "torch"], "NAME 'torch' is already an importable module .* pick another NAME"),
     (["model", "x"], "invalid choice: 'model'"),
 ])
@@ -154,3 +155,4 @@ def test_a_folder_that_holds_something_is_refused_and_kept(tmp_path: Path, capsy
     (tmp_path / "empty").mkdir()
     assert main(["new", "attack", "fl_new_y", "--dir", "empty"]) == 0  # an empty folder is filled
     assert (tmp_path / "empty" / "src" / "fl_new_y" / "attack.py").is_file()
+    assert capsys.readouterr().out.endswith("next: pip install -e empty && pytest empty\n")
