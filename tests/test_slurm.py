@@ -8,7 +8,6 @@ the end. Skipped, with the reason, only where SLURM and munge are not installed 
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
