@@ -113,3 +113,20 @@ def test_wrapped_byol_scores_as_byol() -> None:
     x = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]]).view(3, 1, 1, 2)
     assert torch.allclose(wrapped.importance_score(x), torch.tensor([0.0, 1.0, 2.0]), atol=1e-6)
     assert torch.allclose(wrapped.importance_score(x, "projection"), torch.tensor([1.0, 0.0, 1.0]), atol=1e-6)
+
+
+def test_a_method_without_its_own_score_gets_sofed_compatibility_rule() -> None:
+    """Sec. III: 1 - cos(embed(x), embed(flip(x))). SimCLR with identity parts embeds x = (a, b) as
+    (a, b) / |(a, b)|: (1, 0) vs (0, 1) -> 1, (1, 1) vs (1, 1) -> 0; ``buffer.score`` has nothing to pick."""
+    from fedlight.engine.parts.sofed.importance_score import ImportanceScoring, importance_scorer
+    from fedlight.methods.fedprox import FedProx
+
+    m = SimCLR(SmallCNN(1, (2, 2, 2)), hidden_dim=8, output_dim=2)
+    m.backbone, m.projection_head = torch.nn.Flatten(), torch.nn.Identity()
+    x = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]]).view(3, 1, 1, 2)
+    for module in (m, FedProx(m)):  # the wrapper has no score of its own either: the rule on its objective's embed
+        assert not isinstance(module, ImportanceScoring)
+        for head in ("prediction", "projection"):
+            assert torch.allclose(importance_scorer(module, head)(x), torch.tensor([1.0, 0.0, 1.0]), atol=1e-6)
+    assert torch.allclose(importance_scorer(FedProx(_hand_byol()), "prediction")(x), torch.tensor([0.0, 1.0, 2.0]),
+                          atol=1e-6)  # BYOL's own eq. 3, through the wrapper
