@@ -16,7 +16,7 @@ __all__ = [
     "Aggregator", "Attack", "AttackContext", "Batch", "Bulyan", "Centralized", "Check", "ClientPayload", "ClientSchedule", "ClientWork",
     "CoordinateRule", "DPFedAvg", "DifferentialPrivacy", "FLESD", "FaultModel", "FedAdagrad", "FedAdam", "FedAvg",
     "FedOpt", "FedYogi", "FederatedModule", "Krum", "LocalOnly", "LocalResult", "Median", "ObjectiveWrapper",
-    "OptimizerSpec", "PluginContext", "Report", "RoundPlugin", "ScaffoldServer", "ScheduleContext", "ScoreHead",
+    "OptimizerSpec", "PluginContext", "Report", "RoundPlugin", "ScaffoldServer", "ScheduleContext",
     "State", "TrimmedMean", "UpdateAttack", "UserError", "WEIGHT_KEY", "at_least", "bulyan_select", "cast_like",
     "closest_to_median_mean", "coordinate_median", "decay", "dp_epsilon", "finish_average", "flatten_states",
     "float_keys", "fraction", "krum_scores", "krum_select", "load_encoder", "load_local_parts", "non_empty",

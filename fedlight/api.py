@@ -17,7 +17,7 @@ from fedlight.engine.loop.interfaces import (ClientSchedule, ClientWork, FaultMo
                                     ScheduleContext)
 from fedlight.engine.loop.local_loop import LocalResult, train_client
 from fedlight.errors import UserError
-from fedlight.methods.federated_module import Batch, FederatedModule, OptimizerSpec, ScoreHead
+from fedlight.methods.federated_module import Batch, FederatedModule, OptimizerSpec
 from fedlight.methods.wrapper import ObjectiveWrapper
 from fedlight.models.encoder_file import load_encoder, load_local_parts
 from fedlight.server.aggregator import Aggregator, ClientPayload, State
@@ -39,7 +39,7 @@ from fedlight.server.scaffold import ScaffoldServer
 
 __all__ = [
     # a method (entry point ``fedlight.methods``) and what its training_step receives
-    "FederatedModule", "ObjectiveWrapper", "OptimizerSpec", "Batch", "ScoreHead",
+    "FederatedModule", "ObjectiveWrapper", "OptimizerSpec", "Batch",
     # an aggregator (``fedlight.aggregators``), the state it folds, and what a payloads-contract
     # aggregator's finalize receives
     "Aggregator", "State", "ClientPayload",

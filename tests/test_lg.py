@@ -247,14 +247,14 @@ def test_fedavg_phase_ends_at_the_round_count_or_the_goal_accuracy() -> None:
                                     "warmup_rounds": 5, "warmup_goal_acc": 0.8}, "lenet5", 1, 28, 10, OptimizerSpec())
     assert set(module.shared_state()) == set(module.state_dict())  # FedAvg phase: everything is shared
     history = [{"test_acc": None}, {"test_acc": 0.7}]
-    assert not module.on_round_start(2, history) and not module.local_phase
-    assert module.on_round_start(3, [*history, {"test_acc": 0.81}])  # goal reached before round 5
+    assert not module.update_split(2, history) and not module.local_phase
+    assert module.update_split(3, [*history, {"test_acc": 0.81}])  # goal reached before round 5
     assert set(module.shared_state()) == {"objective.backbone.conv1.weight", "objective.backbone.conv1.bias"}
     assert set(module.private_state()) == set(module.state_dict()) - set(module.shared_state())
-    assert not module.on_round_start(4, [])  # switches once
+    assert not module.update_split(4, [])  # switches once
     late = registry.build_method({"name": "lg", "objective": "supervised", "warmup_rounds": 5}, "lenet5", 1, 28,
                                  10, OptimizerSpec())
-    assert not late.on_round_start(4, [{"test_acc": 0.99}]) and late.on_round_start(5, [])  # no goal: round count
+    assert not late.update_split(4, [{"test_acc": 0.99}]) and late.update_split(5, [])  # no goal: round count
 
 
 def test_exponential_lr_decay_restarts_with_the_lg_phase_and_survives_resume(tmp_path: Path, lg_recipe: Path) -> None:
@@ -293,7 +293,7 @@ def test_lg_recipes_follow_the_paper() -> None:
     # MNIST (sec. 7.1.1, Table 5): the last two layers are the global model, input 256 -> [128] -> 10
     mnist = recipe("lg_mnist.yaml")
     module = registry.build_method(mnist.method, mnist.model.backbone, 1, 28, 10, OptimizerSpec())
-    module.on_round_start(mnist.method["warmup_rounds"], [])
+    module.update_split(mnist.method["warmup_rounds"], [])
     shared = module.shared_state()
     assert {k: tuple(v.shape) for k, v in shared.items() if k.endswith("weight")} == {
         "objective.backbone.fc4.weight": (128, 256), "objective.classifier.weight": (10, 128)}

@@ -1,3 +1,6 @@
+import re
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -113,3 +116,60 @@ def test_wrapped_byol_scores_as_byol() -> None:
     x = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]]).view(3, 1, 1, 2)
     assert torch.allclose(wrapped.importance_score(x), torch.tensor([0.0, 1.0, 2.0]), atol=1e-6)
     assert torch.allclose(wrapped.importance_score(x, "projection"), torch.tensor([1.0, 0.0, 1.0]), atol=1e-6)
+
+
+def test_a_method_without_its_own_score_gets_sofed_compatibility_rule() -> None:
+    """Sec. III: 1 - cos(embed(x), embed(flip(x))). SimCLR with identity parts embeds x = (a, b) as
+    (a, b) / |(a, b)|: (1, 0) vs (0, 1) -> 1, (1, 1) vs (1, 1) -> 0; ``buffer.score`` has nothing to pick."""
+    from fedlight.engine.parts.sofed.importance_score import ImportanceScoring, importance_scorer
+    from fedlight.methods.fedprox import FedProx
+
+    m = SimCLR(SmallCNN(1, (2, 2, 2)), hidden_dim=8, output_dim=2)
+    m.backbone, m.projection_head = torch.nn.Flatten(), torch.nn.Identity()
+    x = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]]).view(3, 1, 1, 2)
+    for module in (m, FedProx(m)):  # the wrapper has no score of its own either: the rule on its objective's embed
+        assert not isinstance(module, ImportanceScoring)
+        for head in ("prediction", "projection"):
+            assert torch.allclose(importance_scorer(module, head)(x), torch.tensor([1.0, 0.0, 1.0]), atol=1e-6)
+    assert torch.allclose(importance_scorer(FedProx(_hand_byol()), "prediction")(x), torch.tensor([0.0, 1.0, 2.0]),
+                          atol=1e-6)  # BYOL's own eq. 3, through the wrapper
+
+
+CONTRACT = Path(__file__).resolve().parents[1] / "docs/method_contract.md"
+
+
+def _names(heading: str, column: int = 0) -> list[str]:
+    """The cells of ``column`` of the table under ``## heading`` in docs/method_contract.md."""
+    section = CONTRACT.read_text().split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return [line.strip("|").split("|")[column].strip() for line in section.splitlines() if line.startswith("| `")]
+
+
+def test_the_contract_page_names_every_hook_and_the_base_class_carries_no_paper_hook() -> None:
+    """docs/method_contract.md's tables are the base class's public methods and attributes (plus the Lightning
+    hooks the engine calls), the optional hooks the wrapper forwards, each on its capability and not on the base
+    class, with the built-in methods that define it, and the constructor arguments the registry fills."""
+    import importlib
+
+    import lightning as L
+
+    from fedlight import registry
+    from fedlight.methods.federated_module import FederatedModule
+    from fedlight.methods.wrapper import ObjectiveWrapper
+
+    own = {name: value for name, value in vars(FederatedModule).items() if not name.startswith("_")}
+    hooks = {name.strip("`") for name in _names("Hooks the engine calls")}
+    assert {name for name, value in own.items() if callable(value)} <= hooks
+    assert hooks - set(own) <= set(dir(L.LightningModule))  # the rest are Lightning's own hooks
+    assert {name.strip("`") for name in _names("Attributes the engine reads")} == {
+        name for name, value in own.items() if not callable(value)}
+    optional = dict(zip((n.strip("`") for n in _names("Optional hooks a part asks for")),
+                        zip(_names("Optional hooks a part asks for", 1), _names("Optional hooks a part asks for", 5))))
+    assert set(optional) == set(ObjectiveWrapper.forwarded_hooks) and not set(optional) & hooks
+    for hook, (capability, methods) in optional.items():
+        module, _, name = capability.strip("`").rpartition(".")
+        assert hook in vars(getattr(importlib.import_module(module), name)), hook
+        assert not hasattr(FederatedModule, hook), hook  # a paper's hook, off the base class
+        having = {name for name in registry.METHODS.builtins if hasattr(registry.METHODS[name], hook)}
+        assert having == set(re.findall(r"`(\w+)`", methods)), hook
+    assert not hasattr(FederatedModule, "on_round_start")  # LG's former name for update_split
+    assert {n.strip("`") for n in _names("Constructor arguments the engine fills")} == set(registry.SUPPLIED["method"])

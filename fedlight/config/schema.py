@@ -102,7 +102,8 @@ class BufferConfig:
     size: int = check(positive, 128)
     policy: Literal["fifo", "reservoir", "random", "kcenter", "importance"] = "importance"
     lazy_interval: int = check(positive, 1)
-    # the importance policy's online output (fedlight.methods.federated_module.ScoreHead): SOFed eq. 3's prediction
+    # the importance policy's online output (fedlight.engine.parts.sofed.importance_score.ScoreHead):
+    # SOFed eq. 3's online prediction, or the online projection
     score: Literal["prediction", "projection"] = "prediction"
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import copy
 
@@ -14,7 +14,7 @@ from lightly.models.utils import deactivate_requires_grad, update_momentum
 from torch import nn
 
 from fedlight.config.checks import positive, probability
-from fedlight.methods.federated_module import Batch, FederatedModule, OptimizerSpec, ScoreHead
+from fedlight.methods.federated_module import Batch, FederatedModule, OptimizerSpec
 
 
 class BYOL(FederatedModule):
@@ -70,9 +70,11 @@ class BYOL(FederatedModule):
         return F.normalize(self.projection_head(self.backbone(x)), dim=1)
 
     @torch.no_grad()
-    def importance_score(self, x: torch.Tensor, head: ScoreHead = "prediction") -> torch.Tensor:
+    def importance_score(self, x: torch.Tensor,
+                         head: Literal["prediction", "projection"] = "prediction") -> torch.Tensor:
         """SOFed eq. 3 (Gong et al. 2023): S(x) = 1 - cos(y, y_w'), y_w' the target projection of
-        the horizontal flip of x.
+        the horizontal flip of x. The optional hook SOFed's importance policy asks for
+        (``fedlight.engine.parts.sofed.importance_score.ImportanceScoring``).
 
         With ``head="prediction"`` (the paper) y = g_o(f_o(x)) is the online prediction, so S(x)
         is the BYOL loss of the pair (x, flip(x)), half of eq. 1's 2 - 2 cos; ``"projection"``

@@ -1,4 +1,4 @@
-"""The contract between a local objective and the federated engine.
+"""The contract between a local objective and the federated engine (docs/method_contract.md).
 
 A method is a LightningModule that the engine drives with an explicit Fabric loop, calling
 its Lightning hooks in Lightning's order: ``on_train_start``, then per batch
@@ -8,6 +8,12 @@ communicated by the server (``shared_modules``), which are private to the client
 persist between the client's rounds (``private_modules``), and which are rebuilt from
 those at every round (``transient_modules``, e.g. MOON's frozen global model). What the
 client uploads is ``payload()`` (by default its shared state).
+
+The base class knows no paper. What one paper's part asks of a method beyond it is an optional
+hook behind a named capability, next to the part that calls it: SOFed's importance policy asks
+for ``importance_score`` (``fedlight.engine.parts.sofed.importance_score.ImportanceScoring``),
+the round loop for ``update_split`` where a method's shared / private split changes between
+rounds (``fedlight.engine.loop.interfaces.ChangingSplit``, LG-FedAvg).
 """
 
 from __future__ import annotations
@@ -48,13 +54,9 @@ class OptimizerSpec:
 Batch = tuple[list[torch.Tensor], torch.Tensor]
 """What ``training_step`` receives: ``num_views`` augmented views (B, C, H, W) and labels (B,)."""
 
-ScoreHead = Literal["prediction", "projection"]
-"""Which online output SOFed's importance score compares with the target (``buffer.score``):
-the online prediction g_o(f_o(x)) of eq. 3 (the BYOL loss of the pair), or the online projection."""
-
-
 class FederatedModule(L.LightningModule):
-    """Base class of local objectives.
+    """Base class of local objectives: every hook the engine calls on it, when, with what, and
+    the optional hooks a paper's part asks for are in docs/method_contract.md.
 
     Args:
         backbone: encoder with a ``feature_dim`` attribute, (B, C, H, W) -> (B, D).
@@ -94,22 +96,10 @@ class FederatedModule(L.LightningModule):
         return self.backbone(x)
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
-        """Unit-length embedding (B, d) that similarity-based servers (FLESD) compare."""
+        """Unit-length embedding (B, d) that the parts comparing samples by cosine similarity use:
+        FLESD's public-set similarities, SOFed's importance score where the method has none of its
+        own, CF-CL's pulls (Triplet's). Default: the unit-length features (B, D)."""
         return torch.nn.functional.normalize(self.features(x), dim=1)
-
-    @torch.no_grad()
-    def importance_score(self, x: torch.Tensor, head: ScoreHead = "prediction") -> torch.Tensor:
-        """SOFed eq. 3 (Gong et al. 2023) for a method whose online and target networks are one
-        network without a predictor (SimCLR, sec. III "Compatibility"): 1 - cos(embedding of x,
-        embedding of its horizontal flip). ``head`` is ignored: there is no prediction to choose.
-
-        Args:
-            x: (B, C, H, W) normalised images.
-            head: ``buffer.score``; methods with a predictor and a target (BYOL) use it.
-        Returns:
-            (B,) scores in [0, 2].
-        """
-        return 1 - (self.embed(x) * self.embed(x.flip(-1))).sum(dim=1)
 
     def classify(self, x: torch.Tensor) -> torch.Tensor:
         """Class logits (B, num_classes), for methods with ``has_classifier``."""
@@ -120,11 +110,6 @@ class FederatedModule(L.LightningModule):
 
     def reset_private_state(self) -> None:
         """Initialise private modules for a client seen for the first time (default: nothing)."""
-
-    def on_round_start(self, round_: int, history: list[dict]) -> bool:
-        """Called before every round with the rows so far; True if the shared / private split just
-        changed (LG-FedAvg leaving its FedAvg phase). Default: nothing changes."""
-        return False
 
     def _module_state(self, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
         return {f"{n}.{k}": v for n in names for k, v in self.get_submodule(n).state_dict().items()}

@@ -112,8 +112,16 @@ class LocalGlobal(ObjectiveWrapper):
         reached = goal is not None and any((row.get(self.warmup_goal_metric) or 0) >= goal for row in history)
         return round_ >= self.warmup_rounds or reached
 
-    def on_round_start(self, round_: int, history: list[dict[str, Any]]) -> bool:
-        """Enter the LG phase when it is due; True when the shared / private split just changed."""
+    def update_split(self, round_: int, history: list[dict[str, Any]]) -> bool:
+        """Enter the LG phase when it is due; True when the shared / private split just changed.
+
+        The round loop calls it on every worker model before each round
+        (``fedlight.engine.loop.interfaces.ChangingSplit``).
+
+        Args:
+            round_: the (0-based) round about to start.
+            history: the history rows of the rounds so far (``test_acc``, ``normal_acc``, ...).
+        """
         if self.local_phase or not self.in_local_phase(round_, history):
             return False
         self.local_phase = True

@@ -6,7 +6,7 @@ import lightning as L
 import torch
 from torch import nn
 
-from fedlight.methods.federated_module import Batch, FederatedModule, ScoreHead
+from fedlight.methods.federated_module import Batch, FederatedModule
 
 
 class ObjectiveWrapper(FederatedModule):
@@ -22,6 +22,10 @@ class ObjectiveWrapper(FederatedModule):
     default_objective: str = "supervised"
     """The ``method.objective`` a recipe that names none gets (FedU and FedEMA: BYOL, their papers')."""
 
+    forwarded_hooks: tuple[str, ...] = ("importance_score", "update_split")
+    """The optional hooks a part or the loop asks a method for, where it has them (docs/method_contract.md):
+    the wrapper answers with its objective's where its own class defines none (FedU scores as BYOL)."""
+
     def __init__(self, objective: FederatedModule) -> None:
         L.LightningModule.__init__(self)  # not FederatedModule's: the backbone belongs to the objective
         self.objective = objective
@@ -32,6 +36,9 @@ class ObjectiveWrapper(FederatedModule):
         self.transient_modules = prefix(objective.transient_modules)
         self.num_views, self.uses_labels = objective.num_views, objective.uses_labels
         self.has_classifier = objective.has_classifier
+        for hook in self.forwarded_hooks:
+            if hasattr(objective, hook) and not hasattr(type(self), hook):
+                setattr(self, hook, getattr(objective, hook))
 
     @property
     def batch_refusal(self) -> str | None:  # type: ignore[override]
@@ -55,9 +62,6 @@ class ObjectiveWrapper(FederatedModule):
 
     def classify(self, x: torch.Tensor) -> torch.Tensor:
         return self.objective.classify(x)
-
-    def importance_score(self, x: torch.Tensor, head: ScoreHead = "prediction") -> torch.Tensor:
-        return self.objective.importance_score(x, head)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return self.objective.configure_optimizers()

@@ -26,7 +26,7 @@ from fedlight.engine.loop import client_store as store, preemption
 from fedlight.engine.loop.aggregation import finish, merge_workers, on_cpu, revised
 from fedlight.engine.loop.client_runner import ClientRunner
 from fedlight.engine.loop.evaluator import METRICS, Evaluator, final_metrics
-from fedlight.engine.loop.interfaces import ClientSchedule, FaultModel, Report, RoundPlugin, State, floors
+from fedlight.engine.loop.interfaces import ChangingSplit, ClientSchedule, FaultModel, Report, RoundPlugin, State, floors
 from fedlight.engine.loop.lr_schedule import round_lr
 from fedlight.engine.loop.round_options import RoundOptions
 from fedlight.engine.loop.run_checkpoint import RunCheckpoint
@@ -79,8 +79,8 @@ class Federation:
 
     def _train_round(self, round_: int, tick: ClientTicks) -> list[Report]:
         """Train and aggregate one round; returns every rank's client reports, by client."""
-        if any(self.workers.each(lambda m: m.on_round_start(round_, self.s.history))):  # e.g. LG leaving FedAvg
-            self._set_global(self.module.shared_state())  # the method changed what it shares
+        if any(self.workers.each(lambda m: isinstance(m, ChangingSplit) and m.update_split(round_, self.s.history))):
+            self._set_global(self.module.shared_state())  # the method changed what it shares (LG leaving FedAvg)
             self.clients.split_changed(self.module, self.trainable)
             if self.s.phase_start is None:  # not when a resumed run re-enters the phase it had entered
                 self.s.phase_start = round_

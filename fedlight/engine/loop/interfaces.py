@@ -13,13 +13,14 @@ paper. A paper's behaviour is a part behind one of these narrow interfaces:
 
 Every hook has a default that does nothing, so a part implements only what it changes; the
 loop calls each hook on every part in turn, as Lightning's ``fabric.call`` calls callbacks.
+What the loop asks of a method beyond ``FederatedModule`` is :class:`ChangingSplit`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
 
@@ -34,6 +35,18 @@ ACCURACY = "accuracy"  # the TensorBoard tag group of every accuracy curve (list
 Report = dict[str, Any]
 """One client's round, as the engine records it (kept in checkpoints): ``client``, ``status`` (``'ok'`` when it
 answered), ``loss``, ``steps``, ``samples``, ..."""
+
+
+@runtime_checkable
+class ChangingSplit(Protocol):
+    """A method whose shared / private split changes between rounds (LG-FedAvg, Liang et al. 2020:
+    FedAvg first, then its local layers stay on the clients). Before every round the loop asks each
+    worker model; where the split changed, the round's global state becomes what the method now
+    shares and the clients' stored states are split again."""
+
+    def update_split(self, round_: int, history: list[dict[str, Any]]) -> bool:
+        """Before (0-based) ``round_``, given the history rows so far: True if the split just changed."""
+        ...
 
 
 class RoundPlugin:

@@ -18,6 +18,7 @@ from lightning.fabric import Fabric
 from fedlight.coreset.buffer import ReplayBuffer, UpdateStats, fifo, importance, kcenter, random_replacement, reservoir
 from fedlight.data.views import ViewMaker
 from fedlight.engine.loop.local_loop import LocalResult, training_step
+from fedlight.engine.parts.sofed.importance_score import ScoreHead, importance_scorer
 from fedlight.errors import UserError
 from fedlight.methods.federated_module import FederatedModule
 
@@ -34,13 +35,14 @@ class BufferOptions:
         policy: how an arriving batch enters it (``fedlight.coreset.buffer``): fifo, reservoir
             (a uniform sample of the stream so far), random (Random Replacement), kcenter, importance.
         lazy_interval: importance re-scores the buffered samples every this many arrivals.
-        score: the importance policy's online output, ``prediction`` (SOFed eq. 3) or ``projection``.
+        score: the importance policy's online output, ``prediction`` (SOFed eq. 3) or ``projection``
+            (``fedlight.engine.parts.sofed.importance_score``).
     """
 
     size: int = 128
     policy: Literal["fifo", "reservoir", "random", "kcenter", "importance"] = "importance"
     lazy_interval: int = 1
-    score: Literal["prediction", "projection"] = "prediction"
+    score: ScoreHead = "prediction"
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -68,7 +70,7 @@ def update_buffer(buffer: ReplayBuffer, new_ids: torch.Tensor, cfg: BufferOption
         return random_replacement(buffer, new_ids, generator)
     if cfg.policy == "kcenter":
         return kcenter(buffer, new_ids, lambda ids: run(module.features, ids))
-    return importance(buffer, new_ids, lambda ids: run(lambda x: module.importance_score(x, cfg.score), ids),
+    return importance(buffer, new_ids, lambda ids: run(importance_scorer(module, cfg.score), ids),
                       cfg.lazy_interval)
 
 
