@@ -260,7 +260,7 @@ def test_exchange_refuses_a_label_reading_objective(tmp_path: Path) -> None:
     _, recipe = _recipe(tmp_path)
     module = Supervised(CFCLCNN(3, 16), num_classes=10)
     assert module.uses_labels
-    with pytest.raises(AssertionError, match="without labels"):
+    with pytest.raises(UserError, match="without labels.*method.name"):
         ExchangeSchedule(Fabric(accelerator="cpu", devices=1), module, torch.zeros(10, 3, 16, 16, dtype=torch.uint8),
                          np.zeros(10, dtype=int), [torch.arange(5), torch.arange(5, 10)], None, [0, 1],
                          ExchangeOptions(), 10, recipe.rounds, recipe.local.batch_size)

@@ -9,7 +9,7 @@ with the receiver's latest local model, which it sends to each neighbour first (
 rows of the model's dtype, the size of its upload, once per neighbour and such pull).
 The device's pulled set is kept in the client store (``exchange.pulled``) so a resumed run
 continues exactly. Nothing here reads a label for training: the objective must be label-free
-(asserted) and training batches carry a placeholder; labels only measure the variance of the
+(refused otherwise) and training batches carry a placeholder; labels only measure the variance of the
 devices' training sets (Fig. 3c). Writes ``graph.json`` and the device graph's picture.
 """
 
@@ -125,7 +125,9 @@ class ExchangeSchedule(ClientSchedule):
     def __init__(self, fabric: Fabric, module: FederatedModule, images: torch.Tensor, train_labels: np.ndarray,
                  parts: list[torch.Tensor], views: ViewMaker, devices: list[int], cfg: ExchangeOptions,
                  aggregate_every: int, rounds: int, batch_size: int, num_classes: int = 10, seed: int = 0) -> None:
-        assert not module.uses_labels, "CF-CL's devices train and exchange without labels"
+        if module.uses_labels:
+            raise UserError(f"local.schedule=exchange: CF-CL's devices train and exchange without labels, and "
+                            f"{type(module).__name__} reads them; set method.name to a self-supervised method (triplet)")
         self.fabric, self.module, self.images, self.views = fabric, module, images, views
         self.train_labels, self.num_classes = train_labels, num_classes
         self.cfg, self.seed, self.batch_size = cfg, seed, batch_size
