@@ -29,7 +29,8 @@ THRESHOLD [PAPER]`` judges a communication claim: A's ``comm`` totals (``KEYS`` 
 ``+``) over B's, holds if at most THRESHOLD in every seed, does not hold if above it in every
 seed. ``--beside A B [PAPER]`` prints A - B's row with no verdict (a comparison reported beside
 the claims, such as SOLO at FedAvg's budget). Claims on another metric re-run the command with
-that ``--metric`` (finished runs are reused).
+that ``--metric`` (finished runs are reused). ``--at-round R`` reads every run as if it had stopped
+after round R: MOON's v3 block trains 60 rounds and is judged at its registered R = 30.
 """
 
 from __future__ import annotations
@@ -58,6 +59,19 @@ def finished(run_dir: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return results if results.get("final") is not None else None
+
+
+def at_round(results: dict, round_: int, metric: str) -> dict:
+    """``results`` as if the run had stopped after ``round_`` (a block trained past its registered R; with no
+    lr schedule the first R rounds of a longer run are an R-round run): round R's evaluation is its
+    ``final``, later history rows are dropped; ``comm`` and ``wall_seconds`` stay the whole run's."""
+    rows = [h for h in results["history"] if h["round"] <= round_]
+    last = rows[-1] if rows and rows[-1]["round"] == round_ else {}
+    if last.get(metric) is None:
+        raise SystemExit(f"--at-round {round_}: a run has no {metric} at round {round_}; evaluate every round "
+                         "(eval.every=1) or choose an evaluated round")
+    final = {k: v for k, v in last.items() if k != "round" and v is not None}
+    return {**results, "history": rows, "final": final, "rounds_completed": round_}
 
 
 def run(label: str, recipe: Path, seed: int, out: Path, overrides: list[str]) -> dict:
@@ -258,6 +272,8 @@ def main() -> None:
     v3.add_argument("--learns", action="append", default=[], metavar="ROW", help="a row the paper expects to learn")
     v3.add_argument("--control", action="append", default=[], metavar="ROW",
                     help="the block's positive control: a row that must train, or every claim is void")
+    v3.add_argument("--at-round", type=int, metavar="R",
+                    help="judge every run at round R, its registered horizon, though it trained longer")
     v3.add_argument("--chance", type=float, help="the reference (points) of a metric the paper wants lowered")
     v3.add_argument("--count", nargs="+", action="append", default=[], metavar="A B KEYS CONVENTION [PAPER]",
                     help="A's comm KEYS (joined by +) over B's, stated as a counted fact (repeatable)")
@@ -278,6 +294,8 @@ def main() -> None:
     done = {(label, s): run(label, recipe, s, args.out, [*args.set, *more])  # seed-major: every row gets seed 0 first
             for s in args.seeds for label, recipe, more in rows}
     table = {label: [done[label, s] for s in args.seeds] for label, _, _ in rows}
+    if args.at_round is not None:
+        table = {label: [at_round(res, args.at_round, args.metric) for res in runs] for label, runs in table.items()}
     target = None
     if args.reference:
         target = float(np.mean([res["final"][args.metric] for res in table[args.reference]]))

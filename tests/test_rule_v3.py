@@ -107,3 +107,19 @@ def test_family_table_adjusts_by_holm_over_tested_claims_only(tmp_path: Path) ->
     assert "Holm over a family of 20 tested claims (family-wise 5%), 3 of them on disk" in interim
     with pytest.raises(SystemExit, match="more than the family of 3"):
         family_table.table(tmp_path, family=3)
+
+
+def test_at_round_reads_a_longer_run_at_its_registered_horizon() -> None:
+    """A 4-round run judged at R = 2: round 2 is its final, and a target first met in round 3 is censored."""
+    import reproduce
+
+    history = [{"round": r, "test_acc": acc, "loss": 1.0 / r} for r, acc in enumerate((0.5, 0.6, 0.8, 0.9), 1)]
+    res = {"history": history, "final": {"test_acc": 0.9}, "baseline": {"test_acc": 0.1}, "rounds_completed": 4,
+           "comm": {"bytes_up": 7}}
+    cut = reproduce.at_round(res, 2, "test_acc")
+    assert cut["final"] == {"test_acc": 0.6, "loss": 0.5} and cut["rounds_completed"] == 2
+    assert [h["round"] for h in cut["history"]] == [1, 2] and cut["baseline"] == res["baseline"]
+    assert rule_v3.rounds_to_reach([cut], "test_acc", 0.7, never=math.inf).tolist() == [math.inf]
+    assert rule_v3.rounds_to_reach([res], "test_acc", 0.7, never=math.inf).tolist() == [3]
+    with pytest.raises(SystemExit, match="round 5"):
+        reproduce.at_round(res, 5, "test_acc")
