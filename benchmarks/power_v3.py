@@ -23,6 +23,7 @@ import numpy as np
 from scipy import stats as dist
 
 from fedlight import stats
+from reproduce import at_round as at_round_of
 
 CAP = 24
 CONFIDENCE = 0.8
@@ -51,21 +52,27 @@ class Claim:
     paper: float | None
     pilot: str | None
     printed: tuple[float, float, int] | None = None
+    at_round: int | None = None
 
 
-def values(folder: str, row: str, metric: str) -> dict[int, float]:
-    """A row's final metric (points) per pilot seed."""
+def pilot_runs(folder: str, row: str, metric: str, at_round: int | None = None) -> dict[int, dict]:
+    """A row's finished pilot results per seed, read at round ``at_round`` when given (reproduce.at_round)."""
     out = {}
     for path in Path(folder, row).glob("seed*/runs/seed=*/results.json"):
         res = json.loads(path.read_text())
         if res.get("final") is not None:
-            out[int(path.parent.name.split("=")[1])] = res["final"][metric] * 100
+            out[int(path.parent.name.split("=")[1])] = res if at_round is None else at_round_of(res, at_round, metric)
     return out
 
 
-def side(folder: str, spec: str, metric: str) -> dict[int, float]:
+def values(folder: str, row: str, metric: str, at_round: int | None = None) -> dict[int, float]:
+    """A row's final metric (points) per pilot seed."""
+    return {s: res["final"][metric] * 100 for s, res in pilot_runs(folder, row, metric, at_round).items()}
+
+
+def side(folder: str, spec: str, metric: str, at_round: int | None = None) -> dict[int, float]:
     """A side's per-seed value: a row, or ``X - Y`` over the seeds both have."""
-    parts = [values(folder, row, metric) for row in spec.split(" - ")]
+    parts = [values(folder, row, metric, at_round) for row in spec.split(" - ")]
     if len(parts) == 1:
         return parts[0]
     return {s: parts[0][s] - parts[1][s] for s in parts[0].keys() & parts[1].keys()}
@@ -76,13 +83,14 @@ def pilot_sd(c: Claim) -> tuple[float, int, float]:
     if c.printed is not None:
         low, high, n = c.printed
         return (high - low) / 2 * math.sqrt(n) / float(dist.t.ppf(0.975, n - 1)), n, (low + high) / 2
-    a, b = side(c.pilot, c.a, c.metric), side(c.pilot, c.b, c.metric)
+    a, b = side(c.pilot, c.a, c.metric, c.at_round), side(c.pilot, c.b, c.metric, c.at_round)
     d = np.array([a[s] - b[s] for s in sorted(a.keys() & b.keys())])
     if len(d) < stats.MIN_PILOT_SEEDS:
         raise SystemExit(f"{c.block}: {c.text}: {len(d)} pilot seeds in {c.pilot}; rule v3 needs {stats.MIN_PILOT_SEEDS}")
     return float(d.std(ddof=1)), len(d), float(d.mean())
 
 
+MOON_T5 = "runs/pilot_v3/moon_t5"  # claims.sh v3_pilot_moon: 60 rounds, read at R
 V2 = "runs/confirm"  # v2's archived confirmatory runs (tar -xJf benchmarks/results/confirm-runs.tar.xz)
 CLAIMS = [
     Claim("v3_lg", "local test: LG > FedAvg", "lg_fmnist", "lg_fedavg_fmnist", "local_test_acc", None, f"{V2}/lg"),
@@ -101,6 +109,12 @@ CLAIMS = [
           None, "runs/pilot_v3/lg_rotated"),
     Claim("v3_lg_rotated", "Table 3: p > 0, LG > FedAvg on rotated data", "lg-p", "fedavg-p", "rotated_acc", None,
           "runs/pilot_v3/lg_rotated"),
+    # MOON Table 1 on twin T5 at the pilot's R = 30 (REPRODUCTION.md, "v3 MOON pilot"); paper: CIFAR-10 points
+    *(Claim("v3_moon", f"Table 1: MOON > {name}", "moon_fmnist", row, "test_acc", 69.1 - paper, MOON_T5, at_round=30)
+      for name, row, paper in (("FedAvg", "fedavg_fmnist", 66.3), ("FedProx", "fedprox_fmnist", 66.9),
+                               ("SCAFFOLD", "scaffold_fmnist", 66.6))),
+    Claim("v3_moon", "Table 1: FedAvg > SOLO", "fedavg_fmnist", "solo_fmnist", "test_acc", 66.3 - 46.3, MOON_T5,
+          at_round=30),
     # v2's confirm_lg_fair (n = 12) and confirm_flesd_sec3 (n = 6): runs not kept, intervals printed
     Claim("v3_lg_fair", "adversary AUC lower with the term", "lg_fair", "lg_fair_noadv", "adv_auc", None, None,
           (-47.43, -43.05, 12)),
@@ -135,11 +149,12 @@ class Control:
     pilot: str | None
     printed: tuple[float, float] | None = None
     chance: float | None = None
+    at_round: int | None = None
 
     def lift(self) -> float:
         if self.printed is not None:
             return self.printed[0] - self.printed[1]
-        runs = [json.loads(p.read_text()) for p in Path(self.pilot, self.row).glob("seed*/runs/seed=*/results.json")]
+        runs = list(pilot_runs(self.pilot, self.row, self.metric, self.at_round).values())
         finals = np.mean([res["final"][self.metric] for res in runs]) * 100
         reference = self.chance if self.chance is not None else np.mean([res["baseline"][self.metric] for res in runs]) * 100
         return float(finals - reference)
@@ -161,6 +176,7 @@ CONTROLS = [
     Control("v3_lg_rotated", "normal_acc", "fedavg-p", "runs/pilot_v3/lg_rotated"),
     Control("v3_lg_rotated", "rotated_acc", "fedavg-p", "runs/pilot_v3/lg_rotated"),
     Control("v3_flesd_sec3", "linear_probe_acc", "ssl100", None, (80.35, 78.61)),
+    Control("v3_moon", "test_acc", "fedavg_fmnist", MOON_T5, at_round=30),
 ]
 
 
