@@ -1,6 +1,6 @@
 """Per-client engine overhead: one round in which 1,000 clients of SimCLR + FedAvg train.
 
-Times ``Federation._train_round`` and every ``training_step`` of the fedlight on
+Times a round's training (``Federation.run_round``'s ``TRAINING_STEPS``) and every ``training_step`` of the fedlight on
 ``PYTHONPATH``; the round's time outside the optimizer steps, divided by the number of
 clients, is what the engine spends per client (state swaps, optimizer set-up, fault draw,
 NaN/Inf check, aggregation, ledger). Run it against two checkouts to compare them:
@@ -32,13 +32,15 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=1000)
     args, overrides = parser.parse_known_args()
     spent = {"round": 0.0, "steps": 0.0, "n": 0}
-    train_round, step = orchestrator.Federation._train_round, local_loop.training_step
+    step = local_loop.training_step
 
-    def timed_round(self, *a, **k):
-        t = time.perf_counter()
-        out = train_round(self, *a, **k)
-        spent["round"] += time.perf_counter() - t
-        return out
+    def timed_round(train_step):
+        def timed(self, *a, **k):
+            t = time.perf_counter()
+            out = train_step(self, *a, **k)
+            spent["round"] += time.perf_counter() - t
+            return out
+        return timed
 
     def timed_step(*a, **k):
         t = time.perf_counter()
@@ -47,7 +49,9 @@ def main() -> None:
         spent["n"] += 1
         return out
 
-    orchestrator.Federation._train_round, local_loop.training_step = timed_round, timed_step
+    for name in orchestrator.TRAINING_STEPS:
+        setattr(orchestrator.Federation, name, timed_round(getattr(orchestrator.Federation, name)))
+    local_loop.training_step = timed_step
     with tempfile.TemporaryDirectory() as tmp:
         recipe = Path(tmp) / "recipe.yaml"
         recipe.write_text(RECIPE.format(repo=REPO))

@@ -23,11 +23,11 @@ import torch
 from fedlight import registry
 from fedlight.config import load_recipe
 from fedlight.engine.loop.sampling import sample_clients
-from fedlight.engine.output.progress import ClientTicks
 from fedlight.engine.run.assemble import build_federation, build_views
 from fedlight.engine.run.fit import build_module, make_fabric, prepare_data
 
 from plain_loop import local_train, shared_state
+from round_training import train_rounds
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,10 +36,8 @@ def run_fedlight(recipe, data, parts, rounds: int) -> tuple[float, dict]:
     fabric = make_fabric(recipe)
     fed = build_federation(fabric, recipe, data, parts, build_module(recipe, data),
                            registry.build_server(recipe.server, recipe.clients.num), Path(tempfile.mkdtemp()))
-    start = time.perf_counter()
-    for r in range(rounds):
-        fed._train_round(r, ClientTicks())
-    return time.perf_counter() - start, fed.s.global_state
+    seconds = sum(spent for spent, _ in train_rounds(fed, rounds))
+    return seconds, fed.run_state.global_state
 
 
 def run_plain(recipe, data, parts, rounds: int) -> tuple[float, dict]:

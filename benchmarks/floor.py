@@ -68,7 +68,8 @@ def child_phases(recipe: str, overrides: list[str], run_dir: str) -> dict[str, f
     timed(evaluator.Evaluator, "model_metrics", spent, "evaluations")
     for name in ("open", "final"):
         timed(run_log.RunLog, name, spent, "logger")
-    timed(orchestrator.Federation, "_train_round", spent, "rounds outside local training")
+    for name in orchestrator.TRAINING_STEPS:  # a round from its start to its new global model
+        timed(orchestrator.Federation, name, spent, "rounds outside local training")
     timed(workers.Workers, "map", spent, "local training")
     timed(run_checkpoint.RunCheckpoint, "save", spent, "checkpoints and results")
     timed(orchestrator, "write_json", spent, "checkpoints and results")

@@ -1,7 +1,7 @@
 """Where ``fabric.workers`` threads hold the GIL: a py-spy ``--gil`` raw profile summed by function.
 
 With ``--gil``, py-spy samples only the thread that holds the GIL, so the samples whose stack
-passes through ``ClientRunner.train_hand`` (the worker threads), divided by the sampling rate,
+passes through ``ClientRunner.train_on_worker`` (the worker threads), divided by the sampling rate,
 are the seconds the workers held it; a function's figure includes what it called::
 
     py-spy record --gil -r 200 -f raw -o gil.txt -- python -m fedlight fit \\
@@ -15,7 +15,7 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
-WORKER_FRAME = "ClientRunner.train_hand"
+WORKER_FRAME = "ClientRunner.train_on_worker"
 
 
 def worker_gil_seconds(raw: Path, rate: float) -> tuple[float, Counter]:

@@ -46,7 +46,7 @@ def main() -> None:
     for r in range(args.rounds):
         for t, fed in feds.items():
             start = time.perf_counter()
-            work = fed.schedule.train(fed.module, 0, r, torch_generator(fed.o.seed, "local", r, 0), private[t], 1.0)
+            work = fed.schedule.train(fed.module, 0, r, torch_generator(fed.options.seed, "local", r, 0), private[t], 1.0)
             ms[t].append(1000 * (time.perf_counter() - start) / work.report["buffer"]["batches"])
             private[t] = work.state
             counts[t][0] += work.report["buffer"]["rescored"]

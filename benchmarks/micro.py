@@ -9,8 +9,8 @@ Each compares the two sides of one change alternately in this process (medians o
 * one Adam step over the CNN's parameters, torch's default on the CPU (tensor by tensor)
   vs fused (``OptimizerSpec.build``), and ``torch.cuda.is_available()`` with and without
   Lightning's ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` (torch.optim asks it at every step);
-* the engine's time per client outside local training (``Federation._train_round`` minus
-  the clients' ``seconds``), over a few rounds of 100 clients;
+* the engine's time per client outside local training (a round's training, ``round_training.py``,
+  minus the clients' ``seconds``), over a few rounds of 100 clients;
 * the interpreter's teardown after ``import fedlight.engine.run.fit`` (what ``cli.run`` skips),
   timed from a child's last statement to its exit.
 
@@ -35,9 +35,10 @@ import torch
 from fedlight import registry
 from fedlight.config import load_recipe
 from fedlight.engine.loop.evaluator import Evaluator
-from fedlight.engine.output.progress import ClientTicks
 from fedlight.engine.run.assemble import build_federation, build_views, eval_options
 from fedlight.engine.run.fit import build_module, make_fabric, prepare_data
+
+from round_training import train_rounds
 
 REPO = Path(__file__).resolve().parents[1]
 WORKLOAD = str(REPO / "benchmarks/workloads/cross_device_fmnist.yaml")
@@ -117,10 +118,8 @@ def engine_per_client(data, parts, rounds: int = 4) -> None:
     fed = build_federation(make_fabric(recipe), recipe, data, parts, build_module(recipe, data),
                            registry.build_server(recipe.server, recipe.clients.num), Path(tempfile.mkdtemp()))
     per_client = []
-    for r in range(rounds):
-        start = time.perf_counter()
-        reports = fed._train_round(r, ClientTicks())
-        outside = time.perf_counter() - start - sum(rep["seconds"] for rep in reports)
+    for seconds, reports in train_rounds(fed, rounds):
+        outside = seconds - sum(rep["seconds"] for rep in reports)
         per_client.append(1000 * outside / len(reports))
     print(f"engine time per client outside local training: {statistics.median(per_client[1:]):.2f} ms "
           f"(median of rounds 2-{rounds}, {len(reports)} clients a round)")

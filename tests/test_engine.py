@@ -221,7 +221,7 @@ def test_sigkill_mid_run_then_resume_ends_where_a_straight_run_ends(tmp_path: Pa
 def test_stateless_clients_are_dealt_to_ranks_by_samples() -> None:
     from fedlight.engine.loop.sampling import deal_clients
 
-    hands = deal_clients([1, 2, 4, 6], [100, 500, 400, 300], 2)
-    assert sorted(c for h in hands for c in h) == [1, 2, 4, 6]  # every client once
-    assert hands == [[1, 2], [4, 6]]  # 600 and 700 samples, where id parity would give 100 and 1,200
+    dealt = deal_clients([1, 2, 4, 6], [100, 500, 400, 300], 2)
+    assert sorted(c for clients in dealt for c in clients) == [1, 2, 4, 6]  # every client once
+    assert dealt == [[1, 2], [4, 6]]  # 600 and 700 samples, where id parity would give 100 and 1,200
     assert deal_clients([3], [5], 2) == [[3], []]  # a rank may get none; it still joins the collective

@@ -127,7 +127,7 @@ class ViewMaker:
 
     def __init__(self, params: ViewParams, mean: torch.Tensor, std: torch.Tensor, channels_last: bool = False,
                  on_device: bool = False) -> None:
-        self.p = params
+        self.params = params
         self.mean = mean.view(1, -1, 1, 1)
         self.std = std.view(1, -1, 1, 1)
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
@@ -168,7 +168,8 @@ class ViewMaker:
         """View ``index``'s parameters for a batch of ``shape`` (B, C, H, W), drawn view by view from
         the CPU generator ``g`` (one ``torch.rand(B)`` per parameter), on the CPU."""
         b, c, h = shape[:3]
-        blur_p, solarize_p = self._probability(self.p.blur_p, index), self._probability(self.p.solarize_p, index)
+        blur_p = self._probability(self.params.blur_p, index)
+        solarize_p = self._probability(self.params.solarize_p, index)
         u = {name: torch.rand(b, generator=g) for name in self._draws(c, blur_p > 0, solarize_p > 0)}
         return self._derive(u, h, blur_p, solarize_p)
 
@@ -177,8 +178,8 @@ class ViewMaker:
         """The parameters of views ``indices`` for a batch of ``shape`` (B, C, H, W), all in one
         ``torch.rand`` call on ``device``'s generator seeded from ``g``: (views x B) rows, view by view."""
         b, c, h = shape[:3]
-        blur_p = [self._probability(self.p.blur_p, i) for i in indices]
-        solarize_p = [self._probability(self.p.solarize_p, i) for i in indices]
+        blur_p = [self._probability(self.params.blur_p, i) for i in indices]
+        solarize_p = [self._probability(self.params.solarize_p, i) for i in indices]
         names = self._draws(c, max(blur_p) > 0, max(solarize_p) > 0)
         rows = torch.rand(len(names), len(indices) * b, generator=self._device_generator(g, device), device=device)
         return self._derive(dict(zip(names, rows)), h, self._per_row(blur_p, b, device),
@@ -217,23 +218,23 @@ class ViewMaker:
     def _derive(self, u: dict[str, torch.Tensor], height: int, blur_p: Probability,
                 solarize_p: Probability) -> ViewDraw:
         """Turn the uniform draws ``u`` (name -> (M,)) into a view's parameters, on ``u``'s device."""
-        p = self.p
-        area = _uniform(u["area"], p.crop_min_scale, 1.0)
+        params = self.params
+        area = _uniform(u["area"], params.crop_min_scale, 1.0)
         log_ratio = _uniform(u["log_ratio"], math.log(3 / 4), math.log(4 / 3))
         w = (area * log_ratio.exp()).sqrt().clamp(max=1.0)
         h = (area / log_ratio.exp()).sqrt().clamp(max=1.0)
         cx = _uniform(u["cx"], -1.0, 1.0) * (1 - w)
         cy = _uniform(u["cy"], -1.0, 1.0) * (1 - h)
-        flip = torch.where(u["flip"] < p.flip_p, -1.0, 1.0)
+        flip = torch.where(u["flip"] < params.flip_p, -1.0, 1.0)
         zero = torch.zeros_like(w)
         theta = torch.stack([w * flip, zero, cx, zero, h, cy], dim=1).view(-1, 2, 3)
-        jitter = u["jitter"] < p.jitter_p
-        draw = ViewDraw(theta, self._factor(u["bright"], p.brightness, jitter),
-                        self._factor(u["contrast"], p.contrast, jitter))
+        jitter = u["jitter"] < params.jitter_p
+        draw = ViewDraw(theta, self._factor(u["bright"], params.brightness, jitter),
+                        self._factor(u["contrast"], params.contrast, jitter))
         if "saturation" in u:
-            draw.saturation = self._factor(u["saturation"], p.saturation, jitter)
-            draw.hue = torch.where(jitter, _uniform(u["hue"], -p.hue, p.hue), zero)
-            draw.grayscale = (u["grayscale"] < p.grayscale_p).view(-1, 1, 1, 1)
+            draw.saturation = self._factor(u["saturation"], params.saturation, jitter)
+            draw.hue = torch.where(jitter, _uniform(u["hue"], -params.hue, params.hue), zero)
+            draw.grayscale = (u["grayscale"] < params.grayscale_p).view(-1, 1, 1, 1)
         if "sigma" in u:
             sigma = torch.where(u["blur"] < blur_p, _uniform(u["sigma"], 0.1, 2.0), 1e-3)
             size = blur_size(height)

@@ -179,7 +179,8 @@ class DifferentialPrivacy(Aggregator):
         problem = wrap_problem(inner)
         if problem:
             raise ValueError(f"DifferentialPrivacy cannot wrap {type(inner).__name__}: {problem}")
-        self.inner, self.clip, self.z, self.delta, self.adaptive = inner, clip, noise_multiplier, delta, adaptive
+        self.inner, self.clip, self.delta, self.adaptive = inner, clip, delta, adaptive
+        self.noise_multiplier = noise_multiplier  # z
         self.target_quantile, self.clip_lr, self.count_noise = target_quantile, clip_lr, count_noise
         self.seed, self.per_round, self.population, self.rounds = seed, 1, 1, 0
 
@@ -200,7 +201,9 @@ class DifferentialPrivacy(Aggregator):
         return self.count_noise if self.count_noise is not None else self.per_round / 20
 
     def _update_multiplier(self) -> float:
-        return update_multiplier(self.z, self._count_noise(), self.options_key) if self.adaptive else self.z
+        if not self.adaptive:
+            return self.noise_multiplier
+        return update_multiplier(self.noise_multiplier, self._count_noise(), self.options_key)
 
     def finalize(self, global_state: State, payloads: list[ClientPayload]) -> State:
         floats = float_keys(global_state)
@@ -261,7 +264,7 @@ class DifferentialPrivacy(Aggregator):
     def metrics(self, rounds: int) -> dict[str, float]:
         """The wrapped server's metrics, ``dp_epsilon`` after ``rounds`` rounds at ``delta``, and ``dp_clip``, C."""
         q = min(1.0, self.per_round / self.population)
-        return {**self.inner.metrics(rounds), "dp_epsilon": dp_epsilon(q, self.z, rounds, self.delta),
+        return {**self.inner.metrics(rounds), "dp_epsilon": dp_epsilon(q, self.noise_multiplier, rounds, self.delta),
                 "dp_clip": self.clip}
 
     def state_dict(self) -> dict[str, Any]:

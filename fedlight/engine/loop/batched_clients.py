@@ -238,8 +238,8 @@ def finish_client(module: FederatedModule, tensors: State) -> None:
     module.on_train_end()
 
 
-class BatchedHand:
-    """One worker's answering clients of a round, trained ``size`` at a time in the hand's order
+class BatchedClients:
+    """One worker model's answering clients of a round, trained ``size`` at a time in their order
     (``schedule.train_together``) as the runner reaches the first of each group; each client's
     result is handed out when the runner reaches it, with ``module`` then holding its final state.
 
@@ -248,7 +248,7 @@ class BatchedHand:
         module: the worker model.
         size: clients a group (``local.batched_clients``).
         round_: the round.
-        clients: (client, share of its work) of every answering client of the hand, in order.
+        clients: (client, share of its work) of every answering client of the worker model, in order.
         start: ``start(client)`` loads a client's starting state into ``module``.
         generator: ``generator(client)``, keyed by (seed, round, client).
     """

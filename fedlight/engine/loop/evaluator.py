@@ -84,7 +84,7 @@ class Evaluator:
 
     def __init__(self, fabric: Fabric, module: FederatedModule, data: ImageData, views: ViewMaker,
                  options: EvalOptions = EvalOptions(), seed: int = 0) -> None:
-        self.fabric, self.module, self.data, self.views, self.o = fabric, module, data, views, options
+        self.fabric, self.module, self.data, self.views, self.options = fabric, module, data, views, options
         labels = data.train_y.numpy()
         self.probe_idx = torch.as_tensor(label_subset(labels, options.label_fraction,
                                                       numpy_rng(seed, "label-fraction")))
@@ -113,35 +113,35 @@ class Evaluator:
     def model_metrics(self, phases: EvalPhases | None = None) -> dict[str, float | None]:
         """The three accuracies of the model as loaded (``test_acc`` is None without a classifier);
         ``phases`` (the progress bars) is told each phase as it starts, with its work, and each unit done."""
-        e, d, m = self.o, self.data, self.module
+        options, data, module = self.options, self.data, self.module
         phases = phases or EvalPhases()
-        phases("features", batches(len(self.probe_idx)) + batches(len(d.test_x)))
-        train_f = self.apply(m.features, d.train_x[self.probe_idx], advance=phases.advance)
-        train_y = self.fabric.to_device(d.train_y[self.probe_idx])
-        test_f = self.apply(m.features, d.test_x, advance=phases.advance)
-        test_y = self.fabric.to_device(d.test_y)
+        phases("features", batches(len(self.probe_idx)) + batches(len(data.test_x)))
+        train_f = self.apply(module.features, data.train_x[self.probe_idx], advance=phases.advance)
+        train_y = self.fabric.to_device(data.train_y[self.probe_idx])
+        test_f = self.apply(module.features, data.test_x, advance=phases.advance)
+        test_y = self.fabric.to_device(data.test_y)
         test_acc = None
-        if m.has_classifier:
-            phases("classifier", batches(len(d.test_x)))
-            logits = self.apply(m.classify, d.test_x, advance=phases.advance)
+        if module.has_classifier:
+            phases("classifier", batches(len(data.test_x)))
+            logits = self.apply(module.classify, data.test_x, advance=phases.advance)
             test_acc = float((logits.argmax(1) == test_y).float().mean())
         probe = lambda name, feats, labels: self._probe(phases, name, feats, labels, test_f, test_y)  # noqa: E731
         out: dict[str, float | None] = {"linear_probe_acc": probe("linear probe", train_f, train_y)}
         phases("kNN", knn_chunks(len(test_f)), "chunks")
-        out["knn_acc"] = knn_accuracy(train_f, train_y, test_f, test_y, d.num_classes, e.knn_k, e.knn_temperature,
-                                      on_chunk=phases.advance)
+        out["knn_acc"] = knn_accuracy(train_f, train_y, test_f, test_y, data.num_classes, options.knn_k,
+                                      options.knn_temperature, on_chunk=phases.advance)
         out["test_acc"] = test_acc
         for fraction, idx in self.extra_idx.items():  # e.g. SOFed's 1% / 10% / 100% label protocol
             phases(f"features, {fraction:.0%} labels", batches(len(idx)))
-            feats = self.apply(m.features, d.train_x[idx], advance=phases.advance)
+            feats = self.apply(module.features, data.train_x[idx], advance=phases.advance)
             out[f"linear_probe_acc@{fraction:g}"] = probe(f"linear probe, {fraction:.0%} labels", feats,
-                                                          self.fabric.to_device(d.train_y[idx]))
+                                                          self.fabric.to_device(data.train_y[idx]))
         return out
 
     def _probe(self, phases: EvalPhases, name: str, train_f: torch.Tensor, train_y: torch.Tensor,
                test_f: torch.Tensor, test_y: torch.Tensor) -> float:
         """The linear probe's accuracy, as the phase ``name`` whose units are L-BFGS's loss evaluations."""
-        steps = self.o.probe_epochs
+        steps = self.options.probe_epochs
         phases(name, probe_evaluations(steps), "evaluations")
         return linear_probe_accuracy(train_f, train_y, test_f, test_y, self.data.num_classes, steps=steps,
                                      on_evaluation=phases.advance)

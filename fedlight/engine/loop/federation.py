@@ -1,5 +1,8 @@
 """The round loop: sample -> each client's local work -> aggregate -> evaluate -> log -> checkpoint.
 
+One round reads top to bottom in ``Federation.run_round``: its steps in order, each a call to a
+method of this file whose name says what it does (and whose docstring says how).
+
     sample clients -> for each sampled client of this rank (``ClientRunner``, over worker models):
         global shared state + the client's private state -> its schedule's local work -> payload
         folded into the aggregator's accumulator (or kept, for the fault model to revise); private state saved
@@ -42,6 +45,11 @@ from fedlight.methods.federated_module import FederatedModule
 from fedlight.server.aggregator import Aggregator
 
 TIMING = ("seconds", "train_seconds", "eval_seconds")  # wall-clock columns of the history: never reproducible
+TRAINING_STEPS = ("_start_round", "_deal_clients", "_resume_or_begin", "_train_clients", "_collect_reports",
+                  "_aggregate")
+"""``run_round``'s steps from the round's start to its new global model, in order (what the benchmarks time as
+a round's training, before its evaluation, history, checkpoint and logs; ``tests/test_architecture.py`` checks
+that ``run_round`` calls them in this order)."""
 
 
 class Federation:
@@ -60,67 +68,176 @@ class Federation:
                  data: ImageData, parts: list[torch.Tensor], trainable: list[int], schedule: ClientSchedule,
                  faults: FaultModel, plugins: list[RoundPlugin], options: RoundOptions, run_dir: Path) -> None:
         self.fabric, self.module, self.aggregator, self.evaluator = fabric, module, aggregator, evaluator
-        self.parts, self.trainable, self.o, self.run_dir = parts, trainable, options, run_dir
+        self.parts, self.trainable, self.options, self.run_dir = parts, trainable, options, run_dir
         self.rank, self.world = fabric.global_rank, fabric.world_size
         self.schedule, self.faults, self.hooks = schedule, faults, [schedule, faults, *plugins]  # hooks: in this order
         self.workers = Workers(module, options.workers, torch.get_num_threads())
         self.clients = ClientRunner(fabric, aggregator, schedule, faults, plugins, [len(p) for p in parts],
                                     self.workers, options, store.open_store(options, run_dir / CHECKPOINT, fabric))
-        self.log = RunLog(run_dir, self.hooks, data, parts, enabled=self.rank == 0, loggers=options.loggers)
+        self.log = RunLog(run_dir, self.hooks, data, parts, enabled=self.rank == 0, loggers=options.loggers,
+                          server_metrics=tuple(aggregator.metrics(0)))
         self.checkpoint = RunCheckpoint(fabric, module, aggregator, self.clients, self.hooks, run_dir)
-        self.s = RunState({k: v.detach().clone() for k, v in module.shared_state().items()})
+        self.run_state = RunState({k: v.detach().clone() for k, v in module.shared_state().items()})
         self.restored, self.started = False, time.perf_counter()
+        self.wall, self.last_eval = 0.0, None  # the run's seconds so far; the last evaluation's history row
 
-    def _lr(self, round_: int) -> float:
-        return round_lr(self.o.lr, self.o.lr_schedule, self.o.lr_decay, self.o.rounds, round_, self.s.phase_start or 0)
+    def restore(self) -> None:
+        """Continue from the run folder's checkpoint (every rank); ``run`` then trains the rounds left.
+        Raises a UserError for no intact checkpoint, or ``rounds`` below the rounds it has completed."""
+        prefixes = tuple(p for p in [self.schedule.state_prefix] if p)  # client state that is no model tensor
+        self.run_state = self.checkpoint.restore(self.options.rounds, len(self.parts), prefixes)
+        self.restored = True
 
-    def _set_global(self, state: State) -> None:
-        self.s.global_state = {k: v.detach().clone() for k, v in state.items()}
+    def run(self) -> dict[str, Any]:
+        """Train the rounds left (all unless ``restore`` ran); returns (and on rank 0 writes) the results."""
+        state, options, self.started = self.run_state, self.options, time.perf_counter()
+        state.begin_segment(self.fabric.device, self.world, self.rank)  # results.json's provenance of this start
+        bars = RoundBars(state.rounds_done, options.rounds, self.rank == 0, self.evaluator.options.label_fraction,
+                         options.eval_every, self.fabric.device.type == "cpu", resumed=self.restored)
+        if not self.restored and self.rank == 0:  # the floor of every metric, the parts' included
+            state.baseline = bars.evaluate("the random-init model", floors(self.evaluator, self.hooks,
+                                                                           state.global_state))
+        self.log.open(state.rounds_done, state.ledger.rows, state.baseline)
+        self.wall, self.last_eval = state.wall_before, state.last_evaluation()
+        for round_ in bars:
+            self.run_round(round_, bars)
+        bars.close()
+        finals = tuple(prefix for hook in self.hooks for prefix in hook.metric_prefixes)  # the parts' final metrics
+        results = state.results(options.record, self.wall, final_metrics(self.last_eval, finals))
+        if self.rank == 0:  # results.json with final metrics says the run is finished: it comes last
+            self.log.final(options.record, results["final"], lambda x: self.evaluator.apply(self.module.features, x),
+                           options.projector_samples, state.rounds_done)
+            write_json(self.run_dir / "results.json", results)
+        return results
 
-    def _train_round(self, round_: int, tick: ClientTicks) -> list[Report]:
-        """Train and aggregate one round; returns every rank's client reports, by client."""
-        if any(self.workers.each(lambda m: isinstance(m, ChangingSplit) and m.update_split(round_, self.s.history))):
+    def run_round(self, round_: int, bars: RoundBars) -> None:
+        """One round (0-based ``round_``), top to bottom: every step of the loop, in order."""
+        started = time.perf_counter() - (self.run_state.partial or {}).get("seconds", 0.0)  # + a resumed round's
+        with bars.round(round_) as tick:
+            # 1. The round starts: the method may change what it shares, every part hears of it, the lr is set.
+            self._start_round(round_)
+            # 2. Sample the round's clients (seed, round) and deal this rank's to its worker models.
+            per_worker = self._deal_clients(round_)
+            # 3. The schedule plans the round; a round a preemption stopped goes on from its saved clients.
+            acc, reports, per_worker = self._resume_or_begin(round_, per_worker)
+            # 4. Local training: each worker model trains its clients in order, folding their payloads.
+            acc, reports = self._train_clients(round_, per_worker, acc, reports, tick, started)
+            # 5. Every rank's client reports, by client; the fault model revises payloads, checks divergence.
+            acc, reports = self._collect_reports(round_, acc, reports)
+            # 6. Aggregate: accumulators summed (or payloads gathered) over ranks -> the new global model.
+            self._aggregate(round_, acc, reports)
+        # 7. The round is trained: its clients' communication joins the ledger and it counts as done.
+        ledger_rows = self._count_round(round_, reports)
+        # 8. Evaluate (every eval.every rounds and the last): the parts' evaluations, then probe and kNN.
+        metrics, uploads, failure, eval_seconds = self._evaluate_if_due(round_, bars)
+        # 9. The round's history row: the loop's columns, the parts' and the server's own.
+        row = self._record(round_, reports, metrics, ledger_rows, uploads, started, eval_seconds)
+        # 10. Checkpoint, then the loggers, results.json and the progress bar.
+        self._save_and_log(row, ledger_rows + uploads, reports, bars)
+        # 11. Stop if the evaluation failed or the run is asked to stop (its checkpoint is saved).
+        self._stop_if_asked(failure, bars)
+
+    def _start_round(self, round_: int) -> None:
+        """Step 1: a worker model whose shared / private split changes between rounds is asked first
+        (``ChangingSplit.update_split``: LG leaving FedAvg restarts the global state and the clients'
+        private states from the current model), then every part's ``on_round_start``, then the round's
+        learning rate on every worker model."""
+        state = self.run_state
+        if any(self.workers.each(lambda m: isinstance(m, ChangingSplit) and m.update_split(round_, state.history))):
             self._set_global(self.module.shared_state())  # the method changed what it shares (LG leaving FedAvg)
             self.clients.split_changed(self.module, self.trainable)
-            if self.s.phase_start is None:  # not when a resumed run re-enters the phase it had entered
-                self.s.phase_start = round_
+            if state.phase_start is None:  # not when a resumed run re-enters the phase it had entered
+                state.phase_start = round_
         for hook in self.hooks:
-            hook.on_round_start(round_, self.s.global_state)
+            hook.on_round_start(round_, state.global_state)
         lr = self._lr(round_)
         self.workers.each(lambda m: setattr(m.optim, "lr", lr))
-        sampled = [self.trainable[i] for i in sample_clients(self.o.seed, round_, len(self.trainable), self.o.fraction,
-                                                                 self.o.poisson)]
-        hands = self.clients.hands(sampled, self.module)
-        self.schedule.begin_round(round_, self.s.global_state, hands[0])
-        acc, reports = None, []
-        if self.s.partial is not None:  # resuming a round that a preemption stopped between two clients
-            acc, reports, self.s.partial = self.s.partial["acc"], list(self.s.partial["reports"]), None
-            hands = [[c for c in hand if c not in {rep["client"] for rep in reports}] for hand in hands]
-        tick.expect(sum(map(len, hands)))
-        tick.plan(self.clients.planned_steps(hands))
-        jobs = [(hand, acc if w == 0 else None) for w, hand in enumerate(hands)]  # worker 0 goes on from a resumed sum
-        results = self.workers.map(lambda m, job: self.clients.train_hand(m, *job, round_, self.s.global_state, tick),
-                                   jobs)
-        acc = merge_workers(self.aggregator, [hand_acc for hand_acc, _ in results], self.clients.keeps_payloads)
-        trained = [rep for _, hand_reports in results for rep in hand_reports]
-        reports += trained
-        if len(trained) < sum(map(len, hands)):  # a preemption stopped the workers between clients
-            self.checkpoint.save(self.s, self.s.wall_before + time.perf_counter() - self.started, partial={
-                "acc": on_cpu(acc), "reports": reports, "seconds": time.perf_counter() - self.t0})
+
+    def _deal_clients(self, round_: int) -> list[list[int]]:
+        """Step 2: the round's sampled clients (keyed by seed and round) that this rank trains, one list
+        per worker model (``ClientRunner.deal_to_workers``: the parts may change who takes part)."""
+        options = self.options
+        sampled = [self.trainable[i] for i in sample_clients(options.seed, round_, len(self.trainable),
+                                                                 options.fraction, options.poisson)]
+        return self.clients.deal_to_workers(sampled, self.module)
+
+    def _resume_or_begin(self, round_: int, per_worker: list[list[int]]) -> tuple[Any, list[Report],
+                                                                                   list[list[int]]]:
+        """Step 3: the schedule's ``begin_round`` (e.g. a device-to-device schedule plans the period's pulls); then the round's
+        accumulator, reports and clients left: a round a preemption stopped between two clients goes on
+        from its saved accumulator and reports, else from nothing."""
+        state = self.run_state
+        self.schedule.begin_round(round_, state.global_state, per_worker[0])
+        if state.partial is None:
+            return None, [], per_worker
+        acc, reports, state.partial = state.partial["acc"], list(state.partial["reports"]), None
+        done = {rep["client"] for rep in reports}
+        return acc, reports, [[c for c in clients if c not in done] for clients in per_worker]
+
+    def _train_clients(self, round_: int, per_worker: list[list[int]], acc: Any, reports: list[Report],
+                       tick: ClientTicks, started: float) -> tuple[Any, list[Report]]:
+        """Step 4: every worker model trains its clients side by side (``ClientRunner.train_on_worker``);
+        the workers' accumulators merged and this rank's reports. A preemption between two clients saves
+        the round so far (``partial``) and stops the run."""
+        state = self.run_state
+        tick.expect(sum(map(len, per_worker)))
+        tick.plan(self.clients.planned_steps(per_worker))
+        jobs = [(clients, acc if w == 0 else None) for w, clients in enumerate(per_worker)]  # 0 goes on from a resume
+        results = self.workers.map(lambda module, job: self.clients.train_on_worker(
+            module, *job, round_, state.global_state, tick), jobs)
+        acc = merge_workers(self.aggregator, [worker_acc for worker_acc, _ in results], self.clients.keeps_payloads)
+        trained = [rep for _, worker_reports in results for rep in worker_reports]
+        reports = reports + trained
+        if len(trained) < sum(map(len, per_worker)):  # a preemption stopped the workers between clients
+            self.checkpoint.save(state, state.wall_before + time.perf_counter() - self.started, partial={
+                "acc": on_cpu(acc), "reports": reports, "seconds": time.perf_counter() - started})
             raise self._preempted(clients_done=len(reports))
-        self.module.load_partial(self.s.global_state)  # server-side training starts from the global model
+        return acc, reports
+
+    def _collect_reports(self, round_: int, acc: Any, reports: list[Report]) -> tuple[Any, list[Report]]:
+        """Step 5: every rank's reports, by client; the accumulator as the fault model leaves it
+        (``aggregation.revised``: attackers that see the benign payloads); the divergence check."""
+        state = self.run_state
+        self.module.load_partial(state.global_state)  # server-side training starts from the global model
         reports = sorted((rep for part in gather(self.fabric, reports) for rep in part), key=lambda x: x["client"])
-        acc = revised(self.fabric, self.aggregator, self.faults, round_, self.s.global_state, acc, reports)
+        acc = revised(self.fabric, self.aggregator, self.faults, round_, state.global_state, acc, reports)
         if reports:  # none: no client sampled, or none due to train (a one-off local budget already spent)
-            self.faults.check(round_, reports, self.s.rounds_done)
+            self.faults.check(round_, reports, state.rounds_done)
+        return acc, reports
+
+    def _aggregate(self, round_: int, acc: Any, reports: list[Report]) -> None:
+        """Step 6: the new global model (``aggregation.finish``: the sum over ranks or every payload in
+        client order -> ``aggregator.finalize``), into the worker model; kept when no client answered
+        (unless the server accounts privacy: its noise and its accountant go on)."""
         if not any(rep["status"] == "ok" for rep in reports) and not self.aggregator.accounts_privacy:
             if reports:
                 say(f"round {round_ + 1}: no sampled client answered; the global model is kept", self.rank)
-            return reports
-        self._set_global(finish(self.fabric, self.aggregator, self.s.global_state, acc,
+            return
+        self._set_global(finish(self.fabric, self.aggregator, self.run_state.global_state, acc,
                                 neutral=lambda: self.clients.payload(self.module)))
-        self.module.load_partial(self.s.global_state)
-        return reports
+        self.module.load_partial(self.run_state.global_state)
+
+    def _count_round(self, round_: int, reports: list[Report]) -> list[list]:
+        """Step 7: the clients' ledger rows join the run's ledger (returned) and the round counts as done."""
+        rows = [row for rep in reports for row in rep["ledger"]]
+        self.run_state.ledger.rows.extend(rows)
+        self.run_state.rounds_done = round_ + 1
+        return rows
+
+    def _evaluate_if_due(self, round_: int, bars: RoundBars) -> tuple[dict[str, float | None], list[list],
+                                                                       Exception | None, float]:
+        """Step 8: on an evaluation round, the metrics and the ledger rows of what the evaluations
+        uploaded (``_evaluate``); the exception if it failed (the trained round is saved before the run
+        stops); the seconds it took."""
+        state, options = self.run_state, self.options
+        metrics, uploads, failure, started = dict.fromkeys(METRICS), [], None, time.perf_counter()
+        if state.rounds_done % options.eval_every == 0 or state.rounds_done == options.rounds:
+            try:
+                metrics, uploads = bars.evaluate(f"round {round_ + 1}", lambda phases: self._evaluate(round_, phases))
+                self.last_eval = metrics if self.rank == 0 else self.last_eval
+            except Exception as exc:  # the round is trained and aggregated: it is saved first (step 10)
+                failure = exc
+        return metrics, uploads, failure, time.perf_counter() - started
 
     def _evaluate(self, round_: int, phases: EvalPhases) -> tuple[dict[str, float | None], list[list]]:
         """The parts' evaluations (collectives, every rank), then probe and kNN (rank 0; ``phases`` is told each
@@ -129,72 +246,58 @@ class Federation:
         stored = self.clients.gathered() if local or any(hook.needs_clients for hook in self.hooks) else {}
         extra, rows = {}, []
         for hook in self.hooks:  # before the probe, which scores what they leave in the worker model
-            found, uploads = hook.evaluate(round_, self.clients.model_states(stored), self.s.global_state,
-                                           self.s.ledger.rows)
+            found, uploads = hook.evaluate(round_, self.clients.model_states(stored), self.run_state.global_state,
+                                           self.run_state.ledger.rows)
             extra.update(found)
             rows += uploads
         if self.rank != 0:
             return dict.fromkeys(METRICS), rows
         models = [stored[c] for c in sorted(stored)] if local else None  # local-only: the clients' own models
-        return {**self.evaluator.scores(models, self.s.global_state, phases), **extra}, rows
+        return {**self.evaluator.scores(models, self.run_state.global_state, phases), **extra}, rows
+
+    def _record(self, round_: int, reports: list[Report], metrics: dict[str, float | None], ledger_rows: list[list],
+                uploads: list[list], started: float, eval_seconds: float) -> dict[str, Any]:
+        """Step 9: the round's history row (``RunState.add_round``): the loop's columns and timing, every
+        part's ``columns()`` and the server's own ``metrics`` (e.g. DP-FedAvg's privacy spent)."""
+        state = self.run_state
+        state.ledger.rows.extend(uploads)
+        timing = {"seconds": time.perf_counter() - started, "eval_seconds": eval_seconds,
+                  "train_seconds": sum(r.get("seconds", 0.0) for r in reports) / (self.world * len(self.workers))}
+        return state.add_round(round_, reports, metrics, ledger_rows + uploads, self._lr(round_), timing, self.hooks,
+                               self.aggregator.metrics(round_ + 1))
+
+    def _save_and_log(self, row: dict[str, Any], ledger_rows: list[list], reports: list[Report],
+                      bars: RoundBars) -> None:
+        """Step 10: the checkpoint (every rank: a collective), then on rank 0 the loggers (``RunLog.round``),
+        results.json without final metrics (the run goes on) and the progress bar's line."""
+        state = self.run_state
+        self.wall = state.wall_before + time.perf_counter() - self.started
+        self.checkpoint.save(state, self.wall)
+        self.log.round(row, ledger_rows, reports)
+        if self.rank == 0:
+            write_json(self.run_dir / "results.json", state.results(self.options.record, self.wall, None))
+            bars.show(row, self.last_eval)
+
+    def _stop_if_asked(self, failure: Exception | None, bars: RoundBars) -> None:
+        """Step 11: the one line of a failed evaluation, or a preemption (SIGUSR1/SIGTERM) before the last
+        round: this round's checkpoint is where ``--resume`` starts."""
+        state = self.run_state
+        if failure is not None:
+            bars.close()
+            self.log.finish("failed")
+            raise evaluation_failed(failure, self.checkpoint.path, state.rounds_done) from failure
+        if state.rounds_done < self.options.rounds and preemption.requested(self.fabric):
+            raise self._preempted()
 
     def _preempted(self, clients_done: int = 0) -> preemption.Preempted:
         """The exception that stops a preempted run (after its checkpoint); flushes TensorBoard first."""
         self.log.finish("preempted")
-        return preemption.Preempted(self.s.rounds_done, self.rank, clients_done)
+        return preemption.Preempted(self.run_state.rounds_done, self.rank, clients_done)
 
-    def restore(self) -> None:
-        """Continue from the run folder's checkpoint (every rank); ``run`` then trains the rounds left.
-        Raises a UserError for no intact checkpoint, or ``rounds`` below the rounds it has completed."""
-        prefixes = tuple(p for p in [self.schedule.state_prefix] if p)  # client state that is no model tensor
-        self.s = self.checkpoint.restore(self.o.rounds, len(self.parts), prefixes)
-        self.restored = True
+    def _lr(self, round_: int) -> float:
+        options = self.options
+        return round_lr(options.lr, options.lr_schedule, options.lr_decay, options.rounds, round_,
+                        self.run_state.phase_start or 0)
 
-    def run(self) -> dict[str, Any]:
-        """Train the rounds left (all unless ``restore`` ran); returns (and on rank 0 writes) the results."""
-        o, s, self.started = self.o, self.s, time.perf_counter()
-        s.begin_segment(self.fabric.device, self.world, self.rank)  # results.json's provenance of this start
-        bars = RoundBars(s.rounds_done, o.rounds, self.rank == 0, self.evaluator.o.label_fraction, o.eval_every,
-                         self.fabric.device.type == "cpu", resumed=self.restored)
-        if not self.restored and self.rank == 0:  # the floor of every metric, the parts' included
-            s.baseline = bars.evaluate("the random-init model", floors(self.evaluator, self.hooks, s.global_state))
-        self.log.open(s.rounds_done, s.ledger.rows, s.baseline)
-        wall, last_eval = s.wall_before, s.last_evaluation()
-        for round_ in bars:
-            self.t0 = t0 = time.perf_counter() - (s.partial or {}).get("seconds", 0.0)  # + a resumed round's start
-            with bars.round(round_) as tick:
-                reports = self._train_round(round_, tick)
-            rows = [row for rep in reports for row in rep["ledger"]]
-            s.ledger.rows.extend(rows)
-            s.rounds_done = round_ + 1
-            metrics, uploads, failure, t_eval = dict.fromkeys(METRICS), [], None, time.perf_counter()
-            if s.rounds_done % o.eval_every == 0 or s.rounds_done == o.rounds:
-                try:
-                    metrics, uploads = bars.evaluate(f"round {round_ + 1}", lambda phases: self._evaluate(round_, phases))
-                    last_eval = metrics if self.rank == 0 else last_eval
-                except Exception as exc:  # the round is trained and aggregated: it is saved first (below)
-                    failure = exc
-            s.ledger.rows.extend(uploads)
-            timing = {"seconds": time.perf_counter() - t0, "eval_seconds": time.perf_counter() - t_eval,
-                      "train_seconds": sum(r.get("seconds", 0.0) for r in reports) / (self.world * len(self.workers))}
-            row = s.add_round(round_, reports, metrics, rows + uploads, self._lr(round_), timing, self.hooks)
-            wall = s.wall_before + time.perf_counter() - self.started
-            self.checkpoint.save(s, wall)
-            self.log.round(row, rows + uploads, reports)
-            if self.rank == 0:
-                write_json(self.run_dir / "results.json", s.results(o.record, wall, None))
-                bars.show(row, last_eval)
-            if failure is not None:
-                bars.close()
-                self.log.finish("failed")
-                raise evaluation_failed(failure, self.checkpoint.path, s.rounds_done) from failure
-            if s.rounds_done < o.rounds and preemption.requested(self.fabric):  # SIGUSR1/SIGTERM
-                raise self._preempted()  # this round's checkpoint above is where --resume starts
-        bars.close()
-        finals = tuple(prefix for hook in self.hooks for prefix in hook.metric_prefixes)  # the parts' final metrics
-        results = s.results(o.record, wall, final_metrics(last_eval, finals))
-        if self.rank == 0:  # results.json with final metrics says the run is finished: it comes last
-            self.log.final(o.record, results["final"], lambda x: self.evaluator.apply(self.module.features, x),
-                           o.projector_samples, s.rounds_done)
-            write_json(self.run_dir / "results.json", results)
-        return results
+    def _set_global(self, state: State) -> None:
+        self.run_state.global_state = {k: v.detach().clone() for k, v in state.items()}

@@ -1,6 +1,7 @@
 """What a run shows as it goes (rank 0): its loggers' scalars, TensorBoard's pictures, ``comm.csv``.
 
-The round loop's own scalars (time, loss, learning rate, bytes, probe and kNN) and the
+The round loop's own scalars (time, loss, learning rate, bytes, probe and kNN), the server's
+own numbers (``Aggregator.metrics``, e.g. DP-FedAvg's privacy spent, as ``server/<name>``) and the
 histogram of the clients' update norms are logged here; every plug-in adds its own through
 ``RoundPlugin.log_open``, ``log_round`` and ``log_clients``. The scalars and the hparams go to
 every logger the recipe's ``loggers`` name (``fedlight.engine.output.loggers``), the pictures to
@@ -40,12 +41,15 @@ class RunLog:
         parts: every client's sample indices into ``data.train_x``.
         enabled: whether this process writes (rank 0).
         loggers: the loggers' names (``fedlight.engine.output.loggers.BUILDERS``).
+        server_metrics: the history columns of the aggregator's own numbers (``Aggregator.metrics``),
+            each logged as the scalar ``server/<name>``.
     """
 
     def __init__(self, run_dir: Path, plugins: list[RoundPlugin], data: ImageData, parts: list[torch.Tensor],
-                 enabled: bool = True, loggers: tuple[str, ...] = ("tensorboard",)) -> None:
+                 enabled: bool = True, loggers: tuple[str, ...] = ("tensorboard",),
+                 server_metrics: tuple[str, ...] = ()) -> None:
         self.run_dir, self.plugins, self.data, self.parts, self.enabled = run_dir, plugins, data, parts, enabled
-        self.names = loggers
+        self.names, self.server_metrics = loggers, server_metrics
         self.loggers: list[Logger] = []  # those open (rank 0, between ``open`` and ``finish``)
         self.logger: TensorBoardLogger | PictureSink | None = None  # the pictures' (the parts draw on it)
 
@@ -85,6 +89,7 @@ class RunLog:
                    **{f"{ACCURACY}/{k}": v for k, v in row.items() if k.startswith(METRICS) and v is not None}}
         for plugin in self.plugins:
             scalars.update(plugin.log_round(self.logger, row))
+        scalars.update({f"server/{k}": row[k] for k in self.server_metrics if row.get(k) is not None})
         self._log_metrics(scalars, step=row["round"])
         with open(self.run_dir / "comm.csv", "a") as f:
             f.write(CommLedger.csv_lines(ledger_rows))

@@ -51,7 +51,8 @@ class RunState:
             self.segments.append(new_segment(device_text(device), processes))
 
     def add_round(self, round_: int, reports: list[Report], metrics: dict[str, float | None], ledger_rows: list[list],
-                  lr: float, timing: dict[str, float], parts: list[RoundPlugin]) -> dict[str, Any]:
+                  lr: float, timing: dict[str, float], parts: list[RoundPlugin],
+                  server: dict[str, float] | None = None) -> dict[str, Any]:
         """Append (and return) the history row of the (0-based) ``round_`` just trained.
 
         Args:
@@ -65,6 +66,8 @@ class RunState:
                 of the round) summed and divided by the processes x worker models training side by
                 side, so at most about ``seconds``; ``eval_seconds``, its evaluation's.
             parts: the round's parts, each adding its own columns.
+            server: the aggregator's own numbers after the round (``Aggregator.metrics``, e.g.
+                DP-FedAvg's privacy spent), the row's last columns.
         """
         answered = [rep["loss"] for rep in reports if rep["status"] == "ok"]
         row = {"round": round_ + 1, "train_loss": float(np.mean(answered)) if answered else None, "lr": lr,
@@ -72,6 +75,7 @@ class RunState:
                "clients": [rep["client"] for rep in reports]}
         for part in parts:
             row.update(part.columns(round_, reports, ledger_rows, self.history))
+        row.update(server or {})
         self.history.append(row)
         return row
 

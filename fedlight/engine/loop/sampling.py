@@ -36,9 +36,9 @@ def deal_clients(sampled: list[int], sizes: list[int], world: int) -> list[list[
     Largest first, each to the rank with the fewest samples so far (LPT; ties to the lower
     rank and the lower id, so every rank computes the same deal); each rank's list sorted.
     """
-    load, hands = [0] * world, [[] for _ in range(world)]
+    load, dealt = [0] * world, [[] for _ in range(world)]
     for size, client in sorted(zip(sizes, sampled), key=lambda x: (-x[0], x[1])):
         rank = min(range(world), key=lambda r: (load[r], r))
         load[rank] += size
-        hands[rank].append(client)
-    return [sorted(h) for h in hands]
+        dealt[rank].append(client)
+    return [sorted(clients) for clients in dealt]

@@ -10,7 +10,7 @@ cross-device workload's rounds in BENCHMARKS.md), and unlike a second process
 (``fabric.devices``) a second worker costs one model's memory, not a second copy of torch.
 
 Results do not depend on thread timing: clients are dealt to workers by a fixed rule
-(``deal_clients``), each worker trains its hand in order from a generator keyed by
+(``deal_clients``), each worker trains its clients in order from a generator keyed by
 (seed, round, client), and the accumulators are summed in worker order. With one worker
 nothing runs in a thread, exactly as before workers existed.
 """

@@ -41,7 +41,6 @@ from fedlight.engine.parts.fedavg.epoch_schedule import EpochSchedule
 from fedlight.engine.parts.flesd.public_set_distillation import PublicSetDistillation
 from fedlight.engine.parts.lg_fedavg.local_tests import LocalTests
 from fedlight.engine.parts.lg_fedavg.new_device import NewDevice, NewDeviceOptions
-from fedlight.engine.parts.server.server_metrics import ServerMetrics
 from fedlight.engine.parts.sofed.stream_loop import BufferOptions
 from fedlight.engine.parts.sofed.stream_schedule import StreamOptions, StreamSchedule
 from fedlight.engine.state.client_state_files import state_bytes
@@ -242,8 +241,6 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
     plugins += registry.build_plugins(recipe.plugins, PluginContext(
         fabric, module, evaluator, images, data.train_y, tensors, trainable, recipe.rounds, data.num_classes,
         recipe.seed, run_dir))
-    if aggregator.metrics(0):  # e.g. DP-FedAvg's privacy spent, every round
-        plugins.append(ServerMetrics(aggregator))
     schedule = build_schedule(fabric, recipe, o, data, module, images, labels, tensors, views, trainable)
     faults = SimulatedFaults(o.faults, recipe.seed, run_dir, fabric.global_rank, trainable, attack,
                              None if attack is None else registry.attack_settings(f.attack, f.attack_options,

@@ -49,7 +49,7 @@ class SimulatedFaults(FaultModel):
     def __init__(self, options: faults.FaultOptions, seed: int, run_dir: Path, rank: int = 0,
                  clients: list[int] | None = None, attack: Attack | None = None,
                  attack_settings: dict[str, Any] | None = None) -> None:
-        self.o, self.seed, self.run_dir, self.rank, self.clients = options, seed, run_dir, rank, clients or []
+        self.options, self.seed, self.run_dir, self.rank, self.clients = options, seed, run_dir, rank, clients or []
         self.attack = attack
         self.needs_payloads = attack is not None and attack.needs_benign
         settings = dict(attack_settings or {"name": options.attack})
@@ -61,18 +61,19 @@ class SimulatedFaults(FaultModel):
         self.global_state: State = {}  # the round's model (an attacker's update is measured from it)
 
     def on_round_start(self, round_: int, global_state: State) -> None:
-        self.bound = faults.NormBound.of(global_state, self.o.max_update_ratio)
+        self.bound = faults.NormBound.of(global_state, self.options.max_update_ratio)
         self.global_state = global_state
 
     def attackers(self, round_: int) -> frozenset[int]:
         """The clients that attack in ``round_`` (none without ``faults.attack``)."""
         if self.attack is None:
             return frozenset()
-        return attacks.attackers(self.o.attackers, self.clients, self.seed, round_ if self.o.attackers_per_round
-                                 else None)
+        options = self.options
+        return attacks.attackers(options.attackers, self.clients, self.seed,
+                                 round_ if options.attackers_per_round else None)
 
     def draw(self, round_: int, client: int) -> faults.ClientFault:
-        fault = faults.draw_fault(self.o, self.seed, round_, client)
+        fault = faults.draw_fault(self.options, self.seed, round_, client)
         if client not in self.attackers(round_):
             return fault
         return replace(fault, attack=attacks.Attacker(round_, client))
@@ -117,7 +118,7 @@ class SimulatedFaults(FaultModel):
                     "excluded from aggregation", self.rank)
         self.rows.extend(rows)
         bad = [rep["client"] for rep in reports if rep["status"] == "diverged"]
-        limit = self.o.max_bad_clients
+        limit = self.options.max_bad_clients
         if limit is None or len(bad) <= limit:
             return
         if self.rank == 0:  # log_round will not run for this round
@@ -161,9 +162,11 @@ class SimulatedFaults(FaultModel):
     def option_keys(self) -> tuple[str, ...]:
         """The divergence check's keys (every run); the fault probabilities when any is set, with
         ``straggler_work`` when stragglers are."""
-        c = self.o
-        drawn = ("faults.dropout", "faults.straggler", "faults.diverge") if c.dropout or c.straggler or c.diverge else ()
+        options = self.options
+        drawn = (("faults.dropout", "faults.straggler", "faults.diverge")
+                 if options.dropout or options.straggler or options.diverge else ())
         attack = ("faults.attack", "faults.attackers", "faults.attack_scale", "faults.attackers_per_round",
                   "faults.attack_options")
         return ("faults.max_update_ratio", "faults.max_bad_clients", *drawn,
-                *(("faults.straggler_work",) if c.straggler else ()), *(attack if self.attack is not None else ()))
+                *(("faults.straggler_work",) if options.straggler else ()),
+                *(attack if self.attack is not None else ()))

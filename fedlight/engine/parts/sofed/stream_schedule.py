@@ -74,7 +74,7 @@ class StreamSchedule(ClientSchedule):
                  parts: list[torch.Tensor], views: ViewMaker, options: StreamOptions, num_classes: int = 10,
                  seed: int = 0) -> None:
         self.fabric, self.images, self.labels, self.train_labels = fabric, images, labels, train_labels
-        self.parts, self.views, self.o, self.buffer = parts, views, options, options.buffer
+        self.parts, self.views, self.options, self.buffer = parts, views, options, options.buffer
         self.num_classes, self.seed = num_classes, seed
 
     def train(self, module: FederatedModule, client: int, round_: int, generator: torch.Generator,
@@ -82,8 +82,8 @@ class StreamSchedule(ClientSchedule):
         saved = {k[len(BUFFER):]: v for k, v in private.items() if k.startswith(BUFFER)}
         size = self.buffer.size
         buffer = ReplayBuffer.from_state(size, saved) if saved else ReplayBuffer(size)
-        samples = segment(self.train_labels, self.parts[client].numpy(), self.o.stc,
-                          lambda p: numpy_rng(self.seed, "stream", client, p), round_, self.o.velocity)
+        samples = segment(self.train_labels, self.parts[client].numpy(), self.options.stc,
+                          lambda p: numpy_rng(self.seed, "stream", client, p), round_, self.options.velocity)
         arrivals = [torch.as_tensor(b) for b in arrival_batches(samples, size)]
         if work < 1:  # a straggler: the first arrivals only
             arrivals = arrivals[:steps_done(len(arrivals), work)]
