@@ -9,7 +9,8 @@
 Each row (a recipe, or ``--row LABEL RECIPE OVERRIDE...``) and seed is one task of
 ``fedlight sweep --executor local`` into ``<out>/<label>/seed<k>`` (the tool's own sweep path:
 resolved recipe, manifest, logs, ``--resume`` of a killed task); finished runs are reused, and
-seeds run seed-major, so a block stopped early holds complete seeds. The table gives the final metric,
+seeds run seed-major, so a block stopped early holds complete seeds (``--jobs N`` or
+``REPRO_JOBS=N bash benchmarks/claims.sh BLOCK`` runs N at once, in that order). The table gives the final metric,
 the total bytes and the first round at which each run reaches the reference row's final
 accuracy (MOON's Table 2); ``--extra`` adds columns: a final metric (mean +- std, in %), a run
 total from ``comm`` such as ``params_up`` (mean over seeds), or a per-round history value such
@@ -38,8 +39,10 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -263,6 +266,8 @@ def main() -> None:
                         help="judge A's comm KEYS (joined by +) over B's against THRESHOLD in every seed (repeatable)")
     parser.add_argument("--margin", type=float, default=2.0, help="points within which 'A ~ B' holds")
     parser.add_argument("--by", type=float, default=0.0, help="'A > B' and 'A < B' mean by at least this many points")
+    parser.add_argument("--jobs", type=int, default=int(os.environ.get("REPRO_JOBS", "1")),
+                        help="runs at once, each its own process (default $REPRO_JOBS or 1: a GPU machine's cores)")
     parser.add_argument("--per-round", action="store_true", help="also the metric's mean over seeds at every round")
     parser.add_argument("--per-seed", action="store_true", help="also the final metric and its floor of every seed")
     v3 = parser.add_argument_group("rule v3 (rule_v3.py; each block's values fixed in its pre-registration)")
@@ -291,8 +296,10 @@ def main() -> None:
         parser.error("a rounds(ROW) claim needs --reference, the row whose mean final metric is the target")
     rows = [(r.stem, r, []) for r in args.recipes] + [(label, Path(recipe), list(more))
                                                        for label, recipe, *more in args.row]
-    done = {(label, s): run(label, recipe, s, args.out, [*args.set, *more])  # seed-major: every row gets seed 0 first
-            for s in args.seeds for label, recipe, more in rows}
+    with ThreadPoolExecutor(args.jobs) as pool:  # each run is its own fedlight process; submitted seed-major
+        futures = {(label, s): pool.submit(run, label, recipe, s, args.out, [*args.set, *more])
+                   for s in args.seeds for label, recipe, more in rows}
+        done = {key: future.result() for key, future in futures.items()}
     table = {label: [done[label, s] for s in args.seeds] for label, _, _ in rows}
     if args.at_round is not None:
         table = {label: [at_round(res, args.at_round, args.metric) for res in runs] for label, runs in table.items()}

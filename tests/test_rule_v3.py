@@ -123,3 +123,34 @@ def test_at_round_reads_a_longer_run_at_its_registered_horizon() -> None:
     assert rule_v3.rounds_to_reach([res], "test_acc", 0.7, never=math.inf).tolist() == [3]
     with pytest.raises(SystemExit, match="round 5"):
         reproduce.at_round(res, 5, "test_acc")
+
+
+def test_jobs_run_every_row_and_seed_at_once_and_tabulate_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--jobs 2: every (row, seed) run once, two at a time, and the table has every row's mean."""
+    import threading
+    import time
+
+    import reproduce
+
+    lock, running, peak, calls = threading.Lock(), [0], [0], []
+
+    def fake_run(label: str, recipe: Path, seed: int, out: Path, overrides: list[str]) -> dict:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+            calls.append((label, seed, tuple(overrides)))
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        acc = 0.5 + 0.1 * (label == "b") + 0.01 * seed
+        return {"final": {"test_acc": acc}, "baseline": {"test_acc": 0.1}, "history": [], "rounds_completed": 1,
+                "comm": {"bytes_up": 1, "bytes_down": 1}, "wall_seconds": 1.0}
+
+    monkeypatch.setattr(reproduce, "run", fake_run)
+    monkeypatch.setattr(sys, "argv", ["reproduce.py", "--out", str(tmp_path), "--seeds", "0", "1", "2", "--jobs", "2",
+                                      "--set", "rounds=1", "--row", "a", "a.yaml", "--row", "b", "b.yaml", "x=1"])
+    reproduce.main()
+    assert sorted(calls) == sorted((r, s, ("rounds=1",) + (("x=1",) if r == "b" else ())) for r in "ab" for s in (0, 1, 2))
+    assert peak[0] == 2
+    table = (tmp_path / "table.md").read_text()
+    assert "| a | 51.00 +- 1.00" in table and "| b | 61.00 +- 1.00" in table
