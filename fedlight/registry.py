@@ -48,7 +48,7 @@ REQUIRED_SERVER = {"scaffold": "scaffold"}
 SUPPLIED = {
     "method": {"backbone": "the network model.backbone names", "optim": "the optimizer local.* describes",
                "num_classes": "the data's number of classes", "objective": "the local objective method.objective names"},
-    "server": {"num_clients": "clients.num", "seed": "the recipe's seed",
+    "server": {"num_clients": "the clients that train: clients.num, less a public client", "seed": "the recipe's seed",
                "inner": "the aggregator server.name names, wrapped by server.dp"},
     "plugins": {"context": "the run, a PluginContext"},
     "faults": {"scale": "faults.attack_scale"},  # an attack's, in faults.attack_options
@@ -149,7 +149,7 @@ def validate(method: dict[str, Any], server: dict[str, Any], num_clients: int,
     """Raise a UserError if the ``method`` or ``server`` section does not fit its class or the rest;
     return the aggregator the ``server`` section built."""
     _options("method", method, METHODS)
-    aggregator = build_server(server, num_clients, seed)
+    aggregator = build_server(server, num_clients - (public_client is not None), seed)  # N: the public client never trains
     needed = REQUIRED_SERVER.get(method.get("name"))
     if needed and server.get("name") != needed:
         raise UserError(f"method.name={method['name']} needs server.name={needed} (got {server.get('name')!r}); "

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from fedlight import registry
 from fedlight.config import load_recipe
 from fedlight.engine.loop.federation import TIMING
 from fedlight.engine.run.fit import fit
@@ -86,6 +87,13 @@ def test_scaffold_server_moves_c_by_sum_over_n() -> None:
     assert torch.allclose(out["control_global.w"], torch.tensor([1.3]))   # 1 + (2/4) * mean(0.4, 0.8)
     nothing = agg.zeros({"w": torch.zeros(1), "control_delta.w": torch.zeros(1)})
     assert agg.finalize(global_state, nothing) is global_state
+
+
+def test_scaffold_n_counts_the_clients_that_train_not_a_public_client() -> None:
+    """SCAFFOLD's c moves by sum / N over the federation's N clients; a public client (FLESD's protocol, kept
+    for the baselines beside it) never trains, so it is not one of them."""
+    assert registry.validate({"name": "scaffold"}, {"name": "scaffold"}, 5, public_client=0).num_clients == 4
+    assert registry.validate({"name": "scaffold"}, {"name": "scaffold"}, 5).num_clients == 5
 
 
 def test_moon_contrastive_loss_on_fixed_vectors() -> None:

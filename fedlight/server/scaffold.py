@@ -19,7 +19,8 @@ class ScaffoldServer(Aggregator):
     follows the paper's unweighted mean over the |S| clients that answered.
 
     Args:
-        num_clients: N, the number of clients in the federation (the engine's: ``clients.num``).
+        num_clients: N, the number of clients in the federation that train (the engine's: ``clients.num``,
+            less a public client, which never trains).
     """
 
     payload_is_state = False  # the clients' control-variate deltas travel beside the weights
