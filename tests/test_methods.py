@@ -121,7 +121,8 @@ def test_wrapped_byol_scores_as_byol() -> None:
 def test_a_method_without_its_own_score_gets_sofed_compatibility_rule() -> None:
     """Sec. III: 1 - cos(embed(x), embed(flip(x))). SimCLR with identity parts embeds x = (a, b) as
     (a, b) / |(a, b)|: (1, 0) vs (0, 1) -> 1, (1, 1) vs (1, 1) -> 0; ``buffer.score`` has nothing to pick."""
-    from fedlight.engine.parts.sofed.importance_score import ImportanceScoring, importance_scorer
+    from fedlight.engine.parts.sofed.importance_score import ImportanceScoring, check_score_head, importance_scorer
+    from fedlight.errors import UserError
     from fedlight.methods.fedprox import FedProx
 
     m = SimCLR(SmallCNN(1, (2, 2, 2)), hidden_dim=8, output_dim=2)
@@ -133,6 +134,9 @@ def test_a_method_without_its_own_score_gets_sofed_compatibility_rule() -> None:
             assert torch.allclose(importance_scorer(module, head)(x), torch.tensor([1.0, 0.0, 1.0]), atol=1e-6)
     assert torch.allclose(importance_scorer(FedProx(_hand_byol()), "prediction")(x), torch.tensor([0.0, 1.0, 2.0]),
                           atol=1e-6)  # BYOL's own eq. 3, through the wrapper
+    check_score_head(FedProx(_hand_byol()), "projection")  # BYOL has an online projection to pick
+    with pytest.raises(UserError, match="buffer.score=projection.*SimCLR"):  # set-up refuses what would be ignored
+        check_score_head(m, "projection")
 
 
 CONTRACT = Path(__file__).resolve().parents[1] / "docs/method_contract.md"

@@ -41,6 +41,7 @@ from fedlight.engine.parts.fedavg.epoch_schedule import EpochSchedule
 from fedlight.engine.parts.flesd.public_set_distillation import PublicSetDistillation
 from fedlight.engine.parts.lg_fedavg.local_tests import LocalTests
 from fedlight.engine.parts.lg_fedavg.new_device import NewDevice, NewDeviceOptions
+from fedlight.engine.parts.sofed.importance_score import check_score_head
 from fedlight.engine.parts.sofed.stream_loop import BufferOptions
 from fedlight.engine.parts.sofed.stream_schedule import StreamOptions, StreamSchedule
 from fedlight.engine.state.client_state_files import state_bytes
@@ -261,6 +262,8 @@ def build_schedule(fabric: Fabric, recipe: Recipe, o: PartOptions, data: ImageDa
         return ExchangeSchedule(fabric, module, images, data.train_y.numpy(), parts, views, mine, o.exchange,
                                 l.iterations, recipe.rounds, l.batch_size, data.num_classes, recipe.seed)
     if o.stream is not None:  # SOFed: a stream through a replay buffer
+        if o.stream.buffer.policy == "importance":
+            check_score_head(module, o.stream.buffer.score)
         return StreamSchedule(fabric, images, labels, data.train_y.numpy(), parts, views, o.stream, data.num_classes,
                               recipe.seed)
     if name == "epochs":
