@@ -296,10 +296,22 @@ def main() -> None:
         parser.error("a rounds(ROW) claim needs --reference, the row whose mean final metric is the target")
     rows = [(r.stem, r, []) for r in args.recipes] + [(label, Path(recipe), list(more))
                                                        for label, recipe, *more in args.row]
-    with ThreadPoolExecutor(args.jobs) as pool:  # each run is its own fedlight process; submitted seed-major
-        futures = {(label, s): pool.submit(run, label, recipe, s, args.out, [*args.set, *more])
-                   for s in args.seeds for label, recipe, more in rows}
-        done = {key: future.result() for key, future in futures.items()}
+    tasks = [(label, recipe, s, more) for s in args.seeds for label, recipe, more in rows]  # seed-major
+
+    def one(task: tuple) -> tuple[tuple[str, int], dict]:
+        label, recipe, s, more = task
+        return (label, s), run(label, recipe, s, args.out, [*args.set, *more])
+
+    if args.jobs == 1:
+        done = dict(map(one, tasks))
+    else:  # each run is its own fedlight process; a failed run or Ctrl-C cancels those not started
+        pool = ThreadPoolExecutor(args.jobs)
+        try:
+            done = dict(pool.map(one, tasks))
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
     table = {label: [done[label, s] for s in args.seeds] for label, _, _ in rows}
     if args.at_round is not None:
         table = {label: [at_round(res, args.at_round, args.metric) for res in runs] for label, runs in table.items()}

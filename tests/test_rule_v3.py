@@ -147,10 +147,24 @@ def test_jobs_run_every_row_and_seed_at_once_and_tabulate_them(tmp_path: Path, m
                 "comm": {"bytes_up": 1, "bytes_down": 1}, "wall_seconds": 1.0}
 
     monkeypatch.setattr(reproduce, "run", fake_run)
-    monkeypatch.setattr(sys, "argv", ["reproduce.py", "--out", str(tmp_path), "--seeds", "0", "1", "2", "--jobs", "2",
-                                      "--set", "rounds=1", "--row", "a", "a.yaml", "--row", "b", "b.yaml", "x=1"])
+    argv = ["reproduce.py", "--out", str(tmp_path), "--seeds", "0", "1", "2", "--set", "rounds=1",
+            "--row", "a", "a.yaml", "--row", "b", "b.yaml", "x=1"]
+    monkeypatch.setattr(sys, "argv", argv + ["--jobs", "2"])
     reproduce.main()
     assert sorted(calls) == sorted((r, s, ("rounds=1",) + (("x=1",) if r == "b" else ())) for r in "ab" for s in (0, 1, 2))
     assert peak[0] == 2
     table = (tmp_path / "table.md").read_text()
     assert "| a | 51.00 +- 1.00" in table and "| b | 61.00 +- 1.00" in table
+
+    def failing_run(label: str, recipe: Path, seed: int, out: Path, overrides: list[str]) -> dict:
+        calls.append((label, seed))
+        time.sleep(0.05)
+        raise SystemExit(f"run failed, see {label}/seed{seed}/logs")
+
+    for jobs in ("1", "2"):  # the first failure stops the block: the runs not started are not started
+        calls.clear()
+        monkeypatch.setattr(reproduce, "run", failing_run)
+        monkeypatch.setattr(sys, "argv", argv + ["--jobs", jobs])
+        with pytest.raises(SystemExit, match="a/seed0"):
+            reproduce.main()
+        assert calls[0] == ("a", 0) and len(calls) <= int(jobs) + 1
