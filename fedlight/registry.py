@@ -189,7 +189,11 @@ def build_method(method: dict[str, Any], backbone: str, channels: int, image_siz
 
 
 def check_declared(module: FederatedModule) -> None:
-    """Raise the UserError for a method whose state is not all declared shared, private or transient."""
+    """Raise the UserError for a method whose state is not all declared shared, private or transient, or
+    that still defines the old method hook ``on_round_start``."""
+    if hasattr(module, "on_round_start"):  # a method hook before issue 43: the loop would never call it
+        raise UserError(f"{type(module).__name__} defines on_round_start, which fedlight no longer calls on a method; "
+                        "rename it update_split (fedlight.engine.loop.interfaces.ChangingSplit, docs/method_contract.md)")
     undeclared = module.undeclared_state()
     if undeclared:
         modules = sorted({key.split(".")[0] for key in undeclared})
@@ -199,17 +203,19 @@ def check_declared(module: FederatedModule) -> None:
                         "transient_modules (rebuilt every round)")
 
 
-def check_method_state(method: dict[str, Any], backbone: str) -> None:
+def check_method_state(method: dict[str, Any], backbone: str) -> FederatedModule | None:
     """``check_declared`` before any data is read, on a model built on torch's meta device (no
     memory, no initialisation) for 3 x 32 x 32 images of 10 classes: which sub-modules a method
     has does not depend on those sizes. A method that cannot be built so (its options refused,
-    or sizes it needs) is left to ``build_method`` on the real data, which raises the same."""
+    or sizes it needs) is left to ``build_method`` on the real data, which raises the same.
+    Returns the probe model (None where it could not be built), for the parts' own checks."""
     try:
         with torch.device("meta"):
             probe = build_method(method, backbone, 3, 32, 10, OptimizerSpec())
     except Exception:  # noqa: BLE001 - the real build, with the data's sizes, reports it
-        return
+        return None
     check_declared(probe)
+    return probe
 
 
 def _check_needs(section: str, cls: type, kwargs: dict[str, Any]) -> None:

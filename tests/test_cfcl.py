@@ -271,6 +271,7 @@ def test_exchange_refuses_a_label_reading_objective(tmp_path: Path) -> None:
     (["server.aggregate_every=10"], "local.iterations=10"),  # where CF-CL's Ta moved
     (["method={name: simclr}"], "method.name=triplet"),
     (["exchange.avg_degree=0.5"], "exchange.avg_degree"),
+    (["exchange.policy=uniform", "method={name: supervised}"], "without labels.*method.objective"),  # before any data
 ])
 def test_exchange_user_errors(tmp_path: Path, overrides: list[str], fix: str) -> None:
     _, recipe = _recipe(tmp_path, *overrides)

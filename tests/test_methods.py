@@ -139,6 +139,19 @@ def test_a_method_without_its_own_score_gets_sofed_compatibility_rule() -> None:
         check_score_head(m, "projection")
 
 
+def test_a_method_with_the_old_on_round_start_hook_is_refused() -> None:
+    from fedlight import registry
+    from fedlight.errors import UserError
+
+    class OldLG(SimCLR):
+        def on_round_start(self, round_: int, history: list) -> bool:
+            return round_ == 2
+
+    registry.check_declared(SimCLR(SmallCNN(1, (2, 2, 2)), hidden_dim=8, output_dim=2))
+    with pytest.raises(UserError, match="OldLG defines on_round_start.*update_split"):
+        registry.check_declared(OldLG(SmallCNN(1, (2, 2, 2)), hidden_dim=8, output_dim=2))
+
+
 CONTRACT = Path(__file__).resolve().parents[1] / "docs/method_contract.md"
 
 

@@ -89,6 +89,16 @@ def test_sofed_headline_recipe_names_root_and_download_when_cifar10_is_missing(t
     assert not (tmp_path / "run").exists()
 
 
+def test_a_score_head_the_method_cannot_pick_is_refused_before_any_data(tiny_recipe) -> None:
+    from fedlight.engine.run.fit import check_recipe
+    from fedlight.errors import UserError
+
+    stream = ["stream.velocity=64", "buffer.policy=importance", "buffer.score=projection"]
+    check_recipe(load_recipe(tiny_recipe, [*stream, "method={name: byol}"]))  # BYOL has an online projection
+    with pytest.raises(UserError, match="buffer.score=projection.*SimCLR"):
+        check_recipe(load_recipe(tiny_recipe, [*stream, "method={name: simclr}"]))
+
+
 def test_stream_classes_per_client_limits_each_device_to_its_classes(tiny_recipe) -> None:
     from fedlight.engine.run.fit import prepare_data
     from fedlight.errors import UserError

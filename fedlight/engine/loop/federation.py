@@ -1,4 +1,4 @@
-"""The round loop: sample -> each client's local work -> aggregate -> evaluate -> log -> checkpoint.
+"""The round loop: sample -> each client's local work -> aggregate -> evaluate -> checkpoint -> log.
 
 One round reads top to bottom in ``Federation.run_round``: its steps in order, each a call to a
 method of this file whose name says what it does (and whose docstring says how).
@@ -7,7 +7,7 @@ method of this file whose name says what it does (and whose docstring says how).
         global shared state + the client's private state -> its schedule's local work -> payload
         folded into the aggregator's accumulator (or kept, for the fault model to revise); private state saved
     -> accumulators summed (or payloads gathered) across ranks -> aggregator.finalize -> new global state
-    -> evaluate (the parts' evaluations, then probe and kNN on rank 0) -> log -> checkpoint
+    -> evaluate (the parts' evaluations, then probe and kNN on rank 0) -> checkpoint -> log
 
 It names no paper: a paper's behaviour is a part behind ``fedlight.engine.loop.interfaces``'s interfaces
 (a client schedule, a fault model, round plug-ins) whose hooks it calls at each step;

@@ -35,7 +35,7 @@ from fedlight.engine.loop.federation import Federation
 from fedlight.engine.loop.interfaces import ClientSchedule, PluginContext, RoundPlugin, ScheduleContext
 from fedlight.engine.loop.round_options import RoundOptions
 from fedlight.engine.loop.sampling import owner
-from fedlight.engine.parts.cfcl.exchange_schedule import ExchangeOptions, ExchangeSchedule
+from fedlight.engine.parts.cfcl.exchange_schedule import ExchangeOptions, ExchangeSchedule, check_label_free
 from fedlight.engine.parts.faults.simulated_faults import SimulatedFaults
 from fedlight.engine.parts.fedavg.epoch_schedule import EpochSchedule
 from fedlight.engine.parts.flesd.public_set_distillation import PublicSetDistillation
@@ -252,6 +252,15 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
                       round_, run_dir)
 
 
+def check_method_for_parts(module: FederatedModule, o: PartOptions) -> None:
+    """Raise the UserError for a method that lacks what a part asks of it (``fit.check_recipe`` asks
+    this of a model built on the meta device, before any data, so a sweep refuses before it submits)."""
+    if o.stream is not None and o.stream.buffer.policy == "importance":
+        check_score_head(module, o.stream.buffer.score)
+    if o.exchange is not None:
+        check_label_free(module)
+
+
 def build_schedule(fabric: Fabric, recipe: Recipe, o: PartOptions, data: ImageData, module: FederatedModule,
                    images: torch.Tensor, labels: torch.Tensor, parts: list[torch.Tensor], views: ViewMaker,
                    trainable: list[int]) -> ClientSchedule:
@@ -261,9 +270,8 @@ def build_schedule(fabric: Fabric, recipe: Recipe, o: PartOptions, data: ImageDa
     if o.exchange is not None:  # CF-CL: rounds of Ta SGD iterations, D2D exchange
         return ExchangeSchedule(fabric, module, images, data.train_y.numpy(), parts, views, mine, o.exchange,
                                 l.iterations, recipe.rounds, l.batch_size, data.num_classes, recipe.seed)
+    check_method_for_parts(module, o)
     if o.stream is not None:  # SOFed: a stream through a replay buffer
-        if o.stream.buffer.policy == "importance":
-            check_score_head(module, o.stream.buffer.score)
         return StreamSchedule(fabric, images, labels, data.train_y.numpy(), parts, views, o.stream, data.num_classes,
                               recipe.seed)
     if name == "epochs":

@@ -26,7 +26,7 @@ from fedlight.engine.loop.batched_clients import batch_refusal, refused
 from fedlight.engine.loop.sampling import clients_per_round
 from fedlight.engine.output.console import say
 from fedlight.engine.run import launch, rendezvous
-from fedlight.engine.run.assemble import build_federation, check_compile, part_options
+from fedlight.engine.run.assemble import build_federation, check_compile, check_method_for_parts, part_options
 from fedlight.engine.run.run_folder import RunFolder, claim_run_dir, finished_results
 from fedlight.engine.run.same_experiment import RESOLVED
 from fedlight.engine.state.checkpoint import verified
@@ -131,9 +131,11 @@ def check_recipe(recipe: Recipe) -> Aggregator:
     check_public_balanced(recipe, server)
     require_loggers(recipe.loggers)
     check_name("model.backbone", recipe.model.backbone, registry.BACKBONES)
-    registry.check_method_state(recipe.method, recipe.model.backbone)
+    probe = registry.check_method_state(recipe.method, recipe.model.backbone)
     registry.check_plugins(recipe.plugins)
     options = part_options(recipe, server)  # each part checks its own options; assemble, that they go together
+    if probe is not None:
+        check_method_for_parts(probe, options)
     f = recipe.faults
     attack = registry.build_attack(f.attack, f.attack_options, f.attack_scale)  # its options, before any data
     options.faults.check_attackers(attackable_clients(recipe, server), attack)

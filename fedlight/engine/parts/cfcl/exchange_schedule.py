@@ -96,6 +96,14 @@ class ExchangeOptions:
                             f"use a value in [{2 * (n - 1) / n:g}, {n - 1}]")
 
 
+def check_label_free(module: FederatedModule) -> None:
+    """Raise a UserError for a method that reads labels: CF-CL's devices train and exchange without them."""
+    if module.uses_labels:
+        raise UserError(f"local.schedule=exchange: CF-CL's devices train and exchange without labels, and "
+                        f"{type(module).__name__} reads them; set method.name (method.objective, for a wrapper) to a "
+                        "self-supervised method (triplet)")
+
+
 class ExchangeSchedule(ClientSchedule):
     """CF-CL's rounds: Ta SGD iterations a device, pulling from its neighbours every Tp.
 
@@ -125,9 +133,7 @@ class ExchangeSchedule(ClientSchedule):
     def __init__(self, fabric: Fabric, module: FederatedModule, images: torch.Tensor, train_labels: np.ndarray,
                  parts: list[torch.Tensor], views: ViewMaker, devices: list[int], cfg: ExchangeOptions,
                  aggregate_every: int, rounds: int, batch_size: int, num_classes: int = 10, seed: int = 0) -> None:
-        if module.uses_labels:
-            raise UserError(f"local.schedule=exchange: CF-CL's devices train and exchange without labels, and "
-                            f"{type(module).__name__} reads them; set method.name to a self-supervised method (triplet)")
+        check_label_free(module)
         self.fabric, self.module, self.images, self.views = fabric, module, images, views
         self.train_labels, self.num_classes = train_labels, num_classes
         self.cfg, self.seed, self.batch_size = cfg, seed, batch_size
