@@ -375,6 +375,12 @@ fi
 if want v3_pilot_moon_mu; then
   $C --seeds 900 901 --out runs/pilot_v3/moon_t5_mu --set rounds=30 "${MOON_T5[@]}" "${MU_ROWS[@]}"
 fi
+# Table 5's n needs 5 pilot seeds of the two rows the mu pilot chose (each term's best mean at R over
+# seeds 900-901: contrastive mu = 5, 78.42; l2 mu = 1, 77.59): seeds 902-904 of those two rows.
+if want v3_pilot_moon_mu_best; then
+  $C --seeds 902 903 904 --out runs/pilot_v3/moon_t5_mu --set rounds=30 "${MOON_T5[@]}" \
+    --row moon-mu5 recipes/moon_fmnist.yaml method.mu=5 --row l2-mu1 recipes/moon_l2_fmnist.yaml method.mu=1
+fi
 
 # v3 pilot for FLESD Table 1 (issue 40): the paper's protocol (client 0's share is the public set and
 # does not train) at 20,000 images, where client 0's Dirichlet share holds thousands of images
