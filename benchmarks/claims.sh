@@ -382,6 +382,26 @@ if want v3_pilot_moon_mu_best; then
     --row moon-mu5 recipes/moon_fmnist.yaml method.mu=5 --row l2-mu1 recipes/moon_l2_fmnist.yaml method.mu=1
 fi
 
+# v3 MOON Tables 1, 2 and 5 (REPRODUCTION.md, "v3 MOON Tables 1, 2 and 5"): twin T5 trained 60 rounds and
+# judged at the pilot's R = 30 (--at-round: table-round30.md, verdicts-v3-test_acc.md); the second command
+# tabulates the same runs at round 60 (table.md), with no verdict.
+# n = 24; MOON at mu = 5 and the l2 term at mu = 1, each term's best in the mu pilot.
+MOON_V3=(--seeds $(v3seeds 24) --out runs/v3/moon --set rounds=60 "${MOON_T5[@]}"
+  --row moon recipes/moon_fmnist.yaml method.mu=5 --row l2 recipes/moon_l2_fmnist.yaml method.mu=1
+  --row fedavg recipes/fedavg_fmnist.yaml --row fedprox recipes/fedprox_fmnist.yaml
+  --row scaffold recipes/scaffold_fmnist.yaml --row solo recipes/solo_fmnist.yaml)
+if [ -z "$ARGS" ] || want v3_moon; then
+  $V "${MOON_V3[@]}" --at-round 30 --block v3_moon --control fedavg --min-lift 22.12 --reference fedavg --per-seed \
+    --learns moon --learns l2 --learns fedavg --learns fedprox --learns scaffold --learns solo \
+    --claim moon '>' fedavg 'Table 1: MOON 69.1 vs FedAvg 66.3' \
+    --claim moon '>' fedprox 'Table 1: MOON 69.1 vs FedProx 66.9' \
+    --claim moon '>' scaffold 'Table 1: MOON 69.1 vs SCAFFOLD 66.6' \
+    --claim fedavg '>' solo 'Table 1: FedAvg 66.3 vs SOLO 46.3' \
+    --claim 'rounds(moon)' '<' 'rounds(fedavg)' 'Table 2: MOON reaches FedAvg'"'"'s accuracy in 27 of its 100 rounds' \
+    --claim moon '>' l2 'Table 5: MOON 69.1 vs the l2 term 65.8 (each at its best mu)'
+  $C "${MOON_V3[@]}" --per-seed  # the same runs (reused) at round 60: table.md, no verdict
+fi
+
 # v3 pilot for FLESD Table 1 (issue 40): the paper's protocol (client 0's share is the public set and
 # does not train) at 20,000 images, where client 0's Dirichlet share holds thousands of images
 # (alpha 0.01, seeds 900-905: 2,018-4,671 images of 1-3 classes; at 3,000 images it was 570-633),

@@ -115,6 +115,9 @@ CLAIMS = [
                                ("SCAFFOLD", "scaffold_fmnist", 66.6))),
     Claim("v3_moon", "Table 1: FedAvg > SOLO", "fedavg_fmnist", "solo_fmnist", "test_acc", 66.3 - 46.3, MOON_T5,
           at_round=30),
+    # MOON Table 5 at each term's pilot-best mu (claims.sh v3_pilot_moon_mu, _best): 30-round runs, final = R
+    Claim("v3_moon", "Table 5: contrastive > l2 (each at its best mu)", "moon-mu5", "l2-mu1", "test_acc", 69.1 - 65.8,
+          f"{MOON_T5}_mu"),
     # v2's confirm_lg_fair (n = 12) and confirm_flesd_sec3 (n = 6): runs not kept, intervals printed
     Claim("v3_lg_fair", "adversary AUC lower with the term", "lg_fair", "lg_fair_noadv", "adv_auc", None, None,
           (-47.43, -43.05, 12)),

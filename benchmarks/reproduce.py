@@ -278,7 +278,8 @@ def main() -> None:
     v3.add_argument("--control", action="append", default=[], metavar="ROW",
                     help="the block's positive control: a row that must train, or every claim is void")
     v3.add_argument("--at-round", type=int, metavar="R",
-                    help="judge every run at round R, its registered horizon, though it trained longer")
+                    help="judge every run at round R, its registered horizon, though it trained longer "
+                    "(its tables: table-roundR.md, ...; the same command without it tabulates the runs' end)")
     v3.add_argument("--chance", type=float, help="the reference (points) of a metric the paper wants lowered")
     v3.add_argument("--count", nargs="+", action="append", default=[], metavar="A B KEYS CONVENTION [PAPER]",
                     help="A's comm KEYS (joined by +) over B's, stated as a counted fact (repeatable)")
@@ -339,15 +340,16 @@ def main() -> None:
                      f"{comm:.3g} | {wall:.0f} |" + "".join(f" {extra_cell(runs, e)} |" for e in args.extra))
     text = "\n".join(lines)
     print(text)
-    (args.out / "table.md").write_text(text + "\n")
+    at = f"-round{args.at_round}" if args.at_round is not None else ""  # beside the same runs' tables at their end
+    (args.out / f"table{at}.md").write_text(text + "\n")
     if args.per_round:
         text = per_round_table(table, args.metric)
         print(text)
-        (args.out / f"per-round-{args.metric}.md").write_text(text + "\n")
+        (args.out / f"per-round-{args.metric}{at}.md").write_text(text + "\n")
     if args.per_seed:
         text = per_seed_table(table, args.metric, args.seeds)
         print(text)
-        (args.out / f"per-seed-{args.metric}.md").write_text(text + "\n")
+        (args.out / f"per-seed-{args.metric}{at}.md").write_text(text + "\n")
     if args.rule == "v3":
         write_v3(args, table, target)
     elif args.claim or args.beside or args.ratio:
