@@ -457,7 +457,7 @@ class _Seeded:
                                                   "method.num_classes"),
     ("method={name: simclr, backbone: resnet18}", "method.backbone cannot be set: fedlight passes backbone"),
     ("server={name: scaffold, num_clients: 3}", "server.num_clients cannot be set: fedlight passes num_clients to the "
-                                                "constructor itself (clients.num)"),
+                                                "constructor itself (the clients that train: clients.num, less a public client)"),
     ("server={name: dp_fedavg, seed: 1}", "server.seed cannot be set: fedlight passes seed to the constructor itself "
                                           "(the recipe's seed)"),
     ("plugins={seeded: {ctx: 1}}", "plugins.seeded.ctx cannot be set: fedlight passes ctx to the constructor itself "
