@@ -204,6 +204,25 @@ def main() -> None:
     print("\n| block | metric | positive control | its pilot lift | min_lift (points) |\n|---|---|---|---|---|")
     for c in CONTROLS:
         print(f"| {c.block} | {c.metric} | {c.row} | {c.lift():.2f} | {c.min_lift():.2f} |")
+    moon_plateau()
+
+
+def moon_plateau(rows: tuple[str, ...] = ("fedavg_fmnist", "moon_fmnist", "fedprox_fmnist", "scaffold_fmnist",
+                                          "solo_per_round_fmnist")) -> None:
+    """MOON's R (REPRODUCTION.md, "v3 MOON pilot"): FedAvg's mean test accuracy over the pilot seeds at each
+    candidate R and its gain over the last fifth and the last 10 rounds, then each row's mean +- sd at R = 30."""
+    def curves(row: str) -> np.ndarray:  # (seeds, 60) test accuracy in points, rounds 1..60
+        runs = pilot_runs(MOON_T5, row, "test_acc").values()
+        return np.array([[h["test_acc"] * 100 for h in res["history"] if h.get("test_acc") is not None] for res in runs])
+
+    mean = curves("fedavg_fmnist").mean(axis=0)
+    print("\n| R | FedAvg mean at R | gain over the last fifth (R/5 rounds) | gain over the last 10 rounds |\n|---|---|---|---|")
+    for r in range(20, 61, 10):
+        print(f"| {r} | {mean[r - 1]:.2f} | {mean[r - 1] - mean[r - 1 - r // 5]:+.2f} | {mean[r - 1] - mean[r - 11]:+.2f} |")
+    print("\n| row | seeds | mean +- sd at R = 30 |\n|---|---|---|")
+    for row in rows:
+        at30 = curves(row)[:, 29]
+        print(f"| {row} | {len(at30)} | {at30.mean():.2f} +- {at30.std(ddof=1):.2f} |")
 
 if __name__ == "__main__":
     main()
