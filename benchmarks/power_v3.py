@@ -223,6 +223,9 @@ def moon_plateau(rows: tuple[str, ...] = ("fedavg_fmnist", "moon_fmnist", "fedpr
     for row in rows:
         at30 = curves(row)[:, 29]
         print(f"| {row} | {len(at30)} | {at30.mean():.2f} +- {at30.std(ddof=1):.2f} |")
+    solo = pilot_runs(MOON_T5, "solo_fmnist", "test_acc").values()  # the authors' one-off budget
+    print("\nSOLO (E = 2 epochs once), final / random-init test accuracy per seed: "
+          + ", ".join(f"{res['final']['test_acc'] * 100:.2f} / {res['baseline']['test_acc'] * 100:.2f}" for res in solo))
 
 if __name__ == "__main__":
     main()
