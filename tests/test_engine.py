@@ -55,7 +55,7 @@ def tiny_run(tmp_path_factory) -> Path:
 def test_results_json_schema(tiny_run: Path) -> None:
     res = json.loads((tiny_run / "results.json").read_text())
     assert set(res) == {"recipe", "rounds_completed", "history", "final", "baseline", "comm", "wall_seconds",
-                        "provenance"}
+                        "provenance", "inputs"}
     assert res["rounds_completed"] == 2 and len(res["history"]) == 2
     for row in res["history"]:
         assert {"round", "train_loss", "linear_probe_acc", "knn_acc", "bytes_up", "bytes_down",

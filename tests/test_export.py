@@ -86,6 +86,34 @@ def test_the_encoder_is_the_global_backbone_in_eval_mode(tiny_run: Path, tmp_pat
     assert torch.equal(encoder(images), encoder(images.float() / 255)) and encoder(images).shape == (4, 128)
 
 
+def _with_results(run: Path, to: Path, **changes) -> Path:
+    """A copy of ``run`` at ``to`` whose results.json has ``changes`` (None: the key removed)."""
+    shutil.copytree(run, to)
+    results = json.loads((run / "results.json").read_text())
+    results = {k: v for k, v in {**results, **changes}.items() if v is not None}
+    (to / "results.json").write_text(json.dumps(results))
+    return to
+
+
+def test_export_reads_no_data_and_a_run_older_than_inputs_reads_it_again(tiny_run: Path, tmp_path: Path,
+                                                                         capsys) -> None:
+    results = json.loads((tiny_run / "results.json").read_text())
+    inputs = results["inputs"]
+    assert inputs["channels"] == 3 and inputs["image_size"] == 16 and len(inputs["normalize"]["std"]) == 3
+    gone = {**results["recipe"], "data": {**results["recipe"]["data"], "name": "fashion_mnist",
+                                          "root": str(tmp_path / "gone"), "download": False}}
+    away = _with_results(tiny_run, tmp_path / "away", recipe=gone)  # its data is not on this machine
+    assert main(["export", str(away), "--out", str(tmp_path / "away.pt")]) == 0
+    assert torch.load(tmp_path / "away.pt", weights_only=True)["normalize"] == inputs["normalize"]
+    older = _with_results(tiny_run, tmp_path / "older", inputs=None)  # the same normalisation, from the data
+    assert main(["export", str(older), "--out", str(tmp_path / "older.pt")]) == 0
+    assert torch.load(tmp_path / "older.pt", weights_only=True)["normalize"] == inputs["normalize"]
+    older_away = _with_results(away, tmp_path / "older_away", inputs=None)
+    capsys.readouterr()
+    assert main(["export", str(older_away), "--out", str(tmp_path / "none.pt")]) == 2
+    assert capsys.readouterr().err.count("\n") == 1 and not (tmp_path / "none.pt").exists()
+
+
 def _damaged(run: Path) -> None:
     path = run / "checkpoints/last.pt"
     data = bytearray(path.read_bytes())

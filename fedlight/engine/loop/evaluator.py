@@ -91,6 +91,13 @@ class Evaluator:
         self.extra_idx = {f: torch.as_tensor(label_subset(labels, f, numpy_rng(seed, "label-fraction")))
                           for f in options.extra_label_fractions}
 
+    def inputs(self) -> dict[str, Any]:
+        """What the model is fed, as results.json's ``inputs`` records it for ``fedlight export``: the images'
+        ``channels`` and ``image_size``, and the per-channel ``mean`` and ``std`` (in [0, 1]) that every
+        evaluation and view normalised them with."""
+        return {"channels": self.data.channels, "image_size": self.data.image_size,
+                "normalize": {"mean": self.views.mean.flatten().tolist(), "std": self.views.std.flatten().tolist()}}
+
     @torch.no_grad()
     def apply(self, fn: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor, chunk: int = CHUNK,
               advance: Callable[[], None] = lambda: None) -> torch.Tensor:

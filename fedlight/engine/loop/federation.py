@@ -103,7 +103,8 @@ class Federation:
             self.run_round(round_, bars)
         bars.close()
         finals = tuple(prefix for hook in self.hooks for prefix in hook.metric_prefixes)  # the parts' final metrics
-        results = state.results(options.record, self.wall, final_metrics(self.last_eval, finals))
+        results = state.results(options.record, self.wall, final_metrics(self.last_eval, finals),
+                                self.evaluator.inputs())
         if self.rank == 0:  # results.json with final metrics says the run is finished: it comes last
             self.log.final(options.record, results["final"], lambda x: self.evaluator.apply(self.module.features, x),
                            options.projector_samples, state.rounds_done)
@@ -275,7 +276,8 @@ class Federation:
         self.checkpoint.save(state, self.wall)
         self.log.round(row, ledger_rows, reports)
         if self.rank == 0:
-            write_json(self.run_dir / "results.json", state.results(self.options.record, self.wall, None))
+            results = state.results(self.options.record, self.wall, None, self.evaluator.inputs())
+            write_json(self.run_dir / "results.json", results)
             bars.show(row, self.last_eval)
 
     def _stop_if_asked(self, failure: Exception | None, bars: RoundBars) -> None:

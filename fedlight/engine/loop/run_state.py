@@ -93,9 +93,11 @@ class RunState:
                 "wall_seconds": wall, "provenance": ended_now(self.segments),
                 "partial": partial}  # the unfinished round's accumulator and client reports (or None)
 
-    def results(self, record: dict[str, Any], wall: float, final: dict[str, float | None] | None) -> dict[str, Any]:
+    def results(self, record: dict[str, Any], wall: float, final: dict[str, float | None] | None,
+                inputs: dict[str, Any]) -> dict[str, Any]:
         """results.json: the resolved recipe (``record``), the history, the final metrics, the bytes,
-        the provenance (its last segment ending now).
+        the provenance (its last segment ending now), and ``inputs`` (``Evaluator.inputs``: the images' shape and
+        normalisation, so ``fedlight export`` needs no data; outside ``record``, which a resume compares).
         A metric the run does not have (``test_acc`` without a classifier) is left out, not null:
         from ``final`` and ``baseline``, and from the history where no round measured it."""
         never = {k for row in self.history for k in row if is_metric(k)} - {
@@ -103,7 +105,7 @@ class RunState:
         history = [{k: v for k, v in row.items() if k not in never} for row in self.history]
         return {"recipe": record, "rounds_completed": self.rounds_done, "history": history, "final": _measured(final),
                 "baseline": _measured(self.baseline), "comm": self.ledger.totals(), "wall_seconds": wall,
-                "provenance": summary(ended_now(self.segments))}
+                "provenance": summary(ended_now(self.segments)), "inputs": inputs}
 
     @classmethod
     def from_checkpoint(cls, ckpt: dict[str, Any], to_device: Callable[[torch.Tensor], torch.Tensor], rounds: int,

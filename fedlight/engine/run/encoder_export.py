@@ -4,7 +4,8 @@ The run's last checkpoint holds the global model's raw tensors (every shared mod
 method's module names) and, for methods whose clients keep layers of their own, the clients'
 states (in ``last.pt``, or as client state files beside it). The export keeps only the backbone:
 its global tensors, each client's own backbone tensors, and what rebuilds it (the backbone's name,
-options and input shape, and the normalisation of the run's training images);
+options and input shape, and the normalisation of the run's training images, from results.json's
+``inputs``, so the data need not be on the machine; a run older than ``inputs`` reads its data again);
 ``fedlight.models.encoder_file`` holds the format and reads it back.
 """
 
@@ -21,7 +22,7 @@ from typing import Any
 import torch
 
 from fedlight import __version__
-from fedlight.data.sources import ImageData, load_dataset, take_subset
+from fedlight.data.sources import load_dataset, take_subset
 from fedlight.engine.state import client_state_files as files
 from fedlight.engine.state.atomic_files import write_synced
 from fedlight.engine.state.checkpoint import read_checkpoint
@@ -42,25 +43,25 @@ def export_encoder(run_dir: str | Path, out: str | Path | None = None) -> tuple[
 
     Raises:
         UserError: one line naming the file at fault, for a run folder with no results, an
-            unfinished run, a missing or damaged checkpoint, or data no longer where it was.
+            unfinished run, a missing or damaged checkpoint, or (for a run whose results.json predates
+            ``inputs``) data no longer where it was.
     """
     run_dir = Path(run_dir)
     out = Path(out) if out is not None else run_dir / "encoder.pt"
     results = _finished_results(run_dir)
     ckpt = _last_checkpoint(run_dir, results["rounds_completed"])
     record = results["recipe"]
-    data = _training_images(record)
+    inputs = results.get("inputs") or _inputs_from_data(record)
     spec = (record.get("resolved") or {}).get("backbone") or {"name": record["model"]["backbone"]}
     options = {k: v for k, v in spec.items() if k not in ("name", "feature_dim", "parameters")}  # factory's own
     global_part, local_parts = _backbone_tensors(ckpt, run_dir / CHECKPOINT)
     provenance = results.get("provenance") or {}
-    mean, std = data.mean_std()
     export = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "fedlight_version": __version__,
-        "backbone": {"name": spec["name"], "options": options, "channels": data.channels,
-                     "image_size": data.image_size, "feature_dim": spec.get("feature_dim"),
+        "backbone": {"name": spec["name"], "options": options, "channels": inputs["channels"],
+                     "image_size": inputs["image_size"], "feature_dim": spec.get("feature_dim"),
                      "parameters": spec.get("parameters")},
-        "normalize": {"mean": mean.tolist(), "std": std.tolist()},
+        "normalize": inputs["normalize"],
         "state_dict": global_part, "local_parts": local_parts,
         "run": {"dir": str(run_dir.resolve()), "rounds_completed": results["rounds_completed"],
                 "method": record["method"]["name"], "data": record["data"]["name"],
@@ -104,11 +105,15 @@ def _last_checkpoint(run_dir: Path, rounds_done: int) -> dict[str, Any]:
     return ckpt
 
 
-def _training_images(record: dict[str, Any]) -> ImageData:
-    """The run's training images (its ``data.subset`` of them): their shape and normalisation."""
+def _inputs_from_data(record: dict[str, Any]) -> dict[str, Any]:
+    """results.json's ``inputs`` for a run that predates them: from the run's training images (its
+    ``data.subset`` of them), read again from ``data.root``."""
     d = record["data"]
-    data = load_dataset(d["name"], d["root"], d["download"], record["seed"])
-    return take_subset(data, d.get("subset"), d.get("test_subset"), record["seed"])
+    data = take_subset(load_dataset(d["name"], d["root"], d["download"], record["seed"]), d.get("subset"),
+                       d.get("test_subset"), record["seed"])
+    mean, std = data.mean_std()
+    return {"channels": data.channels, "image_size": data.image_size,
+            "normalize": {"mean": mean.tolist(), "std": std.tolist()}}
 
 
 def _backbone_tensors(ckpt: dict[str, Any], checkpoint: Path) -> tuple[State, dict[int, State]]:
