@@ -197,6 +197,26 @@ CONTROLS = [
 ]
 
 
+# rows each block expects to learn, for the design check (rule v3: each beats its floor by at least 5x the pilot's
+# seed spread of its lift); printed for the blocks sized after this check was added
+LEARNERS = [("v3_flesd001", f"{FLESD_T1}/alpha0.01", ("flesd", "fedavg", "minlocal"), "knn_acc"),
+            ("v3_flesd100", f"{FLESD_T1}/alpha100", ("flesd", "fedavg", "minlocal"), "knn_acc")]
+
+
+def lift_table() -> None:
+    """Each learning row's pilot lift over its floor (points): mean, seed sd and their ratio (5 or more wanted)."""
+    print("\n| block | row | pilot seeds | mean lift | sd | lift / sd |\n|---|---|---|---|---|---|")
+    for block, folder, rows, metric in LEARNERS:
+        for row in rows:
+            lifts = np.array([(res["final"][metric] - res["baseline"][metric]) * 100
+                              for res in pilot_runs(folder, row, metric).values()])
+            if len(lifts) < stats.MIN_PILOT_SEEDS:
+                print(f"| {block} | {row} | pilot unfinished ({len(lifts)} seeds) | | | |")
+                continue
+            sd = lifts.std(ddof=1)
+            print(f"| {block} | {row} | {len(lifts)} | {lifts.mean():+.2f} | {sd:.2f} | {lifts.mean() / sd:.1f} |")
+
+
 def main() -> None:
     print("| block | claim | pilot seeds | pilot A - B | sd | sd+ (80%) | paper's effect | half-width wanted | n |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -226,6 +246,7 @@ def main() -> None:
         seeds = len(pilot_runs(c.pilot, c.row, c.metric)) if c.pilot else stats.MIN_PILOT_SEEDS
         shown = f"{c.lift():.2f} | {c.min_lift():.2f}" if seeds >= stats.MIN_PILOT_SEEDS else f"pilot unfinished ({seeds} seeds) |"
         print(f"| {c.block} | {c.metric} | {c.row} | {shown} |")
+    lift_table()
     moon_plateau()
 
 
