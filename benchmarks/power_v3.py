@@ -244,7 +244,8 @@ def main() -> None:
     print("\n| block | metric | positive control | its pilot lift | min_lift (points) |\n|---|---|---|---|---|")
     for c in CONTROLS:
         seeds = len(pilot_runs(c.pilot, c.row, c.metric)) if c.pilot else stats.MIN_PILOT_SEEDS
-        shown = f"{c.lift():.2f} | {c.min_lift():.2f}" if seeds >= stats.MIN_PILOT_SEEDS else f"pilot unfinished ({seeds} seeds) |"
+        finished = seeds >= stats.MIN_PILOT_SEEDS
+        shown = f"{c.lift():.2f} | {c.min_lift():.2f}" if finished else f"pilot unfinished ({seeds} seeds) |"
         print(f"| {c.block} | {c.metric} | {c.row} | {shown} |")
     lift_table()
     moon_plateau()
