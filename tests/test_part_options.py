@@ -77,9 +77,7 @@ def test_each_part_refuses_its_own_bad_options_in_one_line(make: Callable[[], An
     (["fabric.workers=2", "local.iterations=10", "exchange.graph=complete"], "fabric.workers=2 trains clients side"),
     (["new_device.rotation=90", "server.name=centralized"], "server.name=centralized pools every client"),
     (["new_device.rotation=90", "stream.velocity=96"], "new_device.rotation trains the new device by epochs"),
-    (["new_device.rotation=90", "server={name: dp_fedavg}"], "the privacy accountant's Poisson sampling does not"),
-    (["new_device.rotation=90", "server={name: fedavg, dp: {noise_multiplier: 1.0}}"],
-     "drop server.dp .or a DP server. or new_device.rotation"),
+    (["new_device.rotation=90", "clients.sampling=poisson"], "not clients.sampling=poisson: set clients.sampling=fixed"),
     (["method={name: lg, objective: supervised, warmup_goal_metric: normal_acc}"],
      "method.warmup_goal_metric=normal_acc is the new device's column"),
 ])

@@ -127,8 +127,7 @@ def check_batched_schedule(recipe: Recipe, name: str) -> None:
 
 def new_device_options(recipe: Recipe, aggregator: Aggregator) -> NewDeviceOptions | None:
     """LG-FedAvg's new device (``new_device.*``) when ``new_device.rotation`` asks for one; raises a
-    UserError where it does not go with the schedule, the server (one that pools the clients, or a
-    privacy accountant) or the method."""
+    UserError where it does not go with the sampling, the schedule, the server or the method."""
     cfg, method = recipe.new_device, recipe.method
     if cfg.rotation is None:
         if method.get("warmup_goal_metric") == "normal_acc":
@@ -138,10 +137,12 @@ def new_device_options(recipe: Recipe, aggregator: Aggregator) -> NewDeviceOptio
     if aggregator.pools_clients:
         raise UserError(f"new_device.rotation joins a federation of devices; server.name={recipe.server['name']} "
                         "pools every client into one: choose a federated server or drop new_device.rotation")
-    if aggregator.accounts_privacy:  # after arrival the new device trains every round: its q is 1, not m / K
-        raise UserError("new_device.rotation picks each round's devices itself (the new device in every round "
-                        "after it arrives), which the privacy accountant's Poisson sampling does not model: drop "
-                        "server.dp (or a DP server) or new_device.rotation")
+    if recipe.clients.sampling == "poisson":  # NewDevice.participants draws a fixed-size set every round
+        # and trains the new device in every round after it arrives (its q is 1), so Poisson sampling, and the
+        # privacy accountant's q = m / K below clients.fraction=1, would not be what ran
+        raise UserError("new_device.rotation draws each round's devices as a fixed-size set (the new device in "
+                        "every round after it arrives), not clients.sampling=poisson: set clients.sampling=fixed "
+                        "(with a DP server, also clients.fraction=1, where every device joins every round)")
     if recipe.local.iterations is not None or recipe.stream.velocity is not None:
         raise UserError("new_device.rotation trains the new device by epochs; drop local.iterations and "
                         "stream.velocity, or new_device.rotation")
