@@ -57,7 +57,7 @@ class Claim:
 
 def pilot_runs(folder: str, row: str, metric: str, at_round: int | None = None) -> dict[int, dict]:
     """A row's finished pilot results per seed, read at round ``at_round`` when given (reproduce.at_round)."""
-    out = {}
+    out = {}  # a folder not on disk yet: a pilot not started (main checks that the archives are back)
     for path in Path(folder, row).glob("seed*/runs/seed=*/results.json"):
         res = json.loads(path.read_text())
         if res.get("final") is not None:
@@ -198,26 +198,32 @@ CONTROLS = [
 
 
 # rows each block expects to learn, for the design check (rule v3: each beats its floor by at least 5x the pilot's
-# seed spread of its lift); printed for the blocks sized after this check was added
-LEARNERS = [("v3_flesd001", f"{FLESD_T1}/alpha0.01", ("flesd", "fedavg", "minlocal"), "knn_acc"),
-            ("v3_flesd100", f"{FLESD_T1}/alpha100", ("flesd", "fedavg", "minlocal"), "knn_acc")]
+# seed spread of its lift), and its beside row; printed for the blocks sized after this check was added
+LEARNERS = [(block, f"{FLESD_T1}/alpha{alpha}", ("fedavg", "minlocal", "flesd", "flesd-balanced"), "knn_acc")
+            for alpha, block in (("0.01", "v3_flesd001"), ("100", "v3_flesd100"))]
 
 
 def lift_table() -> None:
-    """Each learning row's pilot lift over its floor (points): mean, seed sd and their ratio (5 or more wanted)."""
-    print("\n| block | row | pilot seeds | mean lift | sd | lift / sd |\n|---|---|---|---|---|---|")
+    """Each row's pilot lift over its floor (points) per seed, its mean, seed sd and their ratio (5 or more wanted)."""
+    print("\n| block | row | pilot lift per seed | mean | sd | lift / sd |\n|---|---|---|---|---|---|")
     for block, folder, rows, metric in LEARNERS:
         for row in rows:
-            lifts = np.array([(res["final"][metric] - res["baseline"][metric]) * 100
-                              for res in pilot_runs(folder, row, metric).values()])
+            runs = sorted(pilot_runs(folder, row, metric).items())
+            lifts = np.array([(res["final"][metric] - res["baseline"][metric]) * 100 for _, res in runs])
             if len(lifts) < stats.MIN_PILOT_SEEDS:
                 print(f"| {block} | {row} | pilot unfinished ({len(lifts)} seeds) | | | |")
                 continue
             sd = lifts.std(ddof=1)
-            print(f"| {block} | {row} | {len(lifts)} | {lifts.mean():+.2f} | {sd:.2f} | {lifts.mean() / sd:.1f} |")
+            each = " / ".join(f"{x:+.2f}" for x in lifts)
+            print(f"| {block} | {row} | {each} (seeds {runs[0][0]}-{runs[-1][0]}) | {lifts.mean():+.2f} | {sd:.2f} | "
+                  f"{lifts.mean() / sd:.1f} |")
 
 
 def main() -> None:
+    for archive, root in (("confirm-runs", V2), ("v3-pilot-runs", "runs/pilot_v3")):
+        if not Path(root).is_dir():
+            raise SystemExit(f"{root}: not on disk; put it back with tar -xJf benchmarks/results/{archive}.tar.xz "
+                             "in the repository root")
     print("| block | claim | pilot seeds | pilot A - B | sd | sd+ (80%) | paper's effect | half-width wanted | n |")
     print("|---|---|---|---|---|---|---|---|---|")
     need: dict[str, int | None] = {}  # None: a claim's pilot is unfinished, so the block has no n yet
