@@ -419,8 +419,9 @@ if want v3_pilot_flesd; then
   done
 fi
 
-# v3 FLESD Table 1 (REPRODUCTION.md, "v3 FLESD Table 1 at alpha 0.01"): the pilot's twin FT1, kNN on every
-# label, v2's three claims; FLESD with a class-balanced public set of the same size beside, with no verdict.
+# v3 FLESD Table 1 (REPRODUCTION.md, "v3 FLESD Table 1 at alpha 0.01" and "... at alpha 100"): the pilot's
+# twin FT1, kNN on every label, v2's three claims; FLESD with a class-balanced public set of the same size
+# beside, with no verdict.
 flesd_t1_v3() {  # ALPHA N BLOCK MIN_LIFT
   $V --seeds $(v3seeds $2) --out runs/v3/flesd/alpha$1 --set partition.alpha=$1 "${FT1[@]}" --block $3 \
     --extra linear_probe_acc@0.01 --control fedavg --min-lift $4 --learns flesd --learns fedavg --learns minlocal \
@@ -432,6 +433,9 @@ flesd_t1_v3() {  # ALPHA N BLOCK MIN_LIFT
 }
 if [ -z "$ARGS" ] || want v3_flesd001; then  # n = 24, min_lift 2.00 (the pilot's FedAvg lift 3.16 / 3, at least 2)
   flesd_t1_v3 0.01 24 v3_flesd001 2.00
+fi
+if [ -z "$ARGS" ] || want v3_flesd100; then  # n = 11, min_lift 2.00 (the pilot's FedAvg lift 5.01 / 3, at least 2)
+  flesd_t1_v3 100 11 v3_flesd100 2.00
 fi
 
 # v3 pilot for LG Table 3 (v2's confirm_lg_rotated ran only 4 seeds and was not archived): the
