@@ -78,6 +78,14 @@ def side(folder: str, spec: str, metric: str, at_round: int | None = None) -> di
     return {s: parts[0][s] - parts[1][s] for s in parts[0].keys() & parts[1].keys()}
 
 
+def lifts(folder: str, row: str, metric: str, at_round: int | None = None,
+          chance: float | None = None) -> dict[int, float]:
+    """A row's per-seed lift (points) in the pilot: its final value less the same seed's random-init value
+    (or less ``chance``, for a metric the paper wants lowered), in seed order."""
+    return {s: res["final"][metric] * 100 - (res["baseline"][metric] * 100 if chance is None else chance)
+            for s, res in sorted(pilot_runs(folder, row, metric, at_round).items())}
+
+
 class PilotUnfinished(Exception):
     """A pilot with fewer seeds on disk than rule v3 sizes n from: its rows say so and size nothing."""
 
@@ -96,6 +104,7 @@ def pilot_sd(c: Claim) -> tuple[float, int, float]:
 
 MOON_T5 = "runs/pilot_v3/moon_t5"  # claims.sh v3_pilot_moon: 60 rounds, read at R
 FLESD_T1 = "runs/pilot_v3/flesd_t1"  # claims.sh v3_pilot_flesd: alpha0.01/ and alpha100/
+FLESD_BLOCKS = (("0.01", "v3_flesd001"), ("100", "v3_flesd100"))  # FLESD Table 1: a block per alpha
 V2 = "runs/confirm"  # v2's archived confirmatory runs (tar -xJf benchmarks/results/confirm-runs.tar.xz)
 CLAIMS = [
     Claim("v3_lg", "local test: LG > FedAvg", "lg_fmnist", "lg_fedavg_fmnist", "local_test_acc", None, f"{V2}/lg"),
@@ -140,7 +149,7 @@ CLAIMS = [
     # FLESD Table 1 at 20,000 images (claims.sh v3_pilot_flesd), v2's three claims at each alpha, a block each;
     # the paper's numbers are lost from our copy, and "within ~1-2 points" is an equivalence within 2
     *(Claim(block, text, a, b, "knn_acc", paper, f"{FLESD_T1}/alpha{alpha}")
-      for alpha, block in (("0.01", "v3_flesd001"), ("100", "v3_flesd100"))
+      for alpha, block in FLESD_BLOCKS
       for text, a, b, paper in (("FLESD ~ FedAvg (2)", "flesd", "fedavg", 0.0),
                                 ("FedAvg > Min-Local", "fedavg", "minlocal", None),
                                 ("FLESD > Min-Local", "flesd", "minlocal", None))),
@@ -167,12 +176,13 @@ class Control:
     at_round: int | None = None
 
     def lift(self) -> float:
+        """The control's mean lift over its floor (or chance) in the pilot (raises PilotUnfinished)."""
         if self.printed is not None:
             return self.printed[0] - self.printed[1]
-        runs = list(pilot_runs(self.pilot, self.row, self.metric, self.at_round).values())
-        finals = np.mean([res["final"][self.metric] for res in runs]) * 100
-        reference = self.chance if self.chance is not None else np.mean([res["baseline"][self.metric] for res in runs]) * 100
-        return float(finals - reference)
+        each = lifts(self.pilot, self.row, self.metric, self.at_round, self.chance)
+        if len(each) < stats.MIN_PILOT_SEEDS:
+            raise PilotUnfinished(f"{len(each)} of its {stats.MIN_PILOT_SEEDS} pilot seeds in {self.pilot}")
+        return float(np.mean(list(each.values())))
 
     def min_lift(self) -> float:
         """A third of the control's mean lift over its floor (or chance) in the pilot, at least 2 points."""
@@ -192,15 +202,26 @@ CONTROLS = [
     Control("v3_lg_rotated", "rotated_acc", "fedavg-p", "runs/pilot_v3/lg_rotated"),
     Control("v3_flesd_sec3", "linear_probe_acc", "ssl100", None, (80.35, 78.61)),
     Control("v3_moon", "test_acc", "fedavg_fmnist", MOON_T5, at_round=30),
-    Control("v3_flesd001", "knn_acc", "fedavg", f"{FLESD_T1}/alpha0.01"),
-    Control("v3_flesd100", "knn_acc", "fedavg", f"{FLESD_T1}/alpha100"),
+    *(Control(block, "knn_acc", "fedavg", f"{FLESD_T1}/alpha{alpha}") for alpha, block in FLESD_BLOCKS),
 ]
 
 
 # rows each block expects to learn, for the design check (rule v3: each beats its floor by at least 5x the pilot's
 # seed spread of its lift), and its beside row; printed for the blocks sized after this check was added
 LEARNERS = [(block, f"{FLESD_T1}/alpha{alpha}", ("fedavg", "minlocal", "flesd", "flesd-balanced"), "knn_acc")
-            for alpha, block in (("0.01", "v3_flesd001"), ("100", "v3_flesd100"))]
+            for alpha, block in FLESD_BLOCKS]
+
+
+def equivalence_table(rows: list[tuple[Claim, float, float, int]]) -> None:
+    """Each "~" claim's expected interval half-widths at its block's n: TOST's 90% one at the pilot's sd and at its
+    80% upper bound (holds needs |mean| + this within the margin), and the 95% one at the pilot's sd (does not
+    hold needs the 95% interval wholly outside the margin)."""
+    print("\n| block | claim | n | 90% half-width (pilot sd) | 90% half-width (sd+) | 95% half-width (pilot sd) |"
+          "\n|---|---|---|---|---|---|")
+    for c, sd, upper, n in rows:
+        half = {q: float(dist.t.ppf(q, n - 1)) / math.sqrt(n) for q in (0.95, 0.975)}
+        print(f"| {c.block} | {c.text} | {n} | {half[0.95] * sd:.2f} | {half[0.95] * upper:.2f} | "
+              f"{half[0.975] * sd:.2f} |")
 
 
 def lift_table() -> None:
@@ -208,15 +229,14 @@ def lift_table() -> None:
     print("\n| block | row | pilot lift per seed | mean | sd | lift / sd |\n|---|---|---|---|---|---|")
     for block, folder, rows, metric in LEARNERS:
         for row in rows:
-            runs = sorted(pilot_runs(folder, row, metric).items())
-            lifts = np.array([(res["final"][metric] - res["baseline"][metric]) * 100 for _, res in runs])
-            if len(lifts) < stats.MIN_PILOT_SEEDS:
-                print(f"| {block} | {row} | pilot unfinished ({len(lifts)} seeds) | | | |")
+            each = lifts(folder, row, metric)
+            if len(each) < stats.MIN_PILOT_SEEDS:
+                print(f"| {block} | {row} | pilot unfinished ({len(each)} seeds) | | | |")
                 continue
-            sd = lifts.std(ddof=1)
-            each = " / ".join(f"{x:+.2f}" for x in lifts)
-            print(f"| {block} | {row} | {each} (seeds {runs[0][0]}-{runs[-1][0]}) | {lifts.mean():+.2f} | {sd:.2f} | "
-                  f"{lifts.mean() / sd:.1f} |")
+            x, seeds = np.array(list(each.values())), list(each)
+            shown = " / ".join(f"{v:+.2f}" for v in x)
+            print(f"| {block} | {row} | {shown} (seeds {seeds[0]}-{seeds[-1]}) | {x.mean():+.2f} | {x.std(ddof=1):.2f} | "
+                  f"{x.mean() / x.std(ddof=1):.1f} |")
 
 
 def main() -> None:
@@ -226,13 +246,15 @@ def main() -> None:
                              "in the repository root")
     print("| block | claim | pilot seeds | pilot A - B | sd | sd+ (80%) | paper's effect | half-width wanted | n |")
     print("|---|---|---|---|---|---|---|---|---|")
-    need: dict[str, int | None] = {}  # None: a claim's pilot is unfinished, so the block has no n yet
+    need: dict[str, int] = dict.fromkeys((c.block for c in CLAIMS), 0)
+    unfinished: set[str] = set()  # blocks with a claim whose pilot is unfinished: no n yet
+    equivalences = []  # (claim, pilot sd, sd+) of each "~" claim, for its expected intervals at the block's n
     for c in CLAIMS:
         try:
             sd, n_pilot, mean = pilot_sd(c)
-        except PilotUnfinished as unfinished:
-            print(f"| {c.block} | {c.text} | pilot unfinished: {unfinished} | | | | | | |")
-            need[c.block] = None
+        except PilotUnfinished as short:
+            print(f"| {c.block} | {c.text} | pilot unfinished: {short} | | | | | | |")
+            unfinished.add(c.block)
             continue
         effect = c.paper if c.paper is not None else abs(mean)
         target = max(1.0, effect / 3)
@@ -240,19 +262,22 @@ def main() -> None:
         n = stats.seeds_needed(upper, target, cap=CAP)
         reach = float(dist.t.ppf(0.975, CAP - 1)) * upper / math.sqrt(CAP)
         shown = str(n) if n is not None else f"{CAP} (reaches +-{reach:.2f})"
-        if need.get(c.block, 0) is not None:
-            need[c.block] = max(need.get(c.block, 0), n or CAP)
+        need[c.block] = max(need[c.block], n or CAP)
+        if c.paper == 0.0:
+            equivalences.append((c, sd, upper))
         paper = f"{c.paper:.2f}" if c.paper is not None else f"lost; pilot {abs(mean):.2f}"
         print(f"| {c.block} | {c.text} | {n_pilot} | {mean:+.2f} | {sd:.2f} | {upper:.2f} | {paper} | {target:.2f} | {shown} |")
     print("\n| block | n (seeds 1000 ...) |\n|---|---|")
     for block, n in need.items():
-        print(f"| {block} | {n if n is not None else 'pilot unfinished'} |")
+        print(f"| {block} | {n if block not in unfinished else 'pilot unfinished'} |")
     print("\n| block | metric | positive control | its pilot lift | min_lift (points) |\n|---|---|---|---|---|")
     for c in CONTROLS:
-        seeds = len(pilot_runs(c.pilot, c.row, c.metric)) if c.pilot else stats.MIN_PILOT_SEEDS
-        finished = seeds >= stats.MIN_PILOT_SEEDS
-        shown = f"{c.lift():.2f} | {c.min_lift():.2f}" if finished else f"pilot unfinished ({seeds} seeds) |"
+        try:
+            shown = f"{c.lift():.2f} | {c.min_lift():.2f}"
+        except PilotUnfinished as short:
+            shown = f"pilot unfinished: {short} |"
         print(f"| {c.block} | {c.metric} | {c.row} | {shown} |")
+    equivalence_table([(c, sd, upper, need[c.block]) for c, sd, upper in equivalences if c.block not in unfinished])
     lift_table()
     moon_plateau()
 
