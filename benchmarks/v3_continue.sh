@@ -25,7 +25,6 @@ from() {  # COMMIT BLOCK...: claims.sh BLOCK... in a worktree of COMMIT
   (cd "$tree" && bash benchmarks/claims.sh "${@:2}")
 }
 
-from df5a378 v3_pilot_flesd  # FLESD Table 1's pilot (all 40 runs done; re-tabulates), the commit of its last runs
 from df5a378 v3_moon         # the commit of its first runs
 from 121f9ab v3_flesd001     # its pre-registration, as corrected before any of its runs
 from 06867d9 v3_flesd100     # its pre-registration
