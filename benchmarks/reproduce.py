@@ -42,7 +42,8 @@ import json
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -299,9 +300,17 @@ def main() -> None:
                                                        for label, recipe, *more in args.row]
     tasks = [(label, recipe, s, more) for s in args.seeds for label, recipe, more in rows]  # seed-major
 
+    stop = threading.Event()  # set by the first failure: a worker that frees up then starts nothing more
+
     def one(task: tuple) -> tuple[tuple[str, int], dict]:
         label, recipe, s, more = task
-        return (label, s), run(label, recipe, s, args.out, [*args.set, *more])
+        if stop.is_set():
+            raise CancelledError(f"{label} seed {s} not started: an earlier run failed")
+        try:
+            return (label, s), run(label, recipe, s, args.out, [*args.set, *more])
+        except BaseException:
+            stop.set()
+            raise
 
     if args.jobs == 1:
         done = dict(map(one, tasks))
@@ -310,6 +319,7 @@ def main() -> None:
         try:
             done = dict(pool.map(one, tasks))
         except BaseException:
+            stop.set()
             pool.shutdown(wait=False, cancel_futures=True)
             raise
         pool.shutdown()
