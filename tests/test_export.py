@@ -121,6 +121,12 @@ def _damaged(run: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+def _malformed_inputs(run: Path) -> None:
+    results = json.loads((run / "results.json").read_text())
+    results["inputs"]["normalize"] = {"mean": [0.5]}  # hand-edited: no std, one mean for three channels
+    (run / "results.json").write_text(json.dumps(results))
+
+
 def _unfinished(run: Path) -> None:
     results = json.loads((run / "results.json").read_text())
     results["recipe"]["rounds"] = 3
@@ -133,7 +139,8 @@ def _unfinished(run: Path) -> None:
     (_unfinished, f"has finished 1 of its 3 rounds: finish it first with {fedlight_command('fit', '--recipe')}"),
     (lambda run: (run / "checkpoints/last.pt").unlink(), "has no checkpoint"),
     (_damaged, "last.pt' fails its sha256 check"),
-], ids=["no results", "unfinished", "no checkpoint", "damaged checkpoint"])
+    (_malformed_inputs, "results.json' has a malformed 'inputs'"),
+], ids=["no results", "unfinished", "no checkpoint", "damaged checkpoint", "malformed inputs"])
 def test_export_refuses_in_one_line(tiny_run: Path, tmp_path: Path, capsys, harm, expected: str) -> None:
     run = tmp_path / "copy"
     shutil.copytree(tiny_run, run)

@@ -51,7 +51,7 @@ def export_encoder(run_dir: str | Path, out: str | Path | None = None) -> tuple[
     results = _finished_results(run_dir)
     ckpt = _last_checkpoint(run_dir, results["rounds_completed"])
     record = results["recipe"]
-    inputs = results.get("inputs") or _inputs_from_data(record)
+    inputs = _recorded_inputs(results, run_dir / RESULTS) or _inputs_from_data(record)
     spec = (record.get("resolved") or {}).get("backbone") or {"name": record["model"]["backbone"]}
     options = {k: v for k, v in spec.items() if k not in ("name", "feature_dim", "parameters")}  # factory's own
     global_part, local_parts = _backbone_tensors(ckpt, run_dir / CHECKPOINT)
@@ -103,6 +103,23 @@ def _last_checkpoint(run_dir: Path, rounds_done: int) -> dict[str, Any]:
         raise UserError(f"checkpoint '{path}' {problem}: copy the run's checkpoints/ folder back from a backup, "
                         "or rerun the run")
     return ckpt
+
+
+def _recorded_inputs(results: dict[str, Any], path: Path) -> dict[str, Any] | None:
+    """results.json's ``inputs``, checked (None for a run that predates them)."""
+    inputs = results.get("inputs")
+    if inputs is None:
+        return None
+    normalize = inputs.get("normalize") if isinstance(inputs, dict) else None
+    well_formed = (isinstance(normalize, dict) and isinstance(inputs.get("channels"), int)
+                   and isinstance(inputs.get("image_size"), int)
+                   and all(isinstance(normalize.get(k), list) and len(normalize[k]) == inputs["channels"]
+                           for k in ("mean", "std")))
+    if not well_formed:
+        raise UserError(f"'{path}' has a malformed 'inputs' (it needs channels, image_size and normalize's mean and "
+                        "std, one value a channel): restore the file, or delete its 'inputs' to read them from the "
+                        "run's data again")
+    return inputs
 
 
 def _inputs_from_data(record: dict[str, Any]) -> dict[str, Any]:
