@@ -61,6 +61,17 @@ def test_adaptive_clipping_moves_c_geometrically_towards_the_target_quantile() -
     assert server.state_dict() == {"clip": server.clip, "rounds": 1}
 
 
+def test_adaptive_clippings_count_moves_by_half_when_a_client_joins_or_leaves() -> None:
+    """Sensitivity 1/2, what update_multiplier's (2 sigma_b)^-2 assumes: with clip_lr 1 and target 1/2, log C moves by
+    -(b~ - 1/2) = -(sum_k (b_k - 1/2)) / m; A is clipped (b = 0), B is not (b = 1), m = 2."""
+    moved = {}
+    for answers in ((), (A,), (B,), (A, B)):
+        server = _server(adaptive=True, target_quantile=0.5, clip_lr=1.0, count_noise=1e-12)
+        server.finalize(GLOBAL, list(answers))
+        moved[len(answers), B in answers] = math.log(server.clip)
+    assert moved == pytest.approx({(0, False): 0.0, (1, False): 0.25, (1, True): -0.25, (2, True): 0.0}, abs=1e-9)
+
+
 def test_the_count_noise_takes_its_share_of_the_privacy() -> None:
     assert update_multiplier(1.0, 1.0) == pytest.approx((1 - 1 / 4) ** -0.5)  # z_Delta = (z^-2 - (2 sb)^-2)^-1/2
     with pytest.raises(UserError, match="server.count_noise"):
@@ -197,9 +208,12 @@ PINNED_RELEASES = {
                    "bn.running_var": [0.8885276913642883, 0.5899028182029724]},
                   {"w": [[1.690009355545044, -1.6199371814727783], [1.7875248193740845, 1.2739918231964111]],
                    "bn.running_var": [0.15536870062351227, 0.11139661818742752]},
-                  {"w": [[1.6552340984344482, -2.184433937072754], [1.4844918251037598, 1.2712160348892212]],
-                   "bn.running_var": [0.14853744208812714, 0.0]}], 1.1323371417181491),
+                  {"w": [[1.6569300889968872, -2.156903028488159], [1.4992709159851074, 1.2713513374328613]],
+                   "bn.running_var": [0.14887060225009918, 0.0]}], 0.9746116098791621),
 }
+# The adaptive count is centred since 2026-11-27 (its sensitivity had been 1, not Theorem 1's 1/2): rounds 2 and 3,
+# one and no answers of m = 2, now add (m - n) / 2 = 1/2 and 1 to it, so C ends exp(-0.2 (1/4 + 1/2)) times the
+# 1.1323371417181491 pinned before, and round 3's noise (z C / m) is exp(-0.05) times round 3's before.
 
 
 @pytest.mark.parametrize("mode", ["fixed", "adaptive"])

@@ -48,10 +48,13 @@ and a round that samples nobody still releases x_t + noise (``Aggregator.account
 Integer buffers (BatchNorm's batch counters) are not released: they keep the global model's values. A
 BatchNorm ``running_var`` the noise made negative is clamped at 0 after the release (post-processing):
 a negative variance makes the layer's outputs NaN in evaluation. With ``adaptive``, C follows the
-``target_quantile`` of the update norms: b~ = (#{k: ||x_k - x_t|| <= C} + N(0, sigma_b^2)) / m and
-C <- C exp(-clip_lr (b~ - target_quantile)); the count's noise is paid for by raising the updates'
-multiplier to z_Delta = (z^-2 - (2 sigma_b)^-2)^(-1/2) (Andrew et al., Theorem 1), so the round costs
-what one Gaussian mechanism of multiplier z costs.
+``target_quantile`` of the update norms: each answering client k counts b_k - 1/2, with b_k = 1 where
+||x_k - x_t|| <= C, else 0; b~ = (sum_k (b_k - 1/2) + N(0, sigma_b^2)) / m + 1/2 and
+C <- C exp(-clip_lr (b~ - target_quantile)). Centred, the count changes by at most 1/2 when a client is
+added or removed (uncentred, by 1), which is the sensitivity Andrew et al.'s Theorem 1 assumes (as
+TensorFlow Privacy's quantile estimator does): the count's noise is paid for by raising the updates'
+multiplier to z_Delta = (z^-2 - (2 sigma_b)^-2)^(-1/2), so the round costs what one Gaussian mechanism
+of multiplier z costs.
 """
 
 from __future__ import annotations
@@ -227,7 +230,10 @@ class DifferentialPrivacy(Aggregator):
             if k.endswith("running_var"):  # a BatchNorm variance pushed below 0 makes every output NaN
                 released[k] = released[k].clamp_min(0)  # post-processing: no privacy cost
         if self.adaptive:  # the noisy share of unclipped updates moves C towards the target quantile
-            share = (unclipped + float(torch.randn((), generator=gen, dtype=torch.float64)) * self._count_noise()) / m
+            noise = float(torch.randn((), generator=gen, dtype=torch.float64)) * self._count_noise()
+            # (sum_k (b_k - 1/2) + noise) / m + 1/2, the centred count of sensitivity 1/2 that update_multiplier
+            # assumes, summed as (#unclipped + (m - n) / 2 + noise) / m: a full round adds nothing to the count
+            share = (unclipped + (m - len(payloads)) / 2 + noise) / m
             self.clip *= math.exp(-self.clip_lr * (share - self.target_quantile))
         self.rounds += 1
         return self._post_process(global_state, released)
