@@ -43,7 +43,7 @@ import os
 import subprocess
 import sys
 import threading
-from concurrent.futures import CancelledError, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -302,10 +302,10 @@ def main() -> None:
 
     stop = threading.Event()  # set by the first failure: a worker that frees up then starts nothing more
 
-    def one(task: tuple) -> tuple[tuple[str, int], dict]:
+    def one(task: tuple) -> tuple[tuple[str, int], dict | None]:
         label, recipe, s, more = task
-        if stop.is_set():
-            raise CancelledError(f"{label} seed {s} not started: an earlier run failed")
+        if stop.is_set():  # not started: no result, and no error that pool.map could raise before the failure's
+            return (label, s), None
         try:
             return (label, s), run(label, recipe, s, args.out, [*args.set, *more])
         except BaseException:

@@ -15,7 +15,7 @@ import torch
 import fedlight
 from fedlight.cli import main
 from fedlight.config import load_recipe
-from fedlight.engine.run.encoder_export import export_encoder
+from fedlight.engine.run.encoder_export import _recorded_inputs, export_encoder
 from fedlight.engine.run.fit import fit
 from fedlight.errors import UserError
 from fedlight.invocation import fedlight_command
@@ -112,6 +112,20 @@ def test_export_reads_no_data_and_a_run_older_than_inputs_reads_it_again(tiny_ru
     capsys.readouterr()
     assert main(["export", str(older_away), "--out", str(tmp_path / "none.pt")]) == 2
     assert capsys.readouterr().err.count("\n") == 1 and not (tmp_path / "none.pt").exists()
+
+
+@pytest.mark.parametrize("inputs", [
+    {"channels": 1, "image_size": 28, "normalize": {"mean": ["a"], "std": [0.3]}},
+    {"channels": True, "image_size": 28, "normalize": {"mean": [0.3], "std": [0.3]}},
+    {"channels": 0, "image_size": 28, "normalize": {"mean": [], "std": []}},
+    {"channels": 1, "image_size": 28, "normalize": {"mean": None, "std": [0.3]}},
+    {"channels": 1, "image_size": 28, "normalize": {"mean": [0.3], "std": [0.0]}},
+    {"channels": 1, "image_size": 28, "normalize": [0.3, 0.3]},
+    [1, 28],
+], ids=["text", "bool", "no channel", "null", "zero std", "list", "not a mapping"])
+def test_an_inputs_out_of_shape_is_refused_before_it_reaches_an_encoder_file(inputs: object) -> None:
+    with pytest.raises(UserError, match="results.json' has a malformed 'inputs'"):
+        _recorded_inputs({"inputs": inputs}, Path("run/results.json"))
 
 
 def _damaged(run: Path) -> None:

@@ -43,8 +43,8 @@ def export_encoder(run_dir: str | Path, out: str | Path | None = None) -> tuple[
 
     Raises:
         UserError: one line naming the file at fault, for a run folder with no results, an
-            unfinished run, a missing or damaged checkpoint, or (for a run whose results.json predates
-            ``inputs``) data no longer where it was.
+            unfinished run, a missing or damaged checkpoint, an ``inputs`` out of shape, or (for a run
+            whose results.json predates ``inputs``) data no longer where it was.
     """
     run_dir = Path(run_dir)
     out = Path(out) if out is not None else run_dir / "encoder.pt"
@@ -110,15 +110,18 @@ def _recorded_inputs(results: dict[str, Any], path: Path) -> dict[str, Any] | No
     inputs = results.get("inputs")
     if inputs is None:
         return None
-    normalize = inputs.get("normalize") if isinstance(inputs, dict) else None
-    well_formed = (isinstance(normalize, dict) and isinstance(inputs.get("channels"), int)
-                   and isinstance(inputs.get("image_size"), int)
-                   and all(isinstance(normalize.get(k), list) and len(normalize[k]) == inputs["channels"]
-                           for k in ("mean", "std")))
+    try:
+        channels, size = inputs["channels"], inputs["image_size"]
+        mean, std = (torch.tensor(inputs["normalize"][k], dtype=torch.float64) for k in ("mean", "std"))
+        well_formed = (type(channels) is int and type(size) is int and min(channels, size) >= 1
+                       and mean.shape == std.shape == (channels,) and bool(mean.isfinite().all())
+                       and bool((std > 0).all() and std.isfinite().all()))
+    except (TypeError, KeyError, ValueError, RuntimeError):  # not a mapping, a key missing, values not numbers
+        well_formed = False
     if not well_formed:
         raise UserError(f"'{path}' has a malformed 'inputs' (it needs channels, image_size and normalize's mean and "
-                        "std, one value a channel): restore the file, or delete its 'inputs' to read them from the "
-                        "run's data again")
+                        "std, one finite value a channel, std above 0): restore the file, or delete its 'inputs' "
+                        "to read them from the run's data again")
     return inputs
 
 
