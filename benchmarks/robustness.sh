@@ -77,11 +77,11 @@ if want dp; then
   # C4's accounting check: every DP run's last dp_epsilon against the accountant's, computed before the runs
   python - <<'EOF' | tee runs/robustness/dp/epsilon.md
 import json, pathlib
-from fedlight.server.dp_fedavg import epsilon
+from fedlight import dp_epsilon
 for z in ("0.5", "1", "2"):
     runs = sorted(pathlib.Path(f"runs/robustness/dp/dp-z{z}").glob("seed*/runs/seed=*/results.json"))
     last = [json.loads(r.read_text())["history"][-1]["dp_epsilon"] for r in runs]
-    print(f"| dp-z{z} | accountant {epsilon(1.0, float(z), 10, 1e-5):.2f} | last dp_epsilon per seed "
+    print(f"| dp-z{z} | accountant {dp_epsilon(1.0, float(z), 10, 1e-5):.2f} | last dp_epsilon per seed "
           + ", ".join(f"{e:.2f}" for e in last) + " |")
 EOF
 fi

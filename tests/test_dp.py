@@ -313,6 +313,35 @@ def test_a_dp_wrapper_it_cannot_build_is_one_line_before_training(tmp_path: Path
 
 POISSON = [*FAST, "clients.fraction=0.5", "clients.sampling=poisson", "rounds=2"]  # q = 2 / 4
 
+DP_FEDAVG, DP_MEDIAN = "server={name: dp_fedavg}", "server={name: median, dp: {}}"
+IPM = ["faults.attack=ipm", "faults.attackers=0.25"]
+
+
+@pytest.mark.parametrize("overrides, says", [
+    ([DP_FEDAVG, "exchange.policy=uniform", "local.iterations=10", "exchange.graph=complete"],
+     "exchange.policy=uniform sends each device's images to its neighbours"),
+    ([DP_FEDAVG, "new_device.rotation=90", "new_device.fraction=0.5"],
+     "new_device.fraction=0.5 trains a fixed-size share of the original devices"),
+    ([DP_FEDAVG, *IPM], "faults.attack=ipm builds every attacker's update from the benign clients' updates"),
+    (["server={name: fedavg, dp: {}}", *IPM], "server.dp averages clipped updates"),
+    ([DP_MEDIAN, *IPM], None),  # a payloads rule's projection bounds any inputs: accounted
+    ([DP_FEDAVG, "new_device.rotation=90", "new_device.fraction=1.0"], None),  # every device every round: q = 1
+    ([DP_FEDAVG, "new_device.rotation=90"], None),  # p = 0: the new device alone after it arrives
+], ids=["exchange", "new-device-share", "ipm-dp_fedavg", "ipm-fedavg-dp", "ipm-median-dp", "new-device-all",
+        "new-device-alone"])
+def test_a_recipe_where_one_clients_data_moves_more_than_its_update_is_refused(tiny_recipe: Path, overrides: list[str],
+                                                                               says: str | None) -> None:
+    """The accountant prices one client's data moving its own clipped update, every client or a Poisson draw a
+    round: CF-CL's exchange, a fixed-size share of LG's original devices and an attacker that reads the benign
+    updates break that (a median's 2C ball does not)."""
+    recipe = load_recipe(tiny_recipe, [*FAST, *overrides])
+    if says is None:
+        assert check_recipe(recipe).accounts_privacy
+    else:
+        with pytest.raises(UserError, match=re.escape(says)) as caught:
+            check_recipe(recipe)
+        assert "\n" not in str(caught.value)
+
 
 def test_dp_around_median_trains_reports_dp_fedavgs_epsilon_and_resumes_only_as_recorded(tmp_path: Path,
                                                                                             tiny_recipe: Path) -> None:

@@ -27,6 +27,7 @@ from fedlight.engine.loop.sampling import clients_per_round
 from fedlight.engine.output.console import say
 from fedlight.engine.run import launch, rendezvous
 from fedlight.engine.run.assemble import build_federation, check_compile, check_method_for_parts, part_options
+from fedlight.engine.run.privacy_checks import check_privacy
 from fedlight.engine.run.run_folder import RunFolder, claim_run_dir, finished_results
 from fedlight.engine.run.same_experiment import RESOLVED
 from fedlight.engine.state.checkpoint import verified
@@ -142,11 +143,7 @@ def check_recipe(recipe: Recipe) -> Aggregator:
     per_round, trainable = round_size(recipe, server), trainable_clients(recipe)
     with registry.SERVERS.building(recipe.server["name"], "server.name"):  # a plug-in's check that raises: one line
         server.check_clients(per_round, trainable)  # e.g. Krum's f; DP-FedAvg's sampling rate
-    if server.accounts_privacy and per_round < trainable and recipe.clients.sampling != "poisson":
-        private = "server.dp" if recipe.server.get(registry.DP_KEY) is not None else f"server.name={recipe.server['name']}"
-        raise UserError(f"{private}'s privacy accountant models Poisson client sampling, "
-                        f"but clients.fraction={recipe.clients.fraction:g} samples a fixed-size set of {per_round} of "
-                        f"{trainable}; set clients.sampling=poisson (or clients.fraction=1)")
+    check_privacy(recipe, server, attack, per_round, trainable)
     return server
 
 
