@@ -236,3 +236,31 @@ def test_an_evaluation_failure_leaves_the_round_checkpointed(tmp_path: Path, tin
     assert json.loads((run / "results.json").read_text())["rounds_completed"] == 2
     assert main([*args, "--resume"]) == 0
     assert json.loads((run / "results.json").read_text())["rounds_completed"] == 3
+
+
+@pytest.mark.parametrize("rounds", [1, 2])
+def test_a_failed_last_evaluation_is_made_by_the_resume_not_taken_from_an_earlier_round(
+        tmp_path: Path, tiny_recipe: Path, monkeypatch, rounds: int) -> None:
+    """The last round's evaluation fails: the resume has no round to train, and evaluates the final model
+    into that round's row (before, ``final`` was round 1's with 2 rounds, and a 1-round run never finished)."""
+    from fedlight.engine.loop.evaluator import Evaluator
+
+    real, calls = Evaluator.model_metrics, []
+
+    def fails_last(self, *args):
+        calls.append(1)
+        if len(calls) == rounds + 1:  # the baseline, the rounds before, then the last round's fails
+            raise RuntimeError("value cannot be converted to type float without overflow")
+        return real(self, *args)
+
+    monkeypatch.setattr(Evaluator, "model_metrics", fails_last)
+    run = tmp_path / "last"
+    args = ["fit", "--recipe", str(tiny_recipe), f"rounds={rounds}", *FAST, f"run.dir={run}"]
+    assert main(args) == 2
+    assert load_checkpoint(run / "checkpoints/last.pt")["history"][-1]["knn_acc"] is None
+    assert main([*args, "--resume"]) == 0 and len(calls) == rounds + 2
+    results = json.loads((run / "results.json").read_text())
+    last = results["history"][-1]
+    assert last["knn_acc"] is not None and results["final"]["knn_acc"] == last["knn_acc"]
+    assert load_checkpoint(run / "checkpoints/last.pt")["history"][-1]["knn_acc"] == last["knn_acc"]
+    assert main([*args, "--resume"]) == 0 and len(calls) == rounds + 2  # finished: nothing evaluated again

@@ -99,8 +99,11 @@ class Federation:
                                                                            state.global_state))
         self.log.open(state.rounds_done, state.ledger.rows, state.baseline)
         self.wall, self.last_eval = state.wall_before, state.last_evaluation()
+        rounds_before = state.rounds_done
         for round_ in bars:
             self.run_round(round_, bars)
+        if self.restored and state.rounds_done == rounds_before:  # nothing left to train: was the last round scored?
+            self._evaluate_the_final_model_if_unscored(bars)
         bars.close()
         finals = tuple(prefix for hook in self.hooks for prefix in hook.metric_prefixes)  # the parts' final metrics
         results = state.results(options.record, self.wall, final_metrics(self.last_eval, finals),
@@ -110,6 +113,24 @@ class Federation:
                            options.projector_samples, state.rounds_done)
             write_json(self.run_dir / "results.json", results)
         return results
+
+    def _evaluate_the_final_model_if_unscored(self, bars: RoundBars) -> None:
+        """A resume with no round left whose last round has no evaluation (it failed, or ``rounds`` was lowered
+        to a round that was not due one): evaluate the final model now, into that round's history row and the
+        checkpoint, so ``final`` is the final model's and never an earlier round's. Its TensorBoard and CSV rows
+        were logged without it; ``final/*`` carries it."""
+        state = self.run_state
+        row = state.history[-1] if state.history else None
+        if row is None or row["knn_acc"] is not None:  # the checkpoint's history: the same on every rank
+            return
+        round_ = state.rounds_done - 1
+        metrics, uploads, failure, seconds = self._evaluate_if_due(round_, bars)
+        self._stop_if_asked(failure, bars)
+        state.ledger.rows.extend(uploads)
+        row.update(metrics, eval_seconds=row["eval_seconds"] + seconds,
+                   **{k: row[k] + n for k, n in state.ledger.totals(round_, uploads).items()})
+        self.wall = state.wall_before + time.perf_counter() - self.started
+        self.checkpoint.save(state, self.wall)
 
     def run_round(self, round_: int, bars: RoundBars) -> None:
         """One round (0-based ``round_``), top to bottom: every step of the loop, in order."""
