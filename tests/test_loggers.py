@@ -15,6 +15,7 @@ import yaml
 
 from fedlight.cli import main
 from fedlight.config import load_recipe
+from fedlight.engine.output.loggers import csv_logger
 from fedlight.engine.run.fit import fit
 from fedlight.engine.run.same_experiment import check_same_experiment
 from fedlight.engine.state.run_files import RECIPE
@@ -161,3 +162,26 @@ def test_a_bad_logger_stops_in_one_line_before_the_run_folder(tiny_recipe: Path,
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and named in err, err
     assert not (tiny_recipe.parent / "run").exists()
+
+
+METRICS_CSV = "accuracy/knn_acc,step,train/loss\n0.5,0,\n0.6,1,2.0\n0.7,2,1.5\n0.8,3,1.2\n"
+
+
+@pytest.mark.parametrize("damage", ["killed mid-resume", "cut mid-row"])
+def test_a_resume_keeps_the_csv_rows_a_kill_left(tmp_path: Path, damage: str) -> None:
+    """A resume killed between Lightning's deleting metrics.csv and the kept rows' return finds them in
+    metrics.kept.csv; a file cut mid-row keeps the rows before the cut. Either way the next rows append."""
+    folder = tmp_path / "csv"
+    folder.mkdir()
+    if damage == "killed mid-resume":  # the kept rows of steps 0-2 (of a resume at round 2), metrics.csv gone
+        (folder / "metrics.kept.csv").write_text(METRICS_CSV.rsplit("0.8", 1)[0])
+    else:  # step 3's row cut after its first cell
+        (folder / "metrics.csv").write_text(METRICS_CSV.rsplit(",3", 1)[0])
+    logger = csv_logger(tmp_path, rounds_done=2)
+    logger.log_metrics({"accuracy/knn_acc": 0.9, "train/loss": 1.0}, step=3)
+    logger.finalize("success")
+    with open(folder / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["step"], r["accuracy/knn_acc"], r["train/loss"]) for r in rows] == [
+        ("0", "0.5", ""), ("1", "0.6", "2.0"), ("2", "0.7", "1.5"), ("3", "0.9", "1.0")]
+    assert [p.name for p in folder.iterdir()] == ["metrics.csv"]  # no metrics.kept.csv left

@@ -19,8 +19,9 @@ store is a folder (``mlflow ui --backend-store-uri <run folder>/mlruns``).
 from __future__ import annotations
 
 import csv
+import io
 import os
-import shutil
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -89,19 +90,51 @@ def tensorboard_logger(run_dir: Path, rounds_done: int) -> Logger:
 
 
 def csv_logger(run_dir: Path, rounds_done: int) -> Logger:
-    """``csv/metrics.csv`` (a row a step, written at once) and ``csv/hparams.yaml``; a resumed run logs
-    the earlier rows up to ``rounds_done`` again first (Lightning's writer starts the file anew)."""
+    """``csv/metrics.csv`` (a row a step, written at once) and ``csv/hparams.yaml``; a resumed run keeps the
+    rows up to ``rounds_done`` and appends to them.
+
+    Lightning's writer deletes the file it finds, so the kept rows first go (whole: written aside, then
+    renamed) to ``csv/metrics.kept.csv``, which becomes ``metrics.csv`` once the writer is made: a resume
+    killed on the way finds them there. A row cut short (a kill mid-write) and the rows after it are lost.
+    """
     folder = run_dir / "csv"
-    kept = []
-    if (folder / "metrics.csv").is_file():
-        with open(folder / "metrics.csv", newline="") as f:
-            kept = [row for row in csv.DictReader(f) if int(row["step"]) <= rounds_done]
-        shutil.rmtree(folder)  # no "logs directory exists" warning: its rows are logged again below
+    path, kept_path = folder / "metrics.csv", folder / "metrics.kept.csv"
+    source = kept_path if kept_path.is_file() else path
+    header, kept = _rows_up_to(source, rounds_done) if source.is_file() else ([], [])
+    if kept:  # whole or not at all: written aside, then renamed
+        tmp = folder / ".metrics.kept.csv.tmp"
+        tmp.write_bytes(_csv_text(header, kept))
+        os.replace(tmp, kept_path)
     logger = CSVLogger(str(run_dir), name="csv", version="", flush_logs_every_n_steps=1)
-    for row in kept:
-        step = int(row.pop("step"))
-        logger.log_metrics({k: float(v) for k, v in row.items() if v != ""}, step=step)
+    with warnings.catch_warnings():  # "exists and is not empty ... will be deleted": metrics.kept.csv is kept
+        warnings.filterwarnings("ignore", message=".*exists and is not empty")
+        writer = logger.experiment  # deletes metrics.csv
+    if kept:
+        os.replace(kept_path, path)
+        writer.metrics_keys = header  # appended rows follow the file's header; a new key rewrites it
+    kept_path.unlink(missing_ok=True)
     return logger
+
+
+def _rows_up_to(path: Path, rounds_done: int) -> tuple[list[str], list[dict[str, str]]]:
+    """(the header, the rows of steps up to ``rounds_done``) of a metrics.csv, up to its first row cut short."""
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        rows = []
+        for row in reader:
+            if None in row.values() or None in row or not row["step"].isdigit():  # cut short, or not a row
+                break
+            if int(row["step"]) <= rounds_done:
+                rows.append(row)
+        return list(reader.fieldnames or []), rows
+
+
+def _csv_text(header: list[str], rows: list[dict[str, str]]) -> bytes:
+    out = io.StringIO(newline="")
+    writer = csv.DictWriter(out, fieldnames=header)
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue().encode()
 
 
 def wandb_logger(run_dir: Path, rounds_done: int) -> Logger:
