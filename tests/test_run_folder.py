@@ -98,19 +98,24 @@ def _damage_record(section: str | None) -> Callable[[Path], None]:
     (["--resume"], "last.pt", _damage_checkpoints),  # finished, but its checkpoints damaged since
     (["--resume", "rounds=3", "partition.alpha=5"], "partition", None),  # another experiment
     (["--resume"], "damaged 'resolved' record (it is a str", _damage_record(None)),
+    (["--resume", "rounds=3", "local.lr=0.5"], "differs from '{run}/results.json' in local.lr",  # recipe.yaml's
+     lambda run: (run / "recipe.yaml").unlink()),  # fix for a damaged copy: results.json still guards the run
+    (["--resume", "rounds=3"], "recipe.yaml is gone and '{run}/results.json' holds no readable recipe",
+     lambda run: ((run / "recipe.yaml").unlink(), (run / "results.json").write_text("{"))),
     (["--resume", "rounds=3"], "damaged 'resolved' record (its method is a str", _damage_record("method")),
     (["--overwrite"], f"{rundir.REPLACED}'", lambda run: (run / rundir.REPLACED).write_text("stray")),
     (["--overwrite"], f"{rundir.MOVING}'", lambda run: (run / rundir.MOVING).write_text("stray")),
 ], ids=["overwrite-bad-method-option", "overwrite-too-little-disk", "resume-fewer-rounds",
         "resume-damaged-checkpoints", "resume-finished-damaged-checkpoints", "resume-other-experiment",
-        "resume-record-as-text", "resume-record-section-as-text", "overwrite-stray-replaced-file",
+        "resume-record-as-text", "resume-record-section-as-text", "resume-no-recipe-copy", "resume-no-record",
+        "overwrite-stray-replaced-file",
         "overwrite-stray-partial-file"])
 def test_a_refused_command_leaves_the_run_folder_byte_identical(used, capsys, extra, named, before) -> None:
     args, run = used
     if before is not None:
         before(run)
     kept = snapshot(run)
-    refused([*args, *extra], capsys, named)
+    refused([*args, *extra], capsys, named.format(run=run))
     assert snapshot(run) == kept
 
 

@@ -26,12 +26,11 @@ from fedlight.data.sources import load_dataset, take_subset
 from fedlight.engine.state import client_state_files as files
 from fedlight.engine.state.atomic_files import write_synced
 from fedlight.engine.state.checkpoint import read_checkpoint
-from fedlight.engine.state.run_files import CHECKPOINT
+from fedlight.engine.state.run_files import CHECKPOINT, RESULTS
 from fedlight.errors import UserError
 from fedlight.invocation import fedlight_command
 from fedlight.models.encoder_file import FORMAT, FORMAT_VERSION, State
 
-RESULTS = "results.json"
 BACKBONE = re.compile(r"(?:objective\.)*backbone\.")  # the backbone's keys in a method (wrappers add objective.)
 
 

@@ -34,10 +34,9 @@ from typing import Any
 from fedlight.config.files import length_problem, output_folder_problem
 from fedlight.engine.run.folder_lock import FolderLock, held_below, not_writable
 from fedlight.engine.run.same_experiment import check_same_experiment
-from fedlight.engine.state.run_files import CHECKPOINT, RECIPE
+from fedlight.engine.state.run_files import CHECKPOINT, RECIPE, RESULTS
 from fedlight.errors import UserError
 
-RESULTS = "results.json"
 LOCK = ".fedlight.lock"
 REPLACED = ".fedlight-replaced"
 MOVING = REPLACED + ".partial"

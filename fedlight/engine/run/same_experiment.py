@@ -7,13 +7,14 @@ not the experiment may differ.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
 from fedlight.config.files import read_yaml_mapping
 from fedlight.config.schema import Recipe
-from fedlight.engine.state.run_files import RECIPE
+from fedlight.engine.state.run_files import RECIPE, RESULTS
 from fedlight.errors import UserError
 
 # recipe keys (or sections) a resumed run may change, none of which changes what a round computes:
@@ -66,9 +67,14 @@ def check_same_experiment(path: Path, recipe: dict[str, Any]) -> None:
     left to ``fit``'s claim; so are the attack's options). A run folder written before the record existed
     compares its recipe only."""
     saved_path = path / RECIPE
-    if not saved_path.is_file():
-        return
-    saved = with_later_defaults(read_yaml_mapping(saved_path, "the run's recipe", RECIPE_COPY_FIX))
+    if saved_path.is_file():
+        saved = read_yaml_mapping(saved_path, "the run's recipe", RECIPE_COPY_FIX)
+    else:  # deleted, as RECIPE_COPY_FIX says for a damaged copy: results.json records the same recipe
+        saved_path = path / RESULTS
+        saved = _recipe_in_results(saved_path)
+        if saved is None:  # neither: a run stopped inside its first round, with nothing to compare against
+            return
+    saved = with_later_defaults(saved)
     damage = _record_damage(saved[RESOLVED]) if RESOLVED in saved else None
     recorded, resolved = saved.pop(RESOLVED, None), recipe.get(RESOLVED)
     if damage:  # else a record replaced by text would skip the settings check as if there were none
@@ -81,6 +87,20 @@ def check_same_experiment(path: Path, recipe: dict[str, Any]) -> None:
                         "resume with the same recipe and overrides (rounds may grow), or use --overwrite")
     if through_record and isinstance(resolved, dict):
         _check_same_settings(saved_path, recorded, resolved)
+
+
+def _recipe_in_results(path: Path) -> dict[str, Any] | None:
+    """The recipe ``results.json`` records (None where there is no results.json)."""
+    try:
+        recipe = json.loads(path.read_text()).get("recipe")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, AttributeError):
+        recipe = None
+    if not isinstance(recipe, dict):
+        raise UserError(f"the run folder's recipe.yaml is gone and '{path}' holds no readable recipe to compare "
+                        "--resume against: restore either file from a backup, or start the run again with --overwrite")
+    return recipe
 
 
 def _record_damage(record: Any) -> str | None:

@@ -13,6 +13,7 @@ from fedlight.engine.state.atomic_files import atomic_write_bytes
 
 CHECKPOINT = "checkpoints/last.pt"
 RECIPE = "recipe.yaml"
+RESULTS = "results.json"
 
 
 def write_json(path: Path, obj: Any) -> None:
