@@ -119,6 +119,14 @@ def test_a_refused_command_leaves_the_run_folder_byte_identical(used, capsys, ex
     assert snapshot(run) == kept
 
 
+def test_a_write_probe_a_kill_left_does_not_make_a_folder_used(tmp_path: Path) -> None:
+    """A kill between writing and deleting the write probe leaves it: the folder still takes a fresh run."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / rundir.WRITE_PROBE).write_bytes(b"x" * 4096)
+    claim_run_dir(run, {}, resume=False, overwrite=False).release()
+
+
 def test_a_second_run_into_a_held_folder_is_refused_naming_the_pid(used, capsys) -> None:
     args, run = used
     kept = snapshot(run)

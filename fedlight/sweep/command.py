@@ -20,7 +20,7 @@ from typing import Any, Callable
 from fedlight.config import Recipe, load_recipe
 from fedlight.config.files import output_folder_problem
 from fedlight.config.loader import parse_override
-from fedlight.engine.state.run_files import write_json
+from fedlight.engine.state.run_files import write_json, write_text
 from fedlight.errors import UserError, UserErrors
 from fedlight.sweep import manifest as mf
 from fedlight.sweep.arms import Arm, arm_axes, parse_arms
@@ -235,10 +235,9 @@ def _write_files(out_dir: Path, manifest: dict[str, Any], texts: dict[int, tuple
     for index, (text, _) in texts.items():
         path = mf.recipe_path(out_dir, names[index])
         if index not in finished and not (path.is_file() and path.read_text() == text):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-    (out_dir / mf.NAMES).write_text(mf.names_text(names))
-    (out_dir / SCRIPT).write_text(script_text)
+            write_text(path, text)  # whole or not at all: a task that starts meanwhile reads the old file or this one
+    write_text(out_dir / mf.NAMES, mf.names_text(names))
+    write_text(out_dir / SCRIPT, script_text)
 
 
 def _run_here(out_dir: Path, names: dict[int, str], chosen: list[int], parallel: int, manifest: dict[str, Any],

@@ -40,7 +40,8 @@ from fedlight.errors import UserError
 LOCK = ".fedlight.lock"
 REPLACED = ".fedlight-replaced"
 MOVING = REPLACED + ".partial"
-BOOKKEEPING = frozenset({LOCK, REPLACED, MOVING})  # entries that belong to the folder, not to a run
+WRITE_PROBE = ".write-test"  # written and deleted to see that the folder takes files (a kill can leave it)
+BOOKKEEPING = frozenset({LOCK, REPLACED, MOVING, WRITE_PROBE})  # entries that belong to the folder, not to a run
 WAIT_FOR_IT = "wait for that run to end or stop it, or set run.dir elsewhere"
 
 
@@ -327,7 +328,7 @@ def _check_flags_and_disk(path: Path, resume: bool, overwrite: bool, min_free_mb
 
 def _probe_writes(path: Path) -> None:
     try:
-        probe = path / ".write-test"
+        probe = path / WRITE_PROBE
         probe.write_bytes(b"x" * 4096)
         probe.unlink()
     except OSError as exc:

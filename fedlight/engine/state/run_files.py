@@ -20,6 +20,10 @@ def write_json(path: Path, obj: Any) -> None:
     _write_atomically(path, (json.dumps(obj, indent=2) + "\n").encode())
 
 
+def write_text(path: Path, text: str) -> None:
+    _write_atomically(path, text.encode())
+
+
 def write_yaml(path: Path, obj: Any) -> None:
     _write_atomically(path, dump_yaml(obj).encode())
 
