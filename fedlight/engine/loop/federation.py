@@ -120,9 +120,9 @@ class Federation:
         checkpoint, so ``final`` is the final model's and never an earlier round's. Its TensorBoard and CSV rows
         were logged without it; ``final/*`` carries it."""
         state = self.run_state
-        row = state.history[-1] if state.history else None
-        if row is None or row["knn_acc"] is not None:  # the checkpoint's history: the same on every rank
+        if not state.history or state.last_evaluation() is state.history[-1]:  # the checkpoint's: same on every rank
             return
+        row = state.history[-1]
         round_ = state.rounds_done - 1
         metrics, uploads, failure, seconds = self._evaluate_if_due(round_, bars)
         self._stop_if_asked(failure, bars)
