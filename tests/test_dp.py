@@ -315,6 +315,7 @@ POISSON = [*FAST, "clients.fraction=0.5", "clients.sampling=poisson", "rounds=2"
 
 DP_FEDAVG, DP_MEDIAN = "server={name: dp_fedavg}", "server={name: median, dp: {}}"
 IPM = ["faults.attack=ipm", "faults.attackers=0.25"]
+ARRIVES = ["new_device.rotation=90", "new_device.goal_acc=0"]  # after the first evaluation, whatever the data
 
 
 @pytest.mark.parametrize("overrides, says", [
@@ -325,15 +326,17 @@ IPM = ["faults.attack=ipm", "faults.attackers=0.25"]
     ([DP_FEDAVG, *IPM], "faults.attack=ipm builds every attacker's update from the benign clients' updates"),
     (["server={name: fedavg, dp: {}}", *IPM], "server.dp averages clipped updates"),
     ([DP_MEDIAN, *IPM], None),  # a payloads rule's projection bounds any inputs: accounted
-    ([DP_FEDAVG, "new_device.rotation=90", "new_device.fraction=1.0"], None),  # every device every round: q = 1
-    ([DP_FEDAVG, "new_device.rotation=90"], None),  # p = 0: the new device alone after it arrives
-], ids=["exchange", "new-device-share", "ipm-dp_fedavg", "ipm-fedavg-dp", "ipm-median-dp", "new-device-all",
-        "new-device-alone"])
+    ([DP_FEDAVG, "new_device.rotation=90", "new_device.goal_acc=0.5"],
+     "arrives once the original devices' accuracy on their own test splits reaches new_device.goal_acc=0.5"),
+    ([DP_FEDAVG, *ARRIVES, "new_device.fraction=1.0"], None),  # every device every round: q = 1
+    ([DP_FEDAVG, *ARRIVES], None),  # p = 0: the new device alone after it arrives
+], ids=["exchange", "new-device-share", "ipm-dp_fedavg", "ipm-fedavg-dp", "ipm-median-dp", "new-device-goal",
+        "new-device-all", "new-device-alone"])
 def test_a_recipe_where_one_clients_data_moves_more_than_its_update_is_refused(tiny_recipe: Path, overrides: list[str],
                                                                                says: str | None) -> None:
     """The accountant prices one client's data moving its own clipped update, every client or a Poisson draw a
-    round: CF-CL's exchange, a fixed-size share of LG's original devices and an attacker that reads the benign
-    updates break that (a median's 2C ball does not)."""
+    round: CF-CL's exchange, a fixed-size share of LG's original devices, an attacker that reads the benign
+    updates (a median's 2C ball bounds it) and a new device whose arrival the devices' accuracy decides break that."""
     recipe = load_recipe(tiny_recipe, [*FAST, *overrides])
     if says is None:
         assert check_recipe(recipe).accounts_privacy

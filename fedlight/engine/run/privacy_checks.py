@@ -4,7 +4,8 @@ The accountant (``fedlight.server.differential_privacy``) prices one Gaussian me
 or removing one client's data moves that client's own clipped update and nothing else (the mean's
 sensitivity C / m; 2C for a payloads rule, whose projection onto the ball of norm C bounds any inputs),
 and a round's clients are all of them (q = 1) or a Poisson draw at q = m / K. A recipe where one
-client's data reaches other clients' updates, or where a round draws a fixed-size set, releases more
+client's data reaches other clients' updates, where a round draws a fixed-size set, or where unnoised
+client data decides what trains (LG-FedAvg's new device arriving at an accuracy goal), releases more
 than the reported epsilon bounds; each is refused in one line naming the key to change.
 """
 
@@ -47,6 +48,12 @@ def check_privacy(recipe: Recipe, server: Aggregator, attack: Attack | None, per
                         f"new_device.fraction={new_device.fraction:g} trains a fixed-size share of the original "
                         "devices beside the new device, which swaps one device for another; set "
                         "new_device.fraction to 0 or 1 to run with differential privacy")
+    if new_device.rotation is not None and new_device.goal_acc > 0:  # when it arrives is decided on the data
+        raise UserError(f"{private}'s privacy accountant prices only the noisy models, but the new device arrives "
+                        "once the original devices' accuracy on their own test splits reaches "
+                        f"new_device.goal_acc={new_device.goal_acc:g}, a decision on their data that no noise "
+                        "covers; set new_device.goal_acc=0 (it arrives after the first evaluation) to run with "
+                        "differential privacy")
     projects = isinstance(server, DifferentialPrivacy) and server.inner.needs_payloads  # the 2C ball: any inputs
     if attack is not None and attack.needs_benign and not projects:
         raise UserError(f"{private} averages clipped updates, whose sensitivity assumes one client moves one "
