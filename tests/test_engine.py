@@ -25,6 +25,10 @@ from fedlight.engine.loop.sampling import sample_clients
 from fedlight.engine.run.fit import fit
 
 REPO = Path(__file__).resolve().parents[1]
+# the tiny recipe smaller again, for the tests whose point is not what the run learns (resume, provenance,
+# ranks): bit for bit holds or fails at any size; a quarter of the seconds
+SMALL = ["model.backbone=tiny_cnn", "data.subset=400", "eval.probe_epochs=2", "eval.knn_k=5",
+         "eval.projector_samples=0"]
 
 
 def _global(run: Path) -> dict[str, torch.Tensor]:
@@ -36,6 +40,18 @@ def _strip_time(history: list[dict]) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
+def straight_run(tmp_path_factory) -> tuple[dict, Path]:
+    """(the result, the run folder) of the small recipe's 3 rounds without a stop, which the resume
+    tests compare with, made once."""
+    from conftest import TINY
+
+    tmp = tmp_path_factory.mktemp("straight")
+    recipe = tmp / "tiny.yaml"
+    recipe.write_text(TINY.format(repo=REPO))
+    return fit(load_recipe(recipe, [*SMALL, "rounds=3", f"run.dir={tmp / 'run'}"])), tmp / "run"
+
+
+@pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("run")
     from conftest import TINY
@@ -43,7 +59,7 @@ def tiny_run(tmp_path_factory) -> Path:
     recipe = tmp / "tiny.yaml"
     recipe.write_text(TINY.format(repo=REPO) + f"run: {{dir: {tmp / 'run'}}}\n")
     # as a user runs it: the process ends at once after success (cli.run), nothing may be lost
-    proc = cli_process.run(["fit", "--recipe", str(recipe)], env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = cli_process.run(["fit", "--recipe", str(recipe), "model.backbone=tiny_cnn", "data.subset=400"], env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0 and "final: linear probe, 100% labels" in proc.stdout, proc.stderr[-2000:]
     # off a terminal: one plain line per round, no carriage-return progress bars
     assert [line.split(":")[0] for line in proc.stdout.splitlines() if line.startswith("round ")] == ["round 1/2",
@@ -87,11 +103,11 @@ def test_results_json_records_provenance(tiny_run: Path) -> None:
 
 def test_resume_appends_a_provenance_segment_and_keeps_the_start(tmp_path: Path, tiny_recipe: Path,
                                                                  monkeypatch) -> None:
-    fit(load_recipe(tiny_recipe, ["rounds=1"]))
+    fit(load_recipe(tiny_recipe, [*SMALL, "rounds=1"]))
     first = json.loads((tmp_path / "run/results.json").read_text())["provenance"]
     other = {"commit": "c" * 40, "dirty": False, "git_note": None}  # resumed on other code
     monkeypatch.setattr(provenance, "git_source", lambda _: other)
-    found = fit(load_recipe(tiny_recipe, ["rounds=2"]), resume=True)["provenance"]
+    found = fit(load_recipe(tiny_recipe, [*SMALL, "rounds=2"]), resume=True)["provenance"]
     assert found == json.loads((tmp_path / "run/results.json").read_text())["provenance"]
     assert found["start"] == first["start"] and found["commit"] == "c" * 40
     assert [seg["commit"] for seg in found["segments"]] == [first["commit"], "c" * 40]
@@ -142,26 +158,27 @@ def test_non_empty_run_folder_is_not_overwritten(tiny_recipe: Path, tiny_run: Pa
     assert (tiny_run / "results.json").read_bytes() == before
 
 
-def test_resume_equals_straight_run_bit_for_bit(tmp_path: Path, tiny_recipe: Path) -> None:
-    straight = fit(load_recipe(tiny_recipe, ["rounds=4", f"run.dir={tmp_path / 'a'}"]))
-    fit(load_recipe(tiny_recipe, ["rounds=2", f"run.dir={tmp_path / 'b'}"]))
-    resumed = fit(load_recipe(tiny_recipe, ["rounds=4", f"run.dir={tmp_path / 'b'}"]), resume=True)
-    a, b = _global(tmp_path / "a"), _global(tmp_path / "b")
+def test_resume_equals_straight_run_bit_for_bit(tmp_path: Path, tiny_recipe: Path, straight_run) -> None:
+    straight, straight_dir = straight_run
+    fit(load_recipe(tiny_recipe, [*SMALL, "rounds=2", f"run.dir={tmp_path / 'b'}"]))
+    resumed = fit(load_recipe(tiny_recipe, [*SMALL, "rounds=3", f"run.dir={tmp_path / 'b'}"]), resume=True)
+    a, b = _global(straight_dir), _global(tmp_path / "b")
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert _strip_time(straight["history"]) == _strip_time(resumed["history"])
     assert straight["final"] == resumed["final"]
 
 
 def test_resume_refuses_a_changed_recipe(tmp_path: Path, tiny_recipe: Path) -> None:
-    fit(load_recipe(tiny_recipe, ["rounds=1", f"run.dir={tmp_path / 'r'}"]))
+    fit(load_recipe(tiny_recipe, [*SMALL, "rounds=1", f"run.dir={tmp_path / 'r'}"]))
     from fedlight.errors import UserError
 
     with pytest.raises(UserError, match="partition"):
-        fit(load_recipe(tiny_recipe, ["rounds=2", "partition.alpha=5", f"run.dir={tmp_path / 'r'}"]), resume=True)
+        fit(load_recipe(tiny_recipe, [*SMALL, "rounds=2", "partition.alpha=5", f"run.dir={tmp_path / 'r'}"]),
+            resume=True)
 
 
 def test_byol_and_supervised_run_and_keep_private_state(tmp_path: Path, tiny_recipe: Path) -> None:
-    res = fit(load_recipe(tiny_recipe, ["method={name: byol, hidden_dim: 32, output_dim: 16}",
+    res = fit(load_recipe(tiny_recipe, ["method={name: byol, hidden_dim: 32, output_dim: 16}", *SMALL,
                                         f"run.dir={tmp_path / 'byol'}"]))
     assert res["rounds_completed"] == 2
     clients = torch.load(tmp_path / "byol/checkpoints/last.pt", weights_only=True)["clients"]
@@ -182,7 +199,7 @@ def test_client_sampling_is_seeded_and_sized() -> None:
 def test_two_processes_match_one(tmp_path: Path, tiny_recipe: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     for devices in (1, 2):  # rank 0 forked, rank 1 (devices=2) a `python -m fedlight` that rank 0 starts
-        proc = cli_process.run(["fit", "--recipe", str(tiny_recipe), "clients.num=4", f"fabric.devices={devices}",
+        proc = cli_process.run(["fit", "--recipe", str(tiny_recipe), "clients.num=4", *SMALL, f"fabric.devices={devices}",
                                 "fabric.threads=1", f"run.dir={tmp_path / str(devices)}"], env=env)
         assert proc.returncode == 0, proc.stderr[-2000:]
     one, two = _global(tmp_path / "1"), _global(tmp_path / "2")
@@ -195,24 +212,25 @@ def test_two_processes_match_one(tmp_path: Path, tiny_recipe: Path) -> None:
     assert (r1["provenance"]["processes"], r2["provenance"]["processes"]) == (1, 2)  # rank 0 records the world
 
 
-def test_sigkill_mid_run_then_resume_ends_where_a_straight_run_ends(tmp_path: Path, tiny_recipe: Path) -> None:
+def test_sigkill_mid_run_then_resume_ends_where_a_straight_run_ends(tmp_path: Path, tiny_recipe: Path,
+                                                                    straight_run) -> None:
     import signal
     import time
 
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     run = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "fedlight", "fit", "--recipe", str(tiny_recipe), "rounds=4", f"run.dir={run}"]
+    cmd = [sys.executable, "-m", "fedlight", "fit", "--recipe", str(tiny_recipe), *SMALL, "rounds=3", f"run.dir={run}"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 600  # generous: imports alone take minutes on a loaded machine
     while time.time() < deadline and proc.poll() is None and not (run / "checkpoints/last.pt").exists():
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert (run / "checkpoints/last.pt").exists()
+    assert proc.wait() == -signal.SIGKILL
+    assert torch.load(run / "checkpoints/last.pt", weights_only=True)["rounds_completed"] < 3  # killed mid-run
     again = cli_process.run([*cmd[3:], "--resume"], env=env)  # the killed one was a `python -m fedlight`
     assert again.returncode == 0, again.stderr[-2000:]
-    straight = fit(load_recipe(tiny_recipe, ["rounds=4", f"run.dir={tmp_path / 'straight'}"]))
-    a, b = _global(tmp_path / "straight"), _global(run)
+    straight, straight_dir = straight_run
+    a, b = _global(straight_dir), _global(run)
     assert all(torch.equal(a[k], b[k]) for k in a)
     resumed = json.loads((run / "results.json").read_text())
     assert _strip_time(resumed["history"]) == _strip_time(straight["history"])
