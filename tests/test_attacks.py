@@ -29,7 +29,8 @@ from fedlight.errors import UserError
 from fedlight.seeding import torch_generator
 from fedlight.server.fedavg import FedAvg
 
-FAST = ["eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0", "model.backbone=tiny_cnn"]
+# runs whose point is who attacks, what is logged and resumed: a small network on 400 samples
+FAST = ["eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0", "model.backbone=tiny_cnn", "data.subset=400"]
 GLOBAL = {"w": torch.tensor([1.0, 2.0]), "bn.running_mean": torch.tensor([0.0]),
           "bn.num_batches_tracked": torch.tensor(3)}
 SENT = {"w": torch.tensor([1.5, 1.0]), "bn.running_mean": torch.tensor([0.25]),
@@ -94,19 +95,21 @@ def test_attackers_are_logged_and_a_resumed_run_ends_bit_for_bit_where_a_straigh
     attack = ["clients.num=6", "faults.attack=sign_flip", "faults.attackers=0.34", "faults.attackers_per_round=true",
               "faults.attack_scale=3", *FAST]
     run = tmp_path / "straight"
-    res = fit(load_recipe(tiny_recipe, [*attack, "rounds=3", f"run.dir={run}"]))
-    expected = [f"{r + 1},{c},attacker,sign_flip scale=3" for r in range(3)
+    res = fit(load_recipe(tiny_recipe, [*attack, "rounds=2", f"run.dir={run}"]))
+    expected = [f"{r + 1},{c},attacker,sign_flip scale=3" for r in range(2)
                 for c in sample_clients(3, r, 6, 1.0) if c in attackers(0.34, list(range(6)), 3, r)]
     assert (run / "faults.csv").read_text().splitlines() == ["round,client,event,detail", *expected]
-    assert [row["attackers"] for row in res["history"]] == [2, 2, 2]
-    half = tmp_path / "half"
-    fit(load_recipe(tiny_recipe, [*attack, "rounds=2", f"run.dir={half}"]))
-    fit(load_recipe(tiny_recipe, [*attack, "rounds=3", f"run.dir={half}"]), resume=True)
+    assert [row["attackers"] for row in res["history"]] == [2, 2]
+    drawn = [[row.split(",")[1] for row in expected if row.startswith(f"{r},")] for r in (1, 2)]
+    assert drawn[0] != drawn[1]  # round 2 re-drew them: the resumed run below has to draw as the straight one
+    half = tmp_path / "half"  # stopped after round 1: round 2's attackers are drawn by the resumed run
+    fit(load_recipe(tiny_recipe, [*attack, "rounds=1", f"run.dir={half}"]))
+    fit(load_recipe(tiny_recipe, [*attack, "rounds=2", f"run.dir={half}"]), resume=True)
     assert (half / "faults.csv").read_text() == (run / "faults.csv").read_text()
     a, b = _global(run), _global(half)
     assert all(torch.equal(a[k], b[k]) for k in a)
     clean = tmp_path / "clean"
-    fit(load_recipe(tiny_recipe, ["clients.num=6", *FAST, "rounds=3", f"run.dir={clean}"]))
+    fit(load_recipe(tiny_recipe, ["clients.num=6", *FAST, "rounds=2", f"run.dir={clean}"]))
     assert not all(torch.equal(a[k], _global(clean)[k]) for k in a)  # the attack reached the model
 
 
