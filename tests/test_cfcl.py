@@ -325,12 +325,13 @@ def test_short_real_run_through_the_cli(tmp_path: Path) -> None:
 def test_resume_continues_the_exchange_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run stopped after its first period and resumed ends where a straight run ends.
 
-    Pulls every 3 iterations with Ta = 10: periods do not open with a pull, so the stored pulled
-    set matters (and lambda_t needs the same T, hence a crash rather than a shorter run).
+    Pulls every 3 iterations with Ta = 5 (pulls at t = 0, 3, 6, 9): the second period does not open
+    with a pull, so the pulled set stored at t = 3 matters (and lambda_t needs the same T, hence a
+    crash rather than a shorter run). The probe only scores the end: one epoch of it.
     """
     from fedlight.engine.loop.run_log import RunLog
 
-    extra = ["exchange.pull_every=3", "eval.every=5"]
+    extra = ["exchange.pull_every=3", "local.iterations=5", "eval.every=5", "eval.probe_epochs=1"]
     _, straight = _recipe(tmp_path / "straight", *extra)
     fit(straight)
     path, crashing = _recipe(tmp_path / "resumed", *extra)
