@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,9 +20,12 @@ from fedlight.engine.state import client_state_files as files
 from fedlight.engine.state.disk_store import DiskClientStateStore
 
 REPO = Path(__file__).resolve().parents[1]
-FAST = ["eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0", "clients.num=3", "clients.fraction=0.67"]
+# runs whose point is where client states are kept and how a run resumes: 400 samples, short probe
+FAST = ["eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0", "clients.num=3", "clients.fraction=0.67",
+        "data.subset=400"]
 METHODS = {
-    "scaffold": ["method={name: scaffold, objective: supervised}", "server.name=scaffold", "views.blur_p=[0.0]"],
+    "scaffold": ["method={name: scaffold, objective: supervised}", "server.name=scaffold", "views.blur_p=[0.0]",
+                 "model.backbone=tiny_cnn"],
     "moon": ["method={name: moon, mu: 5.0}", "model.backbone=moon_cnn", "views.blur_p=[0.0]"],
 }
 SCAFFOLD = [*METHODS["scaffold"], *FAST]
@@ -55,35 +57,57 @@ def _same_run(a: dict, b: dict, run_a: Path, run_b: Path) -> None:
     assert sorted(ga) == sorted(gb) and all(torch.equal(ga[k], gb[k]) for k in ga)
 
 
+@pytest.fixture(scope="module")
+def scaffold_runs(tmp_path_factory) -> tuple[Path, dict[int, tuple[dict, Path]]]:
+    """(the tiny recipe, {rounds: (result, run folder)}): SCAFFOLD disk-store runs of 2, 3 and 4
+    rounds without a stop, made once: the straight runs the resume tests end at and the folders
+    they copy, never changed. In the 3-round run client 0 skipped round 3: rounds 1-3 train
+    clients [0, 2], [0, 2], [1, 2]."""
+    from conftest import TINY
+
+    tmp = tmp_path_factory.mktemp("scaffold")
+    recipe = tmp / "tiny.yaml"
+    recipe.write_text(TINY.format(repo=REPO))
+    runs = {rounds: (fit(load_recipe(recipe, [*SCAFFOLD, f"rounds={rounds}", "run.client_state=disk",
+                                              f"run.dir={tmp / str(rounds)}"])), tmp / str(rounds))
+            for rounds in (2, 3, 4)}
+    assert [row["clients"] for row in runs[3][0]["history"]] == [[0, 2], [0, 2], [1, 2]]
+    return recipe, runs
+
+
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_disk_store_equals_memory_store_bit_for_bit_and_resumes_bit_for_bit(tmp_path: Path, tiny_recipe: Path,
-                                                                          method: str) -> None:
+                                                                          method: str, request) -> None:
     args = [*METHODS[method], *FAST, "rounds=3"]
     memory = fit(load_recipe(tiny_recipe, [*args, "run.client_state=memory", f"run.dir={tmp_path / 'mem'}"]))
-    disk = fit(load_recipe(tiny_recipe, [*args, "run.client_state=disk", f"run.dir={tmp_path / 'disk'}"]))
-    _same_run(memory, disk, tmp_path / "mem", tmp_path / "disk")
+    if method == "scaffold":  # the module's straight disk-store runs are of this recipe
+        recipe, runs = request.getfixturevalue("scaffold_runs")
+        (disk, disk_dir), half = runs[3], runs[2][1]
+    else:
+        recipe, disk_dir, half = tiny_recipe, tmp_path / "disk", tmp_path / "half"
+        disk = fit(load_recipe(recipe, [*args, "run.client_state=disk", f"run.dir={disk_dir}"]))
+        fit(load_recipe(recipe, [*METHODS[method], *FAST, "rounds=2", "run.client_state=disk", f"run.dir={half}"]))
+    _same_run(memory, disk, tmp_path / "mem", disk_dir)
     held = _ckpt(tmp_path / "mem")["clients"]
-    assert held and _same_states(held, _disk_states(tmp_path / "disk"))
-    ckpt = _ckpt(tmp_path / "disk")
+    assert held and _same_states(held, _disk_states(disk_dir))
+    ckpt = _ckpt(disk_dir)
     assert ckpt["clients"] == {} and sorted(ckpt[files.MANIFEST]) == sorted(held)  # every client holding state
-    fit(load_recipe(tiny_recipe, [*METHODS[method], *FAST, "rounds=2", "run.client_state=disk",
-                                  f"run.dir={tmp_path / 'resumed'}"]))
-    resumed = fit(load_recipe(tiny_recipe, [*args, "run.client_state=disk", f"run.dir={tmp_path / 'resumed'}"]),
+    shutil.copytree(half, tmp_path / "resumed")  # stopped after round 2
+    resumed = fit(load_recipe(recipe, [*args, "run.client_state=disk", f"run.dir={tmp_path / 'resumed'}"]),
                   resume=True)
-    _same_run(disk, resumed, tmp_path / "disk", tmp_path / "resumed")
+    _same_run(disk, resumed, disk_dir, tmp_path / "resumed")
 
 
-def test_a_run_resumes_across_stores_both_ways(tmp_path: Path, tiny_recipe: Path) -> None:
+def test_a_run_resumes_across_stores_both_ways(tmp_path: Path, tiny_recipe: Path, scaffold_runs) -> None:
     """A run folder with a monolithic last.pt (the memory store, or a fedlight before the disk
     store) resumes with the disk store, and a disk run resumes with the memory store."""
-    straight = fit(load_recipe(tiny_recipe, [*SCAFFOLD, "rounds=4", "run.client_state=memory",
-                                             f"run.dir={tmp_path / 'straight'}"]))
+    straight, straight_dir = scaffold_runs[1][4]  # a disk-store run: the stores are equal bit for bit (above)
     run = tmp_path / "run"
     for rounds, store in [(2, "memory"), (3, "disk"), (4, "memory")]:
         result = fit(load_recipe(tiny_recipe, [*SCAFFOLD, f"rounds={rounds}", f"run.client_state={store}",
                                                f"run.dir={run}"]), resume=rounds > 2)
-    _same_run(straight, result, tmp_path / "straight", run)
-    assert _same_states(_ckpt(run)["clients"], _ckpt(tmp_path / "straight")["clients"])
+    _same_run(straight, result, straight_dir, run)
+    assert _same_states(_ckpt(run)["clients"], _disk_states(straight_dir))
 
 
 KILL_AT_THIRD_SAVE = """
@@ -101,28 +125,30 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def test_a_kill_9_between_the_client_files_and_the_manifest_leaves_a_resumable_run(tmp_path: Path,
-                                                                                  tiny_recipe: Path) -> None:
+def test_a_kill_9_between_the_client_files_and_the_manifest_leaves_a_resumable_run(tmp_path: Path, tiny_recipe: Path,
+                                                                                  scaffold_runs) -> None:
     args = [*SCAFFOLD, "rounds=4", "run.client_state=disk"]
     run = tmp_path / "killed"
-    proc = subprocess.run([sys.executable, "-c", KILL_AT_THIRD_SAVE, "fit", "--recipe", str(tiny_recipe), *args,
-                           f"run.dir={run}"], env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
-                          timeout=600)
+    script = tmp_path / "kill_at_third_save.py"
+    script.write_text(KILL_AT_THIRD_SAVE)
+    proc = cli_process.run_python([str(script), "fit", "--recipe", str(tiny_recipe), *args, f"run.dir={run}"],
+                                  env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=600)
     assert proc.returncode == -9, proc.stderr[-2000:]
     assert _ckpt(run)["rounds_completed"] == 2
     written = [n for n in os.listdir(run / "checkpoints/clients") if "-r3-" in n]
     assert written  # the uncommitted round's files are on disk
     resumed = fit(load_recipe(tiny_recipe, [*args, f"run.dir={run}"]), resume=True)
-    straight = fit(load_recipe(tiny_recipe, [*args, f"run.dir={tmp_path / 'straight'}"]))
-    _same_run(straight, resumed, tmp_path / "straight", run)
-    assert _same_states(_disk_states(run), _disk_states(tmp_path / "straight"))
+    straight, straight_dir = scaffold_runs[1][4]
+    _same_run(straight, resumed, straight_dir, run)
+    assert _same_states(_disk_states(run), _disk_states(straight_dir))
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip"])
-def test_a_damaged_file_of_the_last_round_falls_back_to_the_previous_checkpoint(tmp_path: Path, tiny_recipe: Path,
+def test_a_damaged_file_of_the_last_round_falls_back_to_the_previous_checkpoint(tmp_path: Path, scaffold_runs,
                                                                                capsys, damage: str) -> None:
+    recipe, runs = scaffold_runs
     run = tmp_path / "run"
-    fit(load_recipe(tiny_recipe, [*SCAFFOLD, "rounds=2", "run.client_state=disk", f"run.dir={run}"]))
+    shutil.copytree(runs[2][1], run)  # stopped after round 2
     client, (version, digest) = [(c, e) for c, e in sorted(_ckpt(run)[files.MANIFEST].items()) if e[0] == 2][0]
     path = run / "checkpoints/clients" / files.file_name(client, version, digest)
     data = bytearray(path.read_bytes())
@@ -133,27 +159,25 @@ def test_a_damaged_file_of_the_last_round_falls_back_to_the_previous_checkpoint(
     path.write_bytes(bytes(data))
     capsys.readouterr()
     args = [*SCAFFOLD, "rounds=3", "run.client_state=disk"]
-    resumed = fit(load_recipe(tiny_recipe, [*args, f"run.dir={run}"]), resume=True)
+    resumed = fit(load_recipe(recipe, [*args, f"run.dir={run}"]), resume=True)
     err = capsys.readouterr().err
     assert "last.pt.prev" in err and path.name in err, err
-    straight = fit(load_recipe(tiny_recipe, [*args, f"run.dir={tmp_path / 'straight'}"]))
-    _same_run(straight, resumed, tmp_path / "straight", run)
+    straight, straight_dir = runs[3]
+    _same_run(straight, resumed, straight_dir, run)
 
 
 def test_a_damaged_file_every_checkpoint_needs_is_one_line_naming_it_and_nothing_is_written(
-        tmp_path: Path, tiny_recipe: Path, capsys) -> None:
+        scaffold_run, tmp_path: Path, capsys) -> None:
     """Rounds 1-3 train clients [0, 2], [0, 2], [1, 2]: client 0's round-2 file is what last.pt
     (round 3) and last.pt.prev (round 2) both commit."""
-    run = tmp_path / "run"
-    result = fit(load_recipe(tiny_recipe, [*SCAFFOLD, "rounds=3", "run.client_state=disk", f"run.dir={run}"]))
-    assert [row["clients"] for row in result["history"]] == [[0, 2], [0, 2], [1, 2]]
+    recipe, run, _ = _copy(scaffold_run, tmp_path)
     version, digest = _ckpt(run)[files.MANIFEST][0]
     assert version == 2
     path = run / "checkpoints/clients" / files.file_name(0, version, digest)
     path.write_bytes(path.read_bytes()[:100])
     before = {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
     capsys.readouterr()
-    code = main(["fit", "--recipe", str(tiny_recipe), "--resume", *SCAFFOLD, "rounds=4", "run.client_state=disk",
+    code = main(["fit", "--recipe", str(recipe), "--resume", *SCAFFOLD, "rounds=4", "run.client_state=disk",
                  f"run.dir={run}"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and err.startswith("fedlight: error: ") and str(path) in err, err
@@ -227,22 +251,13 @@ def _snapshot(run: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def scaffold_run(tmp_path_factory) -> tuple[Path, Path]:
-    """(the tiny recipe, a finished 3-round SCAFFOLD disk-store run in which client 0 skipped round 3:
-    rounds 1-3 train clients [0, 2], [0, 2], [1, 2]), copied by each test, never changed."""
-    from conftest import TINY
-
-    tmp = tmp_path_factory.mktemp("scaffold")
-    recipe = tmp / "tiny.yaml"
-    recipe.write_text(TINY.format(repo=REPO))
-    result = fit(load_recipe(recipe, [*SCAFFOLD, "rounds=3", "run.client_state=disk", f"run.dir={tmp / 'run'}"]))
-    assert [row["clients"] for row in result["history"]] == [[0, 2], [0, 2], [1, 2]]
-    return recipe, tmp / "run"
+def scaffold_run(scaffold_runs) -> tuple[Path, Path]:
+    """(the tiny recipe, the finished 3-round SCAFFOLD disk-store run of ``scaffold_runs``)."""
+    recipe, runs = scaffold_runs
+    return recipe, runs[3][1]
 
 
 def _copy(scaffold_run: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path, Path]:
-    import shutil
-
     recipe, finished = scaffold_run
     run = tmp_path / "run"
     shutil.copytree(finished, run)
@@ -288,28 +303,28 @@ def test_another_clients_file_under_a_clients_name_is_not_loaded_as_its_state(sc
     assert own.name in err and "missing" in err, err
 
 
-def test_a_stray_file_of_a_client_that_does_not_exist_is_ignored(scaffold_run, tmp_path: Path) -> None:
+def test_a_stray_file_of_a_client_that_does_not_exist_is_ignored(scaffold_run, scaffold_runs,
+                                                               tmp_path: Path) -> None:
     recipe, run, clients = _copy(scaffold_run, tmp_path)
     stray = clients / files.file_name(99, 1, "0" * 64)
     stray.write_bytes(_state_file(run, 0, 2).read_bytes())
     args = [*SCAFFOLD, "rounds=4", "run.client_state=disk"]
     resumed = fit(load_recipe(recipe, [*args, f"run.dir={run}"]), resume=True)
-    straight = fit(load_recipe(recipe, [*args, f"run.dir={tmp_path / 'straight'}"]))
-    _same_run(straight, resumed, tmp_path / "straight", run)
+    straight, straight_dir = scaffold_runs[1][4]
+    _same_run(straight, resumed, straight_dir, run)
     states = _disk_states(run)
-    assert _same_states(states, _disk_states(tmp_path / "straight")) and sorted(states) == [0, 1, 2]
+    assert _same_states(states, _disk_states(straight_dir)) and sorted(states) == [0, 1, 2]
 
 
 def test_a_missing_client_state_folder_is_named_not_the_digest_listing(scaffold_run, tmp_path: Path, capsys) -> None:
-    import shutil
-
     recipe, run, clients = _copy(scaffold_run, tmp_path)
     shutil.rmtree(clients)
     err = _refused_resume(recipe, run, capsys)
     assert f"'{clients}'" in err and "sha256" not in err, err
 
 
-def test_an_earlier_fedlights_checkpoint_of_the_rounds_changes_only_resumes(scaffold_run, tmp_path: Path) -> None:
+def test_an_earlier_fedlights_checkpoint_of_the_rounds_changes_only_resumes(scaffold_run, scaffold_runs,
+                                                                           tmp_path: Path) -> None:
     """Checkpoints that list only their round's changed clients (``client_files``): the other
     clients' files are found by name once, and the run ends as a straight one."""
     from fedlight.engine.state.checkpoint import save_checkpoint
@@ -323,6 +338,6 @@ def test_an_earlier_fedlights_checkpoint_of_the_rounds_changes_only_resumes(scaf
     assert sorted(_ckpt(run)[files.LEGACY_MANIFEST]) == [1, 2]
     args = [*SCAFFOLD, "rounds=4", "run.client_state=disk"]
     resumed = fit(load_recipe(recipe, [*args, f"run.dir={run}"]), resume=True)
-    straight = fit(load_recipe(recipe, [*args, f"run.dir={tmp_path / 'straight'}"]))
-    _same_run(straight, resumed, tmp_path / "straight", run)
+    straight, straight_dir = scaffold_runs[1][4]
+    _same_run(straight, resumed, straight_dir, run)
     assert sorted(_ckpt(run)[files.MANIFEST]) == [0, 1, 2]
