@@ -19,6 +19,7 @@ import pytest
 import torch
 import yaml
 
+import cli_process
 from conftest import REPO, TINY
 from fedlight.cli import main
 from fedlight.config import load_recipe
@@ -27,7 +28,8 @@ from fedlight.engine.run.fit import fit
 from fedlight.engine.run.run_folder import claim_run_dir
 from fedlight.engine.state.run_files import write_yaml
 
-FAST = ["eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0"]
+# runs whose point is the run folder, not what is learnt: a small network on 400 samples
+FAST = ["eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0", "model.backbone=tiny_cnn", "data.subset=400"]
 ALL_DIVERGE = ["faults.diverge=1", "faults.max_bad_clients=0"]  # every client of round 1 diverges: the run stops
 
 
@@ -261,8 +263,10 @@ sys.exit(main(sys.argv[1:]))
 def test_a_kill_mid_run_of_an_overwrite_keeps_the_old_finished_run_until_the_new_one_finishes(used, capsys) -> None:
     args, run = used
     kept = snapshot(run)
-    proc = subprocess.run([sys.executable, "-c", KILL_AT_SECOND_SAVE, *args, "--overwrite", "rounds=3"],
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, timeout=600)
+    script = run.parent / "kill_at_second_save.py"
+    script.write_text(KILL_AT_SECOND_SAVE)
+    proc = cli_process.run_python([str(script), *args, "--overwrite", "rounds=3"],
+                                  env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=600)
     assert proc.returncode == -9, proc.stderr[-2000:]
     assert snapshot(run / rundir.REPLACED) == kept  # the old run, byte for byte, aside
     assert json.loads((run / "results.json").read_text())["rounds_completed"] == 1  # the new one, unfinished
