@@ -41,14 +41,14 @@ def _strip_time(history: list[dict]) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def straight_run(tmp_path_factory) -> tuple[dict, Path]:
-    """(the result, the run folder) of the small recipe's 3 rounds without a stop, which the resume
+    """(the result, the run folder) of the small recipe's 4 rounds without a stop, which the resume
     tests compare with, made once."""
     from conftest import TINY
 
     tmp = tmp_path_factory.mktemp("straight")
     recipe = tmp / "tiny.yaml"
     recipe.write_text(TINY.format(repo=REPO))
-    return fit(load_recipe(recipe, [*SMALL, "rounds=3", f"run.dir={tmp / 'run'}"])), tmp / "run"
+    return fit(load_recipe(recipe, [*SMALL, "rounds=4", f"run.dir={tmp / 'run'}"])), tmp / "run"
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +161,7 @@ def test_non_empty_run_folder_is_not_overwritten(tiny_recipe: Path, tiny_run: Pa
 def test_resume_equals_straight_run_bit_for_bit(tmp_path: Path, tiny_recipe: Path, straight_run) -> None:
     straight, straight_dir = straight_run
     fit(load_recipe(tiny_recipe, [*SMALL, "rounds=2", f"run.dir={tmp_path / 'b'}"]))
-    resumed = fit(load_recipe(tiny_recipe, [*SMALL, "rounds=3", f"run.dir={tmp_path / 'b'}"]), resume=True)
+    resumed = fit(load_recipe(tiny_recipe, [*SMALL, "rounds=4", f"run.dir={tmp_path / 'b'}"]), resume=True)
     a, b = _global(straight_dir), _global(tmp_path / "b")
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert _strip_time(straight["history"]) == _strip_time(resumed["history"])
@@ -219,14 +219,14 @@ def test_sigkill_mid_run_then_resume_ends_where_a_straight_run_ends(tmp_path: Pa
 
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     run = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "fedlight", "fit", "--recipe", str(tiny_recipe), *SMALL, "rounds=3", f"run.dir={run}"]
+    cmd = [sys.executable, "-m", "fedlight", "fit", "--recipe", str(tiny_recipe), *SMALL, "rounds=4", f"run.dir={run}"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 600  # generous: imports alone take minutes on a loaded machine
     while time.time() < deadline and proc.poll() is None and not (run / "checkpoints/last.pt").exists():
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     assert proc.wait() == -signal.SIGKILL
-    assert torch.load(run / "checkpoints/last.pt", weights_only=True)["rounds_completed"] < 3  # killed mid-run
+    assert torch.load(run / "checkpoints/last.pt", weights_only=True)["rounds_completed"] < 4  # killed mid-run
     again = cli_process.run([*cmd[3:], "--resume"], env=env)  # the killed one was a `python -m fedlight`
     assert again.returncode == 0, again.stderr[-2000:]
     straight, straight_dir = straight_run
