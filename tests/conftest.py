@@ -28,6 +28,12 @@ fabric: {{accelerator: cpu, devices: 1}}
 """
 
 
+# overrides for a run whose point is what is logged, checkpointed or resumed, not what it learns (bit for
+# bit holds or fails at any size): a small network on 400 samples, and an evaluation that costs little
+SMALL_RUN = ["model.backbone=tiny_cnn", "data.subset=400"]
+QUICK_EVAL = ["eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0"]
+
+
 @pytest.fixture
 def tiny_recipe(tmp_path: Path) -> Path:
     """A 2-client x 2-round SimCLR + FedAvg recipe on synthetic data, run folder in tmp."""

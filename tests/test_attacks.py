@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from conftest import QUICK_EVAL, SMALL_RUN
 from fedlight import catalog
 from fedlight.attacks.alie import ALIE, z_max
 from fedlight.attacks.attack import Attack, AttackContext
@@ -30,7 +31,7 @@ from fedlight.seeding import torch_generator
 from fedlight.server.fedavg import FedAvg
 
 # runs whose point is who attacks, what is logged and resumed: a small network on 400 samples
-FAST = ["eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0", "model.backbone=tiny_cnn", "data.subset=400"]
+FAST = [*QUICK_EVAL, *SMALL_RUN]
 GLOBAL = {"w": torch.tensor([1.0, 2.0]), "bn.running_mean": torch.tensor([0.0]),
           "bn.num_batches_tracked": torch.tensor(3)}
 SENT = {"w": torch.tensor([1.5, 1.0]), "bn.running_mean": torch.tensor([0.25]),

@@ -11,6 +11,7 @@ import pytest
 import torch
 import yaml
 
+from conftest import QUICK_EVAL, SMALL_RUN
 from fedlight.cli import main
 from fedlight.config import load_recipe
 from fedlight.engine.loop.federation import TIMING
@@ -20,7 +21,7 @@ from fedlight.engine.state.checkpoint import load_checkpoint, save_checkpoint
 from fedlight.errors import UserError
 
 # runs whose point is what a checkpoint holds and how a resume finds it: a small network on 400 samples
-FAST = ["eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0", "model.backbone=tiny_cnn", "data.subset=400"]
+FAST = [*QUICK_EVAL, *SMALL_RUN]
 
 
 def _ckpt(round_: int) -> dict:

@@ -17,6 +17,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import cli_process
 import fedlight
+from conftest import SMALL_RUN
 from fedlight.cli import main
 from fedlight.config import load_recipe
 from fedlight.engine.loop import provenance
@@ -25,10 +26,7 @@ from fedlight.engine.loop.sampling import sample_clients
 from fedlight.engine.run.fit import fit
 
 REPO = Path(__file__).resolve().parents[1]
-# the tiny recipe smaller again, for the tests whose point is not what the run learns (resume, provenance,
-# ranks): bit for bit holds or fails at any size; a quarter of the seconds
-SMALL = ["model.backbone=tiny_cnn", "data.subset=400", "eval.probe_epochs=2", "eval.knn_k=5",
-         "eval.projector_samples=0"]
+SMALL = [*SMALL_RUN, "eval.probe_epochs=2", "eval.knn_k=5", "eval.projector_samples=0"]  # resume, provenance, ranks
 
 
 def _global(run: Path) -> dict[str, torch.Tensor]:
@@ -59,7 +57,7 @@ def tiny_run(tmp_path_factory) -> Path:
     recipe = tmp / "tiny.yaml"
     recipe.write_text(TINY.format(repo=REPO) + f"run: {{dir: {tmp / 'run'}}}\n")
     # as a user runs it: the process ends at once after success (cli.run), nothing may be lost
-    proc = cli_process.run(["fit", "--recipe", str(recipe), "model.backbone=tiny_cnn", "data.subset=400"], env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = cli_process.run(["fit", "--recipe", str(recipe), *SMALL_RUN], env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0 and "final: linear probe, 100% labels" in proc.stdout, proc.stderr[-2000:]
     # off a terminal: one plain line per round, no carriage-return progress bars
     assert [line.split(":")[0] for line in proc.stdout.splitlines() if line.startswith("round ")] == ["round 1/2",

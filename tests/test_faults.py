@@ -11,6 +11,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from conftest import QUICK_EVAL, SMALL_RUN
 from fedlight import registry
 from fedlight.cli import main
 from fedlight.config import load_recipe
@@ -22,9 +23,7 @@ from fedlight.engine.state.checkpoint import load_checkpoint
 from fedlight.methods.federated_module import OptimizerSpec
 from fedlight.seeding import derive_seed
 
-FAST = ["eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0"]
-# for the runs whose point is what is logged, stopped and resumed, not what is learnt: a small network on 400 samples
-SMALL = ["model.backbone=tiny_cnn", "data.subset=400"]
+FAST = QUICK_EVAL
 
 
 def _global(run: Path) -> dict[str, torch.Tensor]:
@@ -70,7 +69,7 @@ def test_divergence_names_the_bad_value() -> None:
 def test_faulty_run_logs_every_fault_and_aggregates_only_answers(tmp_path: Path, tiny_recipe: Path) -> None:
     faults = ["faults.dropout=0.3", "faults.straggler=0.4", "faults.straggler_work=0.5", "faults.diverge=0.2"]
     run = tmp_path / "f"
-    res = fit(load_recipe(tiny_recipe, ["clients.num=6", "rounds=3", *faults, *FAST, *SMALL, f"run.dir={run}"]))
+    res = fit(load_recipe(tiny_recipe, ["clients.num=6", "rounds=3", *faults, *FAST, *SMALL_RUN, f"run.dir={run}"]))
     recipe = load_recipe(run / "recipe.yaml")
     parts = {}
     from fedlight.engine.run.fit import prepare_data
@@ -110,10 +109,10 @@ def test_faulty_run_logs_every_fault_and_aggregates_only_answers(tmp_path: Path,
 
     # the same faults after a kill + resume (faults.csv rebuilt from the checkpoint)
     half = tmp_path / "h"
-    fit(load_recipe(tiny_recipe, ["clients.num=6", "rounds=2", *faults, *FAST, *SMALL, f"run.dir={half}"]))
+    fit(load_recipe(tiny_recipe, ["clients.num=6", "rounds=2", *faults, *FAST, *SMALL_RUN, f"run.dir={half}"]))
     with open(half / "faults.csv", "a") as f:
         f.write("9,9,logged-after-the-checkpoint,\n")
-    resumed = fit(load_recipe(tiny_recipe, ["clients.num=6", "rounds=3", *faults, *FAST, *SMALL, f"run.dir={half}"]),
+    resumed = fit(load_recipe(tiny_recipe, ["clients.num=6", "rounds=3", *faults, *FAST, *SMALL_RUN, f"run.dir={half}"]),
                   resume=True)
     assert (half / "faults.csv").read_text() == (run / "faults.csv").read_text()
     a, b = _global(run), _global(half)
@@ -147,7 +146,7 @@ def test_too_many_diverged_clients_stop_cleanly_with_the_last_good_checkpoint(tm
     seed = _seed_that_stops_in_round_2(0.5, 1, 4)
     run = tmp_path / "stopped"
     args = ["fit", "--recipe", str(tiny_recipe), f"seed={seed}", "clients.num=4", "rounds=3", "faults.diverge=0.5",
-            "faults.max_bad_clients=1", *FAST, *SMALL, f"run.dir={run}"]
+            "faults.max_bad_clients=1", *FAST, *SMALL_RUN, f"run.dir={run}"]
     assert main(args) == 2
     (err,) = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert err.startswith("fedlight: error: round 2:") and "faults.max_bad_clients=1" in err
@@ -165,7 +164,7 @@ def test_too_many_diverged_clients_stop_cleanly_with_the_last_good_checkpoint(tm
 def test_real_divergence_is_caught(tmp_path: Path, tiny_recipe: Path) -> None:
     """Not injected: a learning rate of 1e30 makes every client's loss or update NaN/Inf."""
     res = fit(load_recipe(tiny_recipe, ["local.optimizer=sgd", "local.lr=1e30", "local.epochs=3", "rounds=1", *FAST,
-                                        *SMALL, f"run.dir={tmp_path / 'lr'}"]))
+                                        *SMALL_RUN, f"run.dir={tmp_path / 'lr'}"]))
     assert res["history"][0]["diverged"] == 2 and res["history"][0]["answered"] == 0
     assert all(torch.isfinite(v).all() for v in _global(tmp_path / "lr").values())
 
@@ -229,7 +228,7 @@ def test_an_evaluation_failure_leaves_the_round_checkpointed(tmp_path: Path, tin
 
     monkeypatch.setattr(Evaluator, "model_metrics", flaky)
     run = tmp_path / "eval"
-    args = ["fit", "--recipe", str(tiny_recipe), "rounds=3", *FAST, *SMALL, f"run.dir={run}"]
+    args = ["fit", "--recipe", str(tiny_recipe), "rounds=3", *FAST, *SMALL_RUN, f"run.dir={run}"]
     code = main(args)
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert code == 2 and err.startswith("fedlight: error: round 2: evaluating the model failed (RuntimeError"), err
@@ -257,7 +256,7 @@ def test_a_failed_last_evaluation_is_made_by_the_resume_not_taken_from_an_earlie
 
     monkeypatch.setattr(Evaluator, "model_metrics", fails_last)
     run = tmp_path / "last"
-    args = ["fit", "--recipe", str(tiny_recipe), f"rounds={rounds}", *FAST, *SMALL, f"run.dir={run}"]
+    args = ["fit", "--recipe", str(tiny_recipe), f"rounds={rounds}", *FAST, *SMALL_RUN, f"run.dir={run}"]
     assert main(args) == 2
     assert load_checkpoint(run / "checkpoints/last.pt")["history"][-1]["knn_acc"] is None
     assert main([*args, "--resume"]) == 0 and len(calls) == rounds + 2

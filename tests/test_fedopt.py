@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import SMALL_RUN
 from fedlight.cli import main
 from fedlight.config import load_recipe
 from fedlight.engine.loop.federation import TIMING
@@ -103,7 +104,7 @@ def test_out_of_range_options_are_user_errors(option: str) -> None:
 def test_tiny_run_trains_and_resumes_bit_for_bit(tmp_path: Path, tiny_recipe: Path, method: str) -> None:
     # a small network on 400 samples: the moments are resumed bit for bit or not at any size; the
     # resume after round 1 finds them set (m_1, v_1) and round 2 uses them
-    keys = [*FAST, "model.backbone=tiny_cnn", "data.subset=400", "server={name: fedadam}",
+    keys = [*FAST, *SMALL_RUN, "server={name: fedadam}",
             f"method={{name: {method}, hidden_dim: 32, output_dim: 16}}"]
     assert main(["fit", "--recipe", str(tiny_recipe), *keys, "rounds=2", f"run.dir={tmp_path / 'a'}"]) == 0
     straight = json.loads((tmp_path / "a/results.json").read_text())

@@ -20,7 +20,7 @@ import torch
 import yaml
 
 import cli_process
-from conftest import REPO, TINY
+from conftest import QUICK_EVAL, REPO, SMALL_RUN, TINY
 from fedlight.cli import main
 from fedlight.config import load_recipe
 from fedlight.engine.run import launch, run_folder as rundir
@@ -29,7 +29,7 @@ from fedlight.engine.run.run_folder import claim_run_dir
 from fedlight.engine.state.run_files import write_yaml
 
 # runs whose point is the run folder, not what is learnt: a small network on 400 samples
-FAST = ["eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0", "model.backbone=tiny_cnn", "data.subset=400"]
+FAST = [*QUICK_EVAL, *SMALL_RUN]
 ALL_DIVERGE = ["faults.diverge=1", "faults.max_bad_clients=0"]  # every client of round 1 diverges: the run stops
 
 
