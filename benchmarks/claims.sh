@@ -447,7 +447,8 @@ fi
 
 # the study's table: every v3 block's claims, raw and Holm-adjusted over the family
 if want v3_table; then
-  python benchmarks/family_table.py runs/v3 --family 30 --out benchmarks/results/v3-table.md  # the 30 of REPRODUCTION.md
+  python benchmarks/family_table.py runs/v3 --family 30 --out benchmarks/results/v3-table.md \
+    --into benchmarks/REPRODUCTION.md  # the 30 of REPRODUCTION.md; the table and each block's provenance
 fi
 
 # every finished v3 run (results.json carries its commit, UTC times and device), and every finished

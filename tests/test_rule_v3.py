@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from pathlib import Path
@@ -168,3 +169,31 @@ def test_jobs_run_every_row_and_seed_at_once_and_tabulate_them(tmp_path: Path, m
         with pytest.raises(SystemExit, match="a/seed0"):
             reproduce.main()
         assert calls[0] == ("a", 0) and len(calls) <= int(jobs)
+
+
+def test_provenance_counts_each_blocks_finished_runs_per_commit(tmp_path: Path) -> None:
+    def segment(commit: str, start: str, dirty: bool = False) -> dict:
+        return {"commit": commit * 40, "dirty": dirty, "start": start, "end": start.replace("T0", "T1"),
+                "torch": "2.14.1", "device": "cpu"}
+
+    (tmp_path / "blk").mkdir()
+    rule_v3.write([claim("a", ">", "b", {"a": runs(0.7, 0.72, 0.74), "b": runs(0.6, 0.61, 0.62)})],
+                  tmp_path / "blk" / "claims-v3-test_acc.jsonl")
+    made = {"a/s1": [segment("a", "2026-11-27T01:00:00Z")],
+            "a/s2": [segment("a", "2026-11-27T02:00:00Z"), segment("b", "2026-11-27T03:00:00Z", dirty=True)],
+            "b/s1": [segment("b", "2026-11-27T04:00:00Z")], "b/s2": []}
+    for run, segments in made.items():
+        (tmp_path / "blk" / run).mkdir(parents=True)
+        (tmp_path / "blk" / run / "results.json").write_text(json.dumps(
+            {"final": None if run == "b/s2" else {"test_acc": 0.7}, "provenance": {"segments": segments}}))
+    row = family_table.provenance(tmp_path).splitlines()[2]
+    # the unfinished run is left out; the resumed one counts under both commits and as dirty
+    assert row == ("| `blk` | 3 | aaaaaaa (2), bbbbbbb (2) | 1 (1) | 1 | 2.14.1 | cpu | "
+                   "2026-11-27T01:00:00Z, 2026-11-27T14:00:00Z |")
+    target = tmp_path / "REPRODUCTION.md"
+    target.write_text(f"before\n{family_table.BEGIN}\nold table\n{family_table.END}\nafter\n")
+    family_table.put_into(target, "new table\n")
+    assert target.read_text() == f"before\n{family_table.BEGIN}\nnew table\n{family_table.END}\nafter\n"
+    target.write_text("no marks\n")
+    with pytest.raises(SystemExit, match="needs one line <!-- v3-table -->"):
+        family_table.put_into(target, "new table\n")
