@@ -185,3 +185,29 @@ def test_a_resume_keeps_the_csv_rows_a_kill_left(tmp_path: Path, damage: str) ->
     assert [(r["step"], r["accuracy/knn_acc"], r["train/loss"]) for r in rows] == [
         ("0", "0.5", ""), ("1", "0.6", "2.0"), ("2", "0.7", "1.5"), ("3", "0.9", "1.0")]
     assert [p.name for p in folder.iterdir()] == ["metrics.csv"]  # no metrics.kept.csv left
+
+
+def test_a_new_metric_rewrites_the_csv_whole_or_not_at_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first evaluation's metric widens the header, so the file is written again: a kill mid-write
+    leaves the old file whole (Lightning's own rewrite truncates it first) for the resume to go on from."""
+    logger = csv_logger(tmp_path, rounds_done=0)
+    for step in (1, 2):
+        logger.log_metrics({"train/loss": 3.0 - step}, step=step)
+    path = tmp_path / "csv" / "metrics.csv"
+    before = path.read_text()
+
+    def killed(self: csv.DictWriter, rows: object) -> None:
+        raise KeyboardInterrupt("killed mid-write")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(csv.DictWriter, "writerows", killed)
+        with pytest.raises(KeyboardInterrupt):
+            logger.log_metrics({"accuracy/knn_acc": 0.5, "train/loss": 0.5}, step=3)
+    assert path.read_text() == before
+    resumed = csv_logger(tmp_path, rounds_done=2)  # the run resumes from its round-2 checkpoint
+    resumed.log_metrics({"accuracy/knn_acc": 0.6, "train/loss": 0.4}, step=3)
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["step"], r["accuracy/knn_acc"], r["train/loss"]) for r in rows] == [
+        ("1", "", "2.0"), ("2", "", "1.0"), ("3", "0.6", "0.4")]
+    assert sorted(p.name for p in path.parent.iterdir()) == ["metrics.csv"]

@@ -96,24 +96,39 @@ def csv_logger(run_dir: Path, rounds_done: int) -> Logger:
     Lightning's writer deletes the file it finds, so the kept rows first go (whole: written aside, then
     renamed) to ``csv/metrics.kept.csv``, which becomes ``metrics.csv`` once the writer is made: a resume
     killed on the way finds them there. A row cut short (a kill mid-write) and the rows after it are lost.
+    A new metric (the first evaluation's) makes Lightning write the file again under a wider header; it
+    truncates the file first, so a kill mid-write would lose every row, and here the file is written
+    aside and renamed over it instead.
     """
     folder = run_dir / "csv"
     path, kept_path = folder / "metrics.csv", folder / "metrics.kept.csv"
     source = kept_path if kept_path.is_file() else path
     header, kept = _rows_up_to(source, rounds_done) if source.is_file() else ([], [])
-    if kept:  # whole or not at all: written aside, then renamed
-        tmp = folder / ".metrics.kept.csv.tmp"
-        tmp.write_bytes(_csv_text(header, kept))
-        os.replace(tmp, kept_path)
+    if kept:
+        _write_whole(kept_path, header, kept)
     logger = CSVLogger(str(run_dir), name="csv", version="", flush_logs_every_n_steps=1)
     with warnings.catch_warnings():  # "exists and is not empty ... will be deleted": metrics.kept.csv is kept
         warnings.filterwarnings("ignore", message=".*exists and is not empty")
         writer = logger.experiment  # deletes metrics.csv
+    writer._rewrite_with_new_header = lambda header: _write_whole(path, header, _rows(path))  # noqa: SLF001 (why: above)
     if kept:
         os.replace(kept_path, path)
         writer.metrics_keys = header  # appended rows follow the file's header; a new key rewrites it
-    kept_path.unlink(missing_ok=True)
+    for left in (kept_path, folder / ".metrics.csv.tmp"):  # a kill's leftovers
+        left.unlink(missing_ok=True)
     return logger
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _write_whole(path: Path, header: list[str], rows: list[dict[str, str]]) -> None:
+    """``rows`` under ``header`` to ``path``, whole or not at all: written aside, then renamed."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(_csv_text(header, rows))
+    os.replace(tmp, path)
 
 
 def _rows_up_to(path: Path, rounds_done: int) -> tuple[list[str], list[dict[str, str]]]:
