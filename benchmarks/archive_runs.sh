@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every finished run under RUNS (a seed folder of reproduce.py: .../seed<k>/runs/seed=<k>/) into
-# TARBALL: its results.json, which is all reproduce.py reads, with its faults.csv and recipe.yaml.
+# TARBALL: its results.json, which is all reproduce.py reads, with its faults.csv and recipe.yaml,
+# and every block's rule-v3 claims (claims-v3-*.jsonl, what family_table.py reads).
 # A fresh machine then re-tabulates a block instead of training it again, and trains only the runs
 # the archive lacks (reproduce.py reuses finished runs):
 #   bash benchmarks/archive_runs.sh runs/robustness benchmarks/results/robustness-runs.tar.xz
@@ -16,5 +17,7 @@ from reproduce import finished  # the test reproduce.py reuses a run by
 for r in sorted(pathlib.Path(sys.argv[1]).glob("**/seed*/runs/seed=*/results.json")):
     if finished(r.parent) is not None:
         print(*(f for f in (r.parent / n for n in ("results.json", "faults.csv", "recipe.yaml")) if f.exists()), sep="\n")
+for claims in sorted(pathlib.Path(sys.argv[1]).glob("**/claims-v3-*.jsonl")):
+    print(claims)
 EOF
 echo "$tarball: $(tar -tJf "$tarball" | grep -c results.json) finished runs"

@@ -53,9 +53,10 @@ def provenance(root: Path) -> str:
         block = rule_v3.read(next(folder.glob("claims-v3-*.jsonl")))[0].block
         runs = [Run(path.parent, json.loads(path.read_text())) for path in sorted(folder.rglob("results.json"))]
         runs = [run for run in runs if run.finished]
-        segments = [seg for run in runs for seg in run.results.get("provenance", {}).get("segments", [])]
+        starts = [(run.results.get("provenance") or {}).get("segments") or [] for run in runs]
+        segments = [seg for run_starts in starts for seg in run_starts]
         commits = Counter(c.removesuffix("+dirty")[:7] for run in runs for c in run.commits)
-        resumed = sum(len(run.results["provenance"]["segments"]) > 1 for run in runs)
+        resumed = sum(len(run_starts) > 1 for run_starts in starts)
         mixed = sum(len({c[:7] for c in run.commits}) > 1 for run in runs)
         dirty = sum(any(c.endswith("+dirty") for c in run.commits) for run in runs)
         unrecorded = len(runs) - sum(bool(run.commits) for run in runs)

@@ -7,13 +7,14 @@
 #   tar -xJf benchmarks/results/v3-runs.tar.xz && tar -xJf benchmarks/results/v3-pilot-runs.tar.xz
 #   source .venv/bin/activate && REPRO_JOBS=2 nohup bash benchmarks/v3_continue.sh > v3.log 2>&1 &
 # Worktrees go to $V3_WORKTREES (default ../fedlight-v3/<commit>) and share this checkout's runs/.
+# After each block the archives are rewritten (commit them); `claims.sh v3_table` then makes the table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p runs/v3 runs/pilot_v3
 worktrees=${V3_WORKTREES:-$(realpath ..)/fedlight-v3}
 git worktree prune  # forget worktrees whose folders were deleted, so one can be added again
 
-from() {  # COMMIT BLOCK...: claims.sh BLOCK... in a worktree of COMMIT
+from() {  # COMMIT BLOCK...: claims.sh BLOCK... in a worktree of COMMIT, then the archives
   local tree=$worktrees/$1 name
   [ -d "$tree" ] || git worktree add --detach "$tree" "$1"
   mkdir -p "$tree/runs"
@@ -23,6 +24,7 @@ from() {  # COMMIT BLOCK...: claims.sh BLOCK... in a worktree of COMMIT
     ln -sfn "$(realpath runs/$name)" "$tree/runs/$name"
   done
   (cd "$tree" && bash benchmarks/claims.sh "${@:2}")
+  bash benchmarks/claims.sh v3_archive  # this checkout's archiver: every finished v3 run and claim so far
 }
 
 from df5a378 v3_moon         # the commit of its first runs
