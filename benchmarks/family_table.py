@@ -47,7 +47,7 @@ def table(root: Path, family: int | None = None) -> str:
 def provenance(root: Path) -> str:
     """A Markdown table of where each block's finished runs came from (every folder below ``root``
     that holds a ``claims-v3-*.jsonl`` is a block; its runs are the ``results.json`` below it)."""
-    lines = ["| block | finished runs | commits (runs) | resumed (at 2+ commits) | dirty | torch | device | "
+    lines = ["| block | finished runs | commits (runs) | resumed (of them, at 2+ commits) | dirty | torch | device | "
              "first start, last end (UTC) |", "|---|---|---|---|---|---|---|---|"]
     for folder in sorted({path.parent for path in root.rglob("claims-v3-*.jsonl")}):
         block = rule_v3.read(next(folder.glob("claims-v3-*.jsonl")))[0].block

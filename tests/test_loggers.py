@@ -204,6 +204,7 @@ def test_a_new_metric_rewrites_the_csv_whole_or_not_at_all(tmp_path: Path, monke
         with pytest.raises(KeyboardInterrupt):
             logger.log_metrics({"accuracy/knn_acc": 0.5, "train/loss": 0.5}, step=3)
     assert path.read_text() == before
+    (path.parent / ".metrics.csv.tmp").write_text("accuracy/knn_acc,st")  # a kill between write and rename
     resumed = csv_logger(tmp_path, rounds_done=2)  # the run resumes from its round-2 checkpoint
     resumed.log_metrics({"accuracy/knn_acc": 0.6, "train/loss": 0.4}, step=3)
     with open(path, newline="") as f:
