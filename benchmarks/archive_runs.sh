@@ -10,7 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:?usage: archive_runs.sh RUNS TARBALL} tarball=${2:?usage: archive_runs.sh RUNS TARBALL}
 mkdir -p "$(dirname "$tarball")"
-python - "$runs" <<'EOF' | tar --owner=0 --group=0 --mtime=2026-11-26 -cJhf "$tarball" -T -
+# written aside, then renamed over the old archive: a kill midway leaves the old one whole
+python - "$runs" <<'EOF' | tar --owner=0 --group=0 --mtime=2026-11-26 -cJhf "$tarball.tmp" -T -
 import pathlib, sys
 sys.path.insert(0, "benchmarks")
 from reproduce import finished  # the test reproduce.py reuses a run by
@@ -20,4 +21,5 @@ for r in sorted(pathlib.Path(sys.argv[1]).glob("**/seed*/runs/seed=*/results.jso
 for claims in sorted(pathlib.Path(sys.argv[1]).glob("**/claims-v3-*.jsonl")):
     print(claims)
 EOF
+mv "$tarball.tmp" "$tarball"
 echo "$tarball: $(tar -tJf "$tarball" | grep -c results.json) finished runs"

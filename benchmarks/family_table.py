@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -44,28 +45,49 @@ def table(root: Path, family: int | None = None) -> str:
                                f"on disk (the others count as p = 1); {len(records) - tested} rows not tested.\n")
 
 
+def _segments(run: Run) -> list[dict]:
+    """The starts of ``run`` that results.json records (none for a run from before provenance)."""
+    found = run.results.get("provenance")
+    segments = found.get("segments") if isinstance(found, dict) else None
+    return [seg for seg in segments if isinstance(seg, dict)] if isinstance(segments, list) else []
+
+
 def provenance(root: Path) -> str:
-    """A Markdown table of where each block's finished runs came from (every folder below ``root``
-    that holds a ``claims-v3-*.jsonl`` is a block; its runs are the ``results.json`` below it)."""
+    """Where each block's finished runs came from.
+
+    Args:
+        root: a folder whose subfolders holding a ``claims-v3-*.jsonl`` are the blocks; a block's runs
+            are the ``results.json`` below its folder.
+
+    Returns:
+        A Markdown table, a row a block: finished runs, runs per commit (a run resumed at two commits
+        counts under both), runs resumed (and of them, at 2+ commits), runs with a dirty tree, torch
+        versions, devices, and the first start and last end (UTC).
+    """
     lines = ["| block | finished runs | commits (runs) | resumed (of them, at 2+ commits) | dirty | torch | device | "
              "first start, last end (UTC) |", "|---|---|---|---|---|---|---|---|"]
     for folder in sorted({path.parent for path in root.rglob("claims-v3-*.jsonl")}):
-        block = rule_v3.read(next(folder.glob("claims-v3-*.jsonl")))[0].block
+        records = [r for path in sorted(folder.glob("claims-v3-*.jsonl")) for r in rule_v3.read(path)]
+        if not records:
+            continue
+        block = records[0].block
         runs = [Run(path.parent, json.loads(path.read_text())) for path in sorted(folder.rglob("results.json"))]
         runs = [run for run in runs if run.finished]
-        starts = [(run.results.get("provenance") or {}).get("segments") or [] for run in runs]
+        starts = [_segments(run) for run in runs]
         segments = [seg for run_starts in starts for seg in run_starts]
-        commits = Counter(c.removesuffix("+dirty")[:7] for run in runs for c in run.commits)
+        at = [{c.removesuffix("+dirty")[:7] for c in run.commits} for run in runs]  # a run's commits, once each
+        commits = Counter(c for run_commits in at for c in run_commits)
         resumed = sum(len(run_starts) > 1 for run_starts in starts)
-        mixed = sum(len({c[:7] for c in run.commits}) > 1 for run in runs)
+        mixed = sum(len(run_commits) > 1 for run_commits in at)
         dirty = sum(any(c.endswith("+dirty") for c in run.commits) for run in runs)
         unrecorded = len(runs) - sum(bool(run.commits) for run in runs)
 
         def values(key: str) -> str:
             return ", ".join(sorted({str(seg.get(key)) for seg in segments})) or "-"
 
-        span = (f"{min(seg['start'] for seg in segments)}, {max(seg['end'] for seg in segments)}"
-                if segments else "-")
+        first = [str(seg["start"]) for seg in segments if seg.get("start")]
+        last = [str(seg["end"]) for seg in segments if seg.get("end")]
+        span = f"{min(first)}, {max(last)}" if first and last else "-"
         lines.append(f"| `{block}` | {len(runs)} | "
                      + (", ".join(f"{c} ({k})" for c, k in sorted(commits.items())) or "-")
                      + (f", none recorded ({unrecorded})" if unrecorded else "")
@@ -74,12 +96,16 @@ def provenance(root: Path) -> str:
 
 
 def put_into(path: Path, text: str) -> None:
-    """Replace what lies between ``BEGIN`` and ``END`` in ``path`` by ``text``."""
+    """Replace the lines between the line ``BEGIN`` and the line ``END`` of ``path`` by ``text``.
+
+    Raises:
+        SystemExit: ``path`` lacks either mark on a line of its own, in that order, or has one twice.
+    """
     old = path.read_text()
-    if old.count(BEGIN) != 1 or old.count(END) != 1 or old.index(BEGIN) > old.index(END):
+    marks = re.compile(rf"^{re.escape(BEGIN)}\n(.*?)^{re.escape(END)}$", re.DOTALL | re.MULTILINE)
+    if len(marks.findall(old)) != 1 or old.count(BEGIN) != 1 or old.count(END) != 1:
         raise SystemExit(f"{path}: needs one line {BEGIN} and, after it, one line {END} around the table")
-    head, rest = old.split(BEGIN + "\n", 1)
-    path.write_text(f"{head}{BEGIN}\n{text}{END}{rest.split(END, 1)[1]}")
+    path.write_text(marks.sub(lambda _: f"{BEGIN}\n{text}{END}", old))
 
 
 def main() -> None:

@@ -20,9 +20,19 @@ from fedlight.engine.run.fit import prepare_data
 
 
 def seed_range(text: str) -> list[int]:
-    """``1000-1023`` or ``1000``: the seeds, inclusive."""
+    """The seeds of ``1000-1023`` (inclusive) or ``1000``.
+
+    Raises:
+        argparse.ArgumentTypeError: not FIRST-LAST with FIRST <= LAST.
+    """
     first, _, last = text.partition("-")
-    return list(range(int(first), int(last or first) + 1))
+    try:
+        seeds = list(range(int(first), int(last or first) + 1))
+    except ValueError:
+        seeds = []
+    if not seeds:
+        raise argparse.ArgumentTypeError(f"'{text}' is not FIRST-LAST with FIRST <= LAST (or one seed)")
+    return seeds
 
 
 def main() -> None:
@@ -35,9 +45,9 @@ def main() -> None:
     sizes, present = [], []
     for seed in args.seeds:
         recipe = load_recipe(args.recipe, [*args.overrides, f"seed={seed}"])
-        if recipe.partition.public_client is None:
-            raise SystemExit(f"{args.recipe}: partition.public_client is null, so there is no public set; "
-                             "pass a FLESD recipe")
+        if recipe.partition.public_client is None or recipe.partition.public_balanced:
+            raise SystemExit(f"{args.recipe}: this counts client {recipe.partition.public_client}'s share as the "
+                             "public set; it needs partition.public_client set and partition.public_balanced=false")
         data, parts = prepare_data(recipe)
         counts = np.bincount(data.train_y.numpy()[parts[recipe.partition.public_client]], minlength=data.num_classes)
         sizes.append(int(counts.sum()))

@@ -19,7 +19,7 @@ as ``buffer_rescored`` (mean over rounds and seeds).
 ``--claim A OP B [PAPER]`` (repeatable) judges a paper's claim on the metric by the rule in
 ``verdict.py``, written before the runs: ``moon '>' fedavg_fmnist 'MOON 69.1 vs FedAvg 66.3'``
 (rule v2, this paragraph); with ``--rule v3`` by ``rule_v3.py`` (REPRODUCTION.md's "Pre-registration
-v3"), which needs the block's ``--control`` and ``--min-lift``, has no ``--by`` and no ``--ratio``,
+v3"), which needs the block's ``--block``, ``--control`` and ``--min-lift``, has no ``--by`` and no ``--ratio``,
 and writes ``<out>/claims-v3-<metric>.jsonl`` for ``family_table.py``.
 Each row's floor is its own random-init value of the metric (``results.json``'s ``baseline``;
 an AUC without one has chance, 50); a row without a floor is an error.
@@ -237,7 +237,7 @@ def write_v3(args: argparse.Namespace, table: dict[str, list[dict]], target: flo
     unknown = [k for k in (*o.learns, *o.controls) if k not in table]
     if unknown:
         raise SystemExit(f"--learns / --control {', '.join(unknown)}: not a row; rows are {', '.join(table)}")
-    block = args.block or str(args.out)
+    block = args.block
     records = [rule_v3.rounds_claim(block, c, table, args.metric, target, o) if c[0].startswith("rounds(")
                else rule_v3.mean_claim(block, c, claim_sides(c, table, args.metric)[1], table, args.metric, o)
                for c in args.claim]
@@ -276,7 +276,7 @@ def main() -> None:
     parser.add_argument("--per-seed", action="store_true", help="also the final metric and its floor of every seed")
     v3 = parser.add_argument_group("rule v3 (rule_v3.py; each block's values fixed in its pre-registration)")
     v3.add_argument("--rule", choices=("v2", "v3"), default="v2", help="the verdict rule (v2: verdict.py)")
-    v3.add_argument("--block", help="the block's name in the study's table (default: --out)")
+    v3.add_argument("--block", help="the block's name in the study's table (rule v3: required)")
     v3.add_argument("--min-lift", type=float, help="points over its floor a row needs to count as trained")
     v3.add_argument("--learns", action="append", default=[], metavar="ROW", help="a row the paper expects to learn")
     v3.add_argument("--control", action="append", default=[], metavar="ROW",
@@ -295,9 +295,9 @@ def main() -> None:
         parser.error("--count takes A B KEYS CONVENTION [PAPER]")
     if args.rule == "v3" and args.ratio:
         parser.error("rule v3 states a ratio as a counted fact: --count A B KEYS CONVENTION, not --ratio")
-    if args.rule == "v3" and (args.min_lift is None or not args.control or args.by):
-        parser.error("rule v3 has no defaults for a block's registered values: name its --control and --min-lift "
-                     "(and no --by: a claim's margin is its interval)")
+    if args.rule == "v3" and (args.min_lift is None or not args.control or not args.block or args.by):
+        parser.error("rule v3 has no defaults for a block's registered values: name its --block, --control and "
+                     "--min-lift (and no --by: a claim's margin is its interval)")
     if any(len(b) not in (2, 3) for b in args.beside):
         parser.error("--beside takes A B [PAPER]")
     if any(c[0].startswith("rounds(") for c in args.claim) and not args.reference:

@@ -171,19 +171,20 @@ def test_jobs_run_every_row_and_seed_at_once_and_tabulate_them(tmp_path: Path, m
         assert calls[0] == ("a", 0) and len(calls) <= int(jobs)
 
 
-@pytest.mark.parametrize("missing", ["--control", "--min-lift", "--by"])
+@pytest.mark.parametrize("missing", ["--block", "--control", "--min-lift", "--by"])
 def test_rule_v3_has_no_default_for_a_registered_value(missing: str, monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture) -> None:
     import reproduce
 
-    block = {"--control": ["--control", "a"], "--min-lift": ["--min-lift", "2"], "--by": []}
+    block = {"--block": ["--block", "blk"], "--control": ["--control", "a"], "--min-lift": ["--min-lift", "2"],
+             "--by": []}
     argv = ["reproduce.py", "--rule", "v3", "--out", "x", "--seeds", "0", "--row", "a", "a.yaml",
             "--claim", "a", ">", "b"]
     argv += [arg for name, args in block.items() if name != missing for arg in args]
     monkeypatch.setattr(sys, "argv", argv + (["--by", "1"] if missing == "--by" else []))
     with pytest.raises(SystemExit) as stop:
         reproduce.main()
-    assert stop.value.code == 2 and "name its --control and --min-lift" in capsys.readouterr().err
+    assert stop.value.code == 2 and "name its --block, --control and --min-lift" in capsys.readouterr().err
 
 
 def test_provenance_counts_each_blocks_finished_runs_per_commit(tmp_path: Path) -> None:
@@ -196,20 +197,24 @@ def test_provenance_counts_each_blocks_finished_runs_per_commit(tmp_path: Path) 
                   tmp_path / "blk" / "claims-v3-test_acc.jsonl")
     made = {"a/s1": [segment("a", "2026-11-27T01:00:00Z")],
             "a/s2": [segment("a", "2026-11-27T02:00:00Z"), segment("b", "2026-11-27T03:00:00Z", dirty=True)],
-            "b/s1": [segment("b", "2026-11-27T04:00:00Z")], "b/s2": [], "b/s3": None}
+            "b/s1": [segment("b", "2026-11-27T04:00:00Z")], "b/s2": [], "b/s3": None,
+            "b/s4": [segment("b", "2026-11-27T05:00:00Z"), segment("b", "2026-11-27T06:00:00Z", dirty=True)]}
     for run, segments in made.items():
         (tmp_path / "blk" / run).mkdir(parents=True)
         (tmp_path / "blk" / run / "results.json").write_text(json.dumps(
             {"final": None if run == "b/s2" else {"test_acc": 0.7}}
             | ({} if segments is None else {"provenance": {"segments": segments}})))
     row = family_table.provenance(tmp_path).splitlines()[2]
-    # the unfinished run is left out; the resumed one counts under both commits and as dirty; one records none
-    assert row == ("| `blk` | 4 | aaaaaaa (2), bbbbbbb (2), none recorded (1) | 1 (1) | 1 | 2.14.1 | cpu | "
-                   "2026-11-27T01:00:00Z, 2026-11-27T14:00:00Z |")
+    # the unfinished run is left out; a run resumed at two commits counts under both, one resumed at one
+    # commit (clean, then dirty) once; both count as dirty; one records nothing
+    assert row == ("| `blk` | 5 | aaaaaaa (2), bbbbbbb (3), none recorded (1) | 2 (1) | 2 | 2.14.1 | cpu | "
+                   "2026-11-27T01:00:00Z, 2026-11-27T16:00:00Z |")
     target = tmp_path / "REPRODUCTION.md"
     target.write_text(f"before\n{family_table.BEGIN}\nold table\n{family_table.END}\nafter\n")
     family_table.put_into(target, "new table\n")
     assert target.read_text() == f"before\n{family_table.BEGIN}\nnew table\n{family_table.END}\nafter\n"
-    target.write_text("no marks\n")
-    with pytest.raises(SystemExit, match="needs one line <!-- v3-table -->"):
-        family_table.put_into(target, "new table\n")
+    begin, end = family_table.BEGIN, family_table.END
+    for damaged in ("no marks\n", f"{end}\nx\n{begin}\n", f"{begin}\n{begin}\nx\n{end}\n", f"{begin} \nx\n{end}\n"):
+        target.write_text(damaged)  # none, reversed, doubled, not on a line of its own
+        with pytest.raises(SystemExit, match="needs one line <!-- v3-table -->"):
+            family_table.put_into(target, "new table\n")

@@ -19,6 +19,7 @@ store is a folder (``mlflow ui --backend-store-uri <run folder>/mlruns``).
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import os
 import warnings
@@ -110,7 +111,8 @@ def csv_logger(run_dir: Path, rounds_done: int) -> Logger:
     with warnings.catch_warnings():  # "exists and is not empty ... will be deleted": metrics.kept.csv is kept
         warnings.filterwarnings("ignore", message=".*exists and is not empty")
         writer = logger.experiment  # deletes metrics.csv
-    writer._rewrite_with_new_header = lambda header: _write_whole(path, header, _rows(path))  # noqa: SLF001 (why: above)
+    if hasattr(writer, "_rewrite_with_new_header"):  # private (Lightning 2.6): test_loggers fails if it stops applying
+        writer._rewrite_with_new_header = functools.partial(_rewrite_whole, path)  # noqa: SLF001 (why: above)
     if kept:
         os.replace(kept_path, path)
         writer.metrics_keys = header  # appended rows follow the file's header; a new key rewrites it
@@ -119,13 +121,22 @@ def csv_logger(run_dir: Path, rounds_done: int) -> Logger:
     return logger
 
 
-def _rows(path: Path) -> list[dict[str, str]]:
+def _rewrite_whole(path: Path, fieldnames: list[str]) -> None:
+    """``path``'s rows again under the wider header ``fieldnames``, whole or not at all (Lightning's
+    ``_rewrite_with_new_header`` without its truncation)."""
     with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+        rows = list(csv.DictReader(f))
+    _write_whole(path, fieldnames, rows)
 
 
 def _write_whole(path: Path, header: list[str], rows: list[dict[str, str]]) -> None:
-    """``rows`` under ``header`` to ``path``, whole or not at all: written aside, then renamed."""
+    """Write ``rows`` under ``header`` to ``path``, whole or not at all: written aside, then renamed.
+
+    Args:
+        path: the CSV file to write (its folder exists).
+        header: the column names, in order.
+        rows: one mapping a row, from column name to text.
+    """
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(_csv_text(header, rows))
     os.replace(tmp, path)
