@@ -187,6 +187,16 @@ def test_a_resume_keeps_the_csv_rows_a_kill_left(tmp_path: Path, damage: str) ->
     assert [p.name for p in folder.iterdir()] == ["metrics.csv"]  # no metrics.kept.csv left
 
 
+def test_a_row_cut_inside_its_last_cell_is_dropped(tmp_path: Path) -> None:
+    """Step 3's row cut inside its last cell has every field (train/loss reads '1.' for 1.2): with no
+    newline after it, it was cut, so a resume at round 3 keeps steps 0-2 only, not a wrong number."""
+    (tmp_path / "csv").mkdir()
+    (tmp_path / "csv" / "metrics.csv").write_text(METRICS_CSV[:-2])
+    csv_logger(tmp_path, rounds_done=3).finalize("success")
+    with open(tmp_path / "csv" / "metrics.csv", newline="") as f:
+        assert [r["step"] for r in csv.DictReader(f)] == ["0", "1", "2"]
+
+
 def test_a_new_metric_rewrites_the_csv_whole_or_not_at_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The first evaluation's metric widens the header, so the file is written again: a kill mid-write
     leaves the old file whole (Lightning's own rewrite truncates it first) for the resume to go on from."""
@@ -212,3 +222,23 @@ def test_a_new_metric_rewrites_the_csv_whole_or_not_at_all(tmp_path: Path, monke
     assert [(r["step"], r["accuracy/knn_acc"], r["train/loss"]) for r in rows] == [
         ("1", "", "2.0"), ("2", "", "1.0"), ("3", "0.6", "0.4")]
     assert sorted(p.name for p in path.parent.iterdir()) == ["metrics.csv"]
+
+
+def test_a_rounds_scalars_are_on_disk_when_round_returns(tmp_path: Path) -> None:
+    """The round is already in the checkpoint when it is logged, and a resume logs only later rounds: its
+    TensorBoard events and CSV row must not wait in a buffer (TensorBoard's holds up to 120 s) for a kill."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from fedlight.engine.loop.run_log import RunLog
+
+    log = RunLog(tmp_path, [], None, [], loggers=("tensorboard", "csv"))
+    log.open(rounds_done=1, ledger=[], baseline=None)  # a resumed run: nothing of the data is drawn
+    row = {"round": 2, "seconds": 1.0, "train_seconds": 0.5, "eval_seconds": 0.0, "lr": 0.1, "train_loss": 0.25,
+           "bytes_up": 10, "bytes_down": 10, "bytes_d2d": 0}
+    log.round(row, [], [])
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("train/loss")] == [(2, 0.25)]
+    with open(tmp_path / "csv" / "metrics.csv", newline="") as f:
+        assert [r["train/loss"] for r in csv.DictReader(f)] == ["0.25"]
+    log.finish("success")

@@ -29,6 +29,7 @@ from fedlight.engine.loop.interfaces import ACCURACY
 from fedlight.engine.loop.interfaces import Report, RoundPlugin
 from fedlight.engine.output.loggers import PictureSink, open_loggers
 from fedlight.engine.output.tensorboard import partition_figure, run_hparams
+from fedlight.engine.state.atomic_files import atomic_write_bytes
 
 
 class RunLog:
@@ -60,7 +61,8 @@ class RunLog:
             return
         self.loggers = open_loggers(self.names, self.run_dir, rounds_done)
         self.logger = next((lg for lg in self.loggers if isinstance(lg, TensorBoardLogger)), PictureSink())
-        (self.run_dir / "comm.csv").write_text(CommLedger.CSV_HEADER + CommLedger.csv_lines(ledger))
+        # the checkpoint's rows, whole or not at all: a kill here leaves the old file, which the next start rewrites
+        atomic_write_bytes(self.run_dir / "comm.csv", (CommLedger.CSV_HEADER + CommLedger.csv_lines(ledger)).encode())
         fresh = rounds_done == 0
         if fresh:
             d = self.data
@@ -74,7 +76,9 @@ class RunLog:
     def round(self, row: dict[str, Any], ledger_rows: list[list], reports: list[Report]) -> None:
         """The scalars and pictures of a finished round's history ``row`` and its clients' ``reports``
         (every rank's): the histogram of the answering clients' update norms, the parts' own; its
-        ledger rows to comm.csv."""
+        ledger rows to comm.csv. Each logger is flushed: the round is already in the checkpoint, and a
+        resume logs only the rounds after it, so events left in TensorBoard's buffer (up to 120 s of
+        them) by a kill would be lost for good."""
         if self.logger is None:
             return
         norms = [rep["update_norm"] for rep in reports if rep["status"] == "ok" and rep.get("update_norm") is not None]
@@ -93,6 +97,8 @@ class RunLog:
         self._log_metrics(scalars, step=row["round"])
         with open(self.run_dir / "comm.csv", "a") as f:
             f.write(CommLedger.csv_lines(ledger_rows))
+        for logger in self.loggers:
+            logger.save()
 
     def final(self, record: dict[str, Any], final: dict[str, float | None],
               features: Callable[[torch.Tensor], torch.Tensor], samples: int, step: int) -> None:

@@ -143,8 +143,15 @@ def _write_whole(path: Path, header: list[str], rows: list[dict[str, str]]) -> N
 
 
 def _rows_up_to(path: Path, rounds_done: int) -> tuple[list[str], list[dict[str, str]]]:
-    """(the header, the rows of steps up to ``rounds_done``) of a metrics.csv, up to its first row cut short."""
+    """(the header, the rows of steps up to ``rounds_done``) of a metrics.csv, up to its first row cut short.
+
+    A last line without its newline was cut mid-write, even where it has every field (cut inside the
+    last one), so it is dropped.
+    """
     with open(path, newline="") as f:
+        text = f.read()
+    whole = text if text.endswith("\n") else text[:text.rfind("\n") + 1]
+    with io.StringIO(whole, newline="") as f:
         reader = csv.DictReader(f)
         rows = []
         for row in reader:

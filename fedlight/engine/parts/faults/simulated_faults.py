@@ -24,6 +24,7 @@ from fedlight.engine.loop import client_attacks as attacks, client_faults as fau
 from fedlight.engine.loop.comm_ledger import CommLedger
 from fedlight.engine.loop.interfaces import FaultModel, Report, State
 from fedlight.engine.output.console import say
+from fedlight.engine.state.atomic_files import atomic_write_bytes
 from fedlight.engine.state.run_files import CHECKPOINT
 from fedlight.errors import RunStopped
 from fedlight.seeding import torch_generator
@@ -143,7 +144,7 @@ class SimulatedFaults(FaultModel):
                                            for rep in reports)}
 
     def log_open(self, logger: Any, run_dir: Path, fresh: bool) -> None:
-        (run_dir / "faults.csv").write_text(faults.CSV_HEADER + CommLedger.csv_lines(self.rows))
+        atomic_write_bytes(run_dir / "faults.csv", (faults.CSV_HEADER + CommLedger.csv_lines(self.rows)).encode())
 
     def log_round(self, logger: Any, row: dict[str, Any]) -> dict[str, float]:
         self._append([f for f in self.rows if f[0] == row["round"]])
