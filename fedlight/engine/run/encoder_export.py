@@ -24,7 +24,7 @@ import torch
 from fedlight import __version__
 from fedlight.data.sources import load_dataset, take_subset
 from fedlight.engine.state import client_state_files as files
-from fedlight.engine.state.atomic_files import write_synced
+from fedlight.engine.state.atomic_files import fsync_dir, write_synced
 from fedlight.engine.state.checkpoint import read_checkpoint
 from fedlight.engine.state.run_files import CHECKPOINT, RESULTS
 from fedlight.errors import UserError
@@ -165,7 +165,7 @@ def _backbone_tensors(ckpt: dict[str, Any], checkpoint: Path) -> tuple[State, di
 
 
 def _write(out: Path, export: dict[str, Any]) -> None:
-    """``torch.save`` of ``export`` to ``out`` atomically (a temporary file renamed over it)."""
+    """``torch.save`` of ``export`` to ``out`` atomically (a temporary file, synced, renamed over it)."""
     buffer = io.BytesIO()
     torch.save(export, buffer)
     tmp = out.with_name(f".{out.name}.tmp")
@@ -173,6 +173,7 @@ def _write(out: Path, export: dict[str, Any]) -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
         write_synced(tmp, buffer.getvalue())
         os.replace(tmp, out)
+        fsync_dir(out.parent)  # the rename itself on disk, not only the bytes
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
