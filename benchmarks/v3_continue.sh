@@ -28,6 +28,6 @@ from() {  # COMMIT BLOCK...: claims.sh BLOCK... in a worktree of COMMIT, then th
 }
 
 from df5a378 v3_moon         # the commit of its first runs
-from 121f9ab v3_flesd001     # its pre-registration, as corrected before any of its runs
+from 6e2c1db v3_flesd001     # its pre-registration (121f9ab, which ran seeds 1000-1019) with seed 1019 left out
 from 06867d9 v3_flesd100     # its pre-registration
 from 06867d9 v3_sofed        # registered at f595cc8; behaviour_check.py: every paper recipe bit-identical since
