@@ -90,6 +90,25 @@ def test_mlflow_file_store_has_one_run_with_the_history_values(logged_run: dict[
     assert "status: 3" in (run / "meta.yaml").read_text()  # FINISHED
 
 
+@needs("mlflow")
+def test_mlflow_resume_cuts_a_killed_starts_metrics_back_to_the_checkpoint(
+        logged_run: dict[str, Any], tmp_path: Path) -> None:
+    """A kill mid-line left a fragment MLflow's ``get_run`` calls malformed, and rounds after the checkpoint."""
+    import shutil
+
+    from fedlight.engine.output.loggers import mlflow_logger
+
+    shutil.copytree(logged_run["dir"] / "mlruns", tmp_path / "mlruns")
+    metric = next((tmp_path / "mlruns").glob("*/*/metrics/accuracy/knn_acc"))
+    logged = metric.read_text()
+    metric.write_text(logged + "1764000000000 55.5 4\n17640000")  # round 4, then a cut line
+    logger = mlflow_logger(tmp_path, rounds_done=3)
+    assert logger.experiment.get_run(logger.run_id).data.metrics["accuracy/knn_acc"] is not None
+    assert metric.read_text() == logged  # steps 0-3, whole
+    mlflow_logger(tmp_path, rounds_done=2)
+    assert [int(line.split()[2]) for line in metric.read_text().splitlines()] == [0, 1, 2]
+
+
 def wandb_records(path: Path, block: int = 32768) -> Iterator[Any]:
     """The protobuf records of a ``.wandb`` file (LevelDB's log format after a 7-byte header)."""
     from wandb.proto import wandb_internal_pb2

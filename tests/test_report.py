@@ -82,6 +82,28 @@ def test_report_tables_and_plots(tmp_path: Path, capsys) -> None:
         assert image.shape[0] > 100 and image.shape[1] > 100 and image.std() > 0
 
 
+def test_a_full_disk_keeps_the_last_report_whole(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Each table and picture is written aside and renamed: a failed write leaves the old file, not half of one."""
+    import errno
+
+    import fedlight.atomic_files
+
+    sweep = _sweep(tmp_path)
+    assert main(["report", str(sweep)]) == 0
+    before = {p.name: p.read_bytes() for p in sweep.iterdir() if p.is_file()}
+    capsys.readouterr()
+
+    def full(path: Path, data: bytes) -> None:
+        path.write_bytes(data[:10])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(fedlight.atomic_files, "write_synced", full)
+    assert main(["report", str(sweep)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "No space left on device" in err and "run fedlight report again" in err
+    assert {p.name: p.read_bytes() for p in sweep.iterdir() if p.is_file()} == before  # no temporary file left
+
+
 def test_report_on_a_list_of_run_folders(tmp_path: Path) -> None:
     sweep = _sweep(tmp_path)
     out = tmp_path / "cmp"

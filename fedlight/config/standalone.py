@@ -12,6 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from fedlight import __version__
+from fedlight.atomic_files import atomic_write_bytes
 from fedlight.config.files import dump_yaml, escape_interpolations, output_folder_problem
 from fedlight.config.schema import Recipe
 from fedlight.errors import UserError
@@ -47,7 +48,8 @@ def write_standalone(text: str, path: Path, overwrite: bool) -> None:
     if problem is None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+            # whole or not at all: with --overwrite a kill leaves the old recipe or the new one
+            atomic_write_bytes(path, text.encode("utf-8"), then="run --write-recipe again")
             return
         except OSError as exc:
             problem = f"'{path}' cannot be written ({exc.strerror or exc})"

@@ -11,6 +11,7 @@ integers; the legend sits outside the axes, right of the data, so no curve hides
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import matplotlib
@@ -20,6 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from fedlight.atomic_files import atomic_write_bytes  # noqa: E402
 from fedlight.eval import metric_names  # noqa: E402
 from fedlight.report.arm_groups import Group, group_label  # noqa: E402
 from fedlight.report.runs import Run  # noqa: E402
@@ -27,6 +29,7 @@ from fedlight.report.runs import Run  # noqa: E402
 KINDS = ("round", "bytes")
 FORMATS = ("png", "svg")  # a picture for report.md, a vector drawing for papers
 BAND = "band: ± 1 std over seeds"
+REMAKE = "run fedlight report again"  # what a failed write of the report asks of its user
 
 
 def plot_file(metric: str, kind: str, suffix: str = "png") -> str:
@@ -90,8 +93,10 @@ def write_plots(groups: list[Group], keys: list[str], metrics: list[str], out: P
             title = f"mean over seeds; {BAND}" if banded else "one seed per line"
             ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, title=title,
                       title_fontsize=7)
-            for suffix in FORMATS:
-                fig.savefig(out / plot_file(metric, kind, suffix), dpi=120, bbox_inches="tight")
+            for suffix in FORMATS:  # drawn in memory, then written whole: a kill leaves the old picture
+                picture = io.BytesIO()
+                fig.savefig(picture, format=suffix, dpi=120, bbox_inches="tight")
+                atomic_write_bytes(out / plot_file(metric, kind, suffix), picture.getvalue(), then=REMAKE)
                 files.append(plot_file(metric, kind, suffix))
             plt.close(fig)
     return files

@@ -16,12 +16,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from fedlight.atomic_files import atomic_write_bytes
 from fedlight.config.files import output_folder_problem
 from fedlight.errors import UserError
 from fedlight.eval import metric_names
 from fedlight.report.compare import compare_text
 from fedlight.report.arm_groups import ABSENT, group_runs, grouping_keys
-from fedlight.report.plots import plot_files, write_plots
+from fedlight.report.plots import REMAKE, plot_files, write_plots
 from fedlight.report.runs import Run, find_runs
 from fedlight.report.tables import Cell, GroupTable, markdown_table, md_cell
 
@@ -112,7 +113,5 @@ def write_report(paths: list[str], out: str | Path, group_by: list[str] | None =
     texts[COMPARE] = comparison
     texts[REPORT] = render(runs, [str(p) for p in paths], table, plots, out)
     for name, text in texts.items():  # each file is the old one or the new one, never half of one
-        tmp = out / f".{name}.tmp"
-        tmp.write_text(text)
-        os.replace(tmp, out / name)
+        atomic_write_bytes(out / name, text.encode(), then=REMAKE)
     return [out / name for name in (REPORT, COMPARE, *TABLES, *plots)]

@@ -29,7 +29,7 @@ from fedlight.engine.loop.interfaces import ACCURACY
 from fedlight.engine.loop.interfaces import Report, RoundPlugin
 from fedlight.engine.output.loggers import PictureSink, open_loggers
 from fedlight.engine.output.tensorboard import partition_figure, run_hparams
-from fedlight.engine.state.atomic_files import atomic_write_bytes
+from fedlight.atomic_files import atomic_write_bytes
 
 
 class RunLog:

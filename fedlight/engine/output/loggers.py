@@ -11,7 +11,7 @@ name            Lightning class                                  where, in the r
 ==============  ===============================================  ==========================================
 
 A resumed run drops what was logged after its checkpoint (TensorBoard's ``purge_step``, the CSV's
-later rows) and goes on in the same files, W&B run id and MLflow run. Nothing leaves the machine:
+and MLflow's later rows) and goes on in the same files, W&B run id and MLflow run. Nothing leaves the machine:
 W&B runs offline (``wandb sync <run folder>/wandb/offline-run-*`` uploads it later) and MLflow's
 store is a folder (``mlflow ui --backend-store-uri <run folder>/mlruns``).
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import functools
 import io
+import math
 import os
 import warnings
 from pathlib import Path
@@ -29,6 +30,8 @@ from typing import Any, Callable
 from lightning.fabric.loggers import Logger, TensorBoardLogger
 from lightning.pytorch.loggers import CSVLogger, MLFlowLogger, WandbLogger
 from matplotlib.figure import Figure
+
+from fedlight.atomic_files import atomic_write_bytes
 
 PROJECT = "fedlight"  # the W&B project and the MLflow experiment of every run
 
@@ -185,16 +188,45 @@ def wandb_logger(run_dir: Path, rounds_done: int) -> Logger:
 def mlflow_logger(run_dir: Path, rounds_done: int) -> Logger:
     """An MLflow run in the file store ``mlruns/`` (MLflow 3 keeps that store only when
     ``MLFLOW_ALLOW_FILE_STORE`` is set: set here unless the environment says otherwise); a resumed run
-    goes on in the store's run."""
+    goes on in the store's run, its metrics first cut back to ``rounds_done`` (:func:`_trim_mlflow_metrics`)."""
     from mlflow.tracking import MlflowClient
 
     os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     store = (run_dir / "mlruns").resolve()
+    if rounds_done:
+        _trim_mlflow_metrics(store, rounds_done)
     client = MlflowClient(f"file:{store}")
     experiment = client.get_experiment_by_name(PROJECT) if store.is_dir() else None
     runs = client.search_runs([experiment.experiment_id], max_results=1) if experiment else []
     return FolderMLFlowLogger(experiment_name=PROJECT, run_name=run_dir.name, tracking_uri=f"file:{store}",
                               run_id=runs[0].info.run_id if runs else None)
+
+
+def _trim_mlflow_metrics(store: Path, rounds_done: int) -> None:
+    """Keep, in each metric file of the file store ``store``, the whole lines of steps up to ``rounds_done``.
+
+    MLflow's file store appends a line ``<timestamp> <value> [<step>[ <dataset> <digest>]]`` per value
+    (no step: step 0) to ``<experiment>/<run>/metrics/<metric name>``. A kill mid-line leaves a fragment
+    that MLflow's ``get_run`` refuses ("malformed") on the next start, so the run could never resume; and
+    the steps after the checkpoint would be logged twice. Each changed file is rewritten atomically.
+    """
+    for path in store.glob("*/*/metrics/**/*"):
+        if not path.is_file():
+            continue
+        text = path.read_text()
+        lines = text[:text.rfind("\n") + 1].splitlines(keepends=True)  # a last line without "\n" was cut
+        kept = "".join(line for line in lines if _mlflow_step(line) <= rounds_done)
+        if kept != text:
+            atomic_write_bytes(path, kept.encode())
+
+
+def _mlflow_step(line: str) -> float:
+    """The step of a metric line of MLflow's file store; infinity for a line MLflow would refuse."""
+    fields = line.split()
+    if len(fields) not in (2, 3, 5):
+        return math.inf
+    step = fields[2] if len(fields) > 2 else "0"
+    return int(step) if step.isdigit() else math.inf
 
 
 BUILDERS: dict[str, Callable[[Path, int], Logger]] = {

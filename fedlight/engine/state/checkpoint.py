@@ -27,10 +27,10 @@ from typing import Any, Callable
 
 import torch
 
-from fedlight.engine.state.atomic_files import atomic_write_bytes
-from fedlight.engine.state.atomic_files import fsync_dir as _fsync_dir
-from fedlight.engine.state.atomic_files import write_failed as _write_failed
-from fedlight.engine.state.atomic_files import write_synced as _write_synced
+from fedlight.atomic_files import atomic_write_bytes
+from fedlight.atomic_files import fsync_dir as _fsync_dir
+from fedlight.atomic_files import write_failed as _write_failed
+from fedlight.atomic_files import write_synced as _write_synced
 from fedlight.errors import UserError, warnings_if_it_works
 
 PREV = ".prev"

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from fedlight.config.files import dump_yaml
-from fedlight.engine.state.atomic_files import atomic_write_bytes
+from fedlight.atomic_files import atomic_write_bytes
 
 CHECKPOINT = "checkpoints/last.pt"
 RECIPE = "recipe.yaml"

@@ -24,7 +24,7 @@ from fedlight.engine.loop import client_attacks as attacks, client_faults as fau
 from fedlight.engine.loop.comm_ledger import CommLedger
 from fedlight.engine.loop.interfaces import FaultModel, Report, State
 from fedlight.engine.output.console import say
-from fedlight.engine.state.atomic_files import atomic_write_bytes
+from fedlight.atomic_files import atomic_write_bytes
 from fedlight.engine.state.run_files import CHECKPOINT
 from fedlight.errors import RunStopped
 from fedlight.seeding import torch_generator

@@ -1,0 +1,62 @@
+"""Writing a file atomically: a temporary file in the same folder, flushed and fsync'ed, renamed over
+the old one, then the folder fsync'ed, so a kill at any moment leaves the old file or the new one.
+
+Torch-free and outside the engine: ``fedlight sweep`` writes its manifest with it without importing
+torch, ``fedlight report`` its tables and plots, ``fit --write-recipe`` its recipe, and the engine its
+checkpoints and run files.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from fedlight.errors import UserError
+
+
+def fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_failed(path: Path, tmp: Path, exc: OSError, then: str = "rerun with --resume") -> UserError:
+    """A full disk or a vanished folder mid-run: one line; the file's previous version is kept.
+
+    Args:
+        path: the file that was being written.
+        tmp: the temporary file beside it, removed here.
+        exc: what the write raised.
+        then: what to do once there is space again (a run resumes; a report is made again).
+    """
+    try:
+        tmp.unlink(missing_ok=True)
+    except OSError:
+        pass
+    return UserError(f"cannot write '{path}' ({exc.strerror or exc}); its previous version is kept: "
+                     f"free space on that disk, then {then}")
+
+
+def atomic_write_bytes(path: Path, data: bytes, then: str = "rerun with --resume") -> None:
+    """Write ``data`` to ``path`` atomically (temp file + fsync + rename + directory fsync).
+
+    Raises:
+        UserError: the write failed (``then`` says what to do once there is space again).
+    """
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_synced(tmp, data)
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except OSError as exc:
+        raise write_failed(path, tmp, exc, then) from None
