@@ -329,22 +329,22 @@ def test_resume_continues_the_exchange_exactly(tmp_path: Path, monkeypatch: pyte
     with a pull, so the pulled set stored at t = 3 matters (and lambda_t needs the same T, hence a
     crash rather than a shorter run). The probe only scores the end: one epoch of it.
     """
-    from fedlight.engine.loop.run_log import RunLog
+    from fedlight.engine.loop.run_checkpoint import RunCheckpoint
 
     extra = ["exchange.pull_every=3", "local.iterations=5", "eval.every=5", "eval.probe_epochs=1"]
     _, straight = _recipe(tmp_path / "straight", *extra)
     fit(straight)
     path, crashing = _recipe(tmp_path / "resumed", *extra)
-    log_round = RunLog.round
+    save = RunCheckpoint.save
 
-    def crash_after_first(self, row, rows, reports):
-        log_round(self, row, rows, reports)
+    def crash_after_first(self, *args, **kwargs):
+        save(self, *args, **kwargs)
         raise KeyboardInterrupt  # after the period's checkpoint, as a kill would
 
-    monkeypatch.setattr(RunLog, "round", crash_after_first)
+    monkeypatch.setattr(RunCheckpoint, "save", crash_after_first)
     with pytest.raises(KeyboardInterrupt):
         fit(crashing)
-    monkeypatch.setattr(RunLog, "round", log_round)
+    monkeypatch.setattr(RunCheckpoint, "save", save)
     fit(load_recipe(path, extra), resume=True)
     a = torch.load(tmp_path / "straight/run/checkpoints/last.pt", weights_only=True)
     b = torch.load(tmp_path / "resumed/run/checkpoints/last.pt", weights_only=True)

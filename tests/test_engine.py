@@ -210,6 +210,15 @@ def test_two_processes_match_one(tmp_path: Path, tiny_recipe: Path) -> None:
     assert (r1["provenance"]["processes"], r2["provenance"]["processes"]) == (1, 2)  # rank 0 records the world
 
 
+def test_fit_gives_torchs_thread_count_back(tmp_path: Path, tiny_recipe: Path) -> None:
+    """``fabric.threads`` holds for the run only: an in-process run after it (a notebook's next cell, the
+    bit-exact references of the resume tests) gets the caller's thread count, whichever ran first."""
+    before = torch.get_num_threads()
+    fit(load_recipe(tiny_recipe, [*SMALL, "rounds=1", f"fabric.threads={before + 1}",
+                                  f"run.dir={tmp_path / 'run'}"]))
+    assert torch.get_num_threads() == before
+
+
 def test_sigkill_mid_run_then_resume_ends_where_a_straight_run_ends(tmp_path: Path, tiny_recipe: Path,
                                                                     straight_run) -> None:
     import signal

@@ -244,7 +244,7 @@ def test_a_new_metric_rewrites_the_csv_whole_or_not_at_all(tmp_path: Path, monke
 
 
 def test_a_rounds_scalars_are_on_disk_when_round_returns(tmp_path: Path) -> None:
-    """The round is already in the checkpoint when it is logged, and a resume logs only later rounds: its
+    """Once the round's checkpoint is written (right after its log) a resume logs only later rounds: its
     TensorBoard events and CSV row must not wait in a buffer (TensorBoard's holds up to 120 s) for a kill."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -261,3 +261,42 @@ def test_a_rounds_scalars_are_on_disk_when_round_returns(tmp_path: Path) -> None
     with open(tmp_path / "csv" / "metrics.csv", newline="") as f:
         assert [r["train/loss"] for r in csv.DictReader(f)] == ["0.25"]
     log.finish("success")
+
+
+@pytest.mark.parametrize("kill", ["before", "after"])
+def test_a_kill_beside_round_2s_checkpoint_leaves_each_round_logged_once_after_the_resume(
+        tiny_recipe: Path, monkeypatch: pytest.MonkeyPatch, kill: str) -> None:
+    """Round 2 is logged, then the run is killed just before its checkpoint (the resume drops round 2 from
+    the loggers and comm.csv, the checkpoint holding round 1, and logs it again) or just after it (nothing
+    is left to log: round 2's curves must already be on disk). Either way each round is there once."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from fedlight.engine.loop.run_checkpoint import RunCheckpoint
+
+    from conftest import QUICK_EVAL, SMALL_RUN
+
+    args, save, saves = ["loggers=[tensorboard,csv]", *SMALL_RUN, *QUICK_EVAL], RunCheckpoint.save, []
+
+    def killed_at_round_2(self: RunCheckpoint, state: Any, *rest: Any, **kw: Any) -> None:
+        saves.append(state.rounds_done)
+        if kill == "after" or state.rounds_done < 2:
+            save(self, state, *rest, **kw)
+        if state.rounds_done == 2:
+            raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(RunCheckpoint, "save", killed_at_round_2)
+        with pytest.raises(KeyboardInterrupt):
+            fit(load_recipe(tiny_recipe, args))
+    assert saves == [1, 2]
+    results = fit(load_recipe(tiny_recipe, args), resume=True)
+    run = tiny_recipe.parent / "run"
+    with open(run / "csv/metrics.csv", newline="") as f:
+        losses = [(int(r["step"]), float(r["train/loss"])) for r in csv.DictReader(f) if r["train/loss"]]
+    history = [(row["round"], pytest.approx(row["train_loss"], rel=1e-6)) for row in results["history"]]
+    assert losses == history  # rounds 1 and 2, once each
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("train/loss")] == history
+    rows = (run / "comm.csv").read_text().splitlines()[1:]
+    assert len(rows) == len(set(rows)) and len({row.split(",")[0] for row in rows}) == 2  # each round's, once

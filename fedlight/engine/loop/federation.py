@@ -1,4 +1,4 @@
-"""The round loop: sample -> each client's local work -> aggregate -> evaluate -> checkpoint -> log.
+"""The round loop: sample -> each client's local work -> aggregate -> evaluate -> log -> checkpoint.
 
 One round reads top to bottom in ``Federation.run_round``: its steps in order, each a call to a
 method of this file whose name says what it does (and whose docstring says how).
@@ -7,7 +7,7 @@ method of this file whose name says what it does (and whose docstring says how).
         global shared state + the client's private state -> its schedule's local work -> payload
         folded into the aggregator's accumulator (or kept, for the fault model to revise); private state saved
     -> accumulators summed (or payloads gathered) across ranks -> aggregator.finalize -> new global state
-    -> evaluate (the parts' evaluations, then probe and kNN on rank 0) -> checkpoint -> log
+    -> evaluate (the parts' evaluations, then probe and kNN on rank 0) -> log -> checkpoint
 
 It names no paper: a paper's behaviour is a part behind ``fedlight.engine.loop.interfaces``'s interfaces
 (a client schedule, a fault model, round plug-ins) whose hooks it calls at each step;
@@ -154,8 +154,8 @@ class Federation:
         metrics, uploads, failure, eval_seconds = self._evaluate_if_due(round_, bars)
         # 9. The round's history row: the loop's columns, the parts' and the server's own.
         row = self._record(round_, reports, metrics, ledger_rows, uploads, started, eval_seconds)
-        # 10. Checkpoint, then the loggers, results.json and the progress bar.
-        self._save_and_log(row, ledger_rows + uploads, reports, bars)
+        # 10. The loggers, then the checkpoint, results.json and the progress bar.
+        self._log_and_save(row, ledger_rows + uploads, reports, bars)
         # 11. Stop if the evaluation failed or the run is asked to stop (its checkpoint is saved).
         self._stop_if_asked(failure, bars)
 
@@ -288,14 +288,18 @@ class Federation:
         return state.add_round(round_, reports, metrics, ledger_rows + uploads, self._lr(round_), timing, self.hooks,
                                self.aggregator.metrics(round_ + 1))
 
-    def _save_and_log(self, row: dict[str, Any], ledger_rows: list[list], reports: list[Report],
+    def _log_and_save(self, row: dict[str, Any], ledger_rows: list[list], reports: list[Report],
                       bars: RoundBars) -> None:
-        """Step 10: the checkpoint (every rank: a collective), then on rank 0 the loggers (``RunLog.round``),
-        results.json without final metrics (the run goes on) and the progress bar's line."""
+        """Step 10: on rank 0 the loggers (``RunLog.round``), then the checkpoint (every rank: a collective),
+        results.json without final metrics (the run goes on) and the progress bar's line.
+
+        The loggers come first: a kill between the two leaves a round logged and not in the checkpoint, which
+        the resume drops from every logger and logs again (the same numbers: a resume is bit-exact); the
+        other order left a round in the checkpoint whose curves no start would ever log."""
         state = self.run_state
+        self.log.round(row, ledger_rows, reports)
         self.wall = state.wall_before + time.perf_counter() - self.started
         self.checkpoint.save(state, self.wall)
-        self.log.round(row, ledger_rows, reports)
         if self.rank == 0:
             results = state.results(self.options.record, self.wall, None, self.evaluator.inputs())
             write_json(self.run_dir / RESULTS, results)

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from lightning.fabric.loggers import Logger, TensorBoardLogger
 
+from fedlight.atomic_files import atomic_write_bytes
 from fedlight.data.partition import class_counts
 from fedlight.data.sources import ImageData
 from fedlight.engine.loop.comm_ledger import CommLedger
@@ -29,7 +30,6 @@ from fedlight.engine.loop.interfaces import ACCURACY
 from fedlight.engine.loop.interfaces import Report, RoundPlugin
 from fedlight.engine.output.loggers import PictureSink, open_loggers
 from fedlight.engine.output.tensorboard import partition_figure, run_hparams
-from fedlight.atomic_files import atomic_write_bytes
 
 
 class RunLog:
@@ -76,9 +76,9 @@ class RunLog:
     def round(self, row: dict[str, Any], ledger_rows: list[list], reports: list[Report]) -> None:
         """The scalars and pictures of a finished round's history ``row`` and its clients' ``reports``
         (every rank's): the histogram of the answering clients' update norms, the parts' own; its
-        ledger rows to comm.csv. Each logger is flushed: the round is already in the checkpoint, and a
-        resume logs only the rounds after it, so events left in TensorBoard's buffer (up to 120 s of
-        them) by a kill would be lost for good."""
+        ledger rows to comm.csv. Called before the round's checkpoint, and each logger is flushed: once
+        the checkpoint holds the round a resume logs only the rounds after it, so events left in
+        TensorBoard's buffer (up to 120 s of them) by a kill would be lost for good."""
         if self.logger is None:
             return
         norms = [rep["update_norm"] for rep in reports if rep["status"] == "ok" and rep.get("update_norm") is not None]

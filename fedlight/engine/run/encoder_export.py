@@ -22,9 +22,9 @@ from typing import Any
 import torch
 
 from fedlight import __version__
+from fedlight.atomic_files import fsync_dir, write_synced
 from fedlight.data.sources import load_dataset, take_subset
 from fedlight.engine.state import client_state_files as files
-from fedlight.atomic_files import fsync_dir, write_synced
 from fedlight.engine.state.checkpoint import read_checkpoint
 from fedlight.engine.state.run_files import CHECKPOINT, RESULTS
 from fedlight.errors import UserError

@@ -337,17 +337,21 @@ def _run(fabric: Fabric, recipe: Recipe, data: ImageData, parts: list, module: F
         # benchmarks/micro.py), paid by torch.optim at every step (its graph-capture check) with
         # the GIL held.
         os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
+        threads = torch.get_num_threads()  # the caller's, given back: fit() leaves its process as it found it
         if recipe.fabric.threads:
             torch.set_num_threads(recipe.fabric.threads)
-        run_dir = Path(recipe.run_dir)
-        federation = build_federation(fabric, recipe, data, parts, module, server, run_dir, record=record)
         try:
-            if restore:
-                federation.restore()  # a damaged checkpoint or too few rounds: refused before anything is written
-            if folder is not None:
-                write_yaml(run_dir / RECIPE, record)
-                for text in clamped:
-                    print(f"fedlight: warning: {text}", file=sys.stderr)
-            return federation.run()
+            run_dir = Path(recipe.run_dir)
+            federation = build_federation(fabric, recipe, data, parts, module, server, run_dir, record=record)
+            try:
+                if restore:
+                    federation.restore()  # a damaged checkpoint or too few rounds: refused before anything is written
+                if folder is not None:
+                    write_yaml(run_dir / RECIPE, record)
+                    for text in clamped:
+                        print(f"fedlight: warning: {text}", file=sys.stderr)
+                return federation.run()
+            finally:
+                federation.workers.close()
         finally:
-            federation.workers.close()
+            torch.set_num_threads(threads)

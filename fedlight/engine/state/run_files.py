@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fedlight.config.files import dump_yaml
 from fedlight.atomic_files import atomic_write_bytes
+from fedlight.config.files import dump_yaml
 
 CHECKPOINT = "checkpoints/last.pt"
 RECIPE = "recipe.yaml"

@@ -19,12 +19,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from fedlight.atomic_files import atomic_write_bytes
 from fedlight.attacks.attack import Attack, AttackContext
 from fedlight.engine.loop import client_attacks as attacks, client_faults as faults
 from fedlight.engine.loop.comm_ledger import CommLedger
 from fedlight.engine.loop.interfaces import FaultModel, Report, State
 from fedlight.engine.output.console import say
-from fedlight.atomic_files import atomic_write_bytes
 from fedlight.engine.state.run_files import CHECKPOINT
 from fedlight.errors import RunStopped
 from fedlight.seeding import torch_generator
