@@ -8,6 +8,7 @@ checkpoints and run files.
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -42,8 +43,9 @@ def write_failed(path: Path, tmp: Path, exc: OSError, then: str = "rerun with --
         tmp.unlink(missing_ok=True)
     except OSError:
         pass
-    return UserError(f"cannot write '{path}' ({exc.strerror or exc}); its previous version is kept: "
-                     f"free space on that disk, then {then}")
+    kept = "its previous version is kept" if path.exists() else "nothing was written"
+    fix = "free space on that disk" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else f"make '{path.parent}' writable"
+    return UserError(f"cannot write '{path}' ({exc.strerror or exc}); {kept}: {fix}, then {then}")
 
 
 def atomic_write_bytes(path: Path, data: bytes, then: str = "rerun with --resume") -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+import torch
 import yaml
 
 from fedlight.cli import main
@@ -102,9 +103,14 @@ def test_mlflow_resume_cuts_a_killed_starts_metrics_back_to_the_checkpoint(
     metric = next((tmp_path / "mlruns").glob("*/*/metrics/accuracy/knn_acc"))
     logged = metric.read_text()
     metric.write_text(logged + "1764000000000 55.5 4\n17640000")  # round 4, then a cut line
+    new = metric.with_name("new_acc")  # a metric first logged in round 4: nothing of it is left
+    new.write_text("1764000000000 55.5 4\n")
+    leftover = metric.with_name(".knn_acc.tmp")  # a kill inside an earlier trim's write
+    leftover.write_text("17640")
     logger = mlflow_logger(tmp_path, rounds_done=3)
     assert logger.experiment.get_run(logger.run_id).data.metrics["accuracy/knn_acc"] is not None
     assert metric.read_text() == logged  # steps 0-3, whole
+    assert not new.exists() and not leftover.exists()  # MLflow refuses an empty metric file, reads a .tmp one
     mlflow_logger(tmp_path, rounds_done=2)
     assert [int(line.split()[2]) for line in metric.read_text().splitlines()] == [0, 1, 2]
 
@@ -300,3 +306,19 @@ def test_a_kill_beside_round_2s_checkpoint_leaves_each_round_logged_once_after_t
     assert [(e.step, e.value) for e in events.Scalars("train/loss")] == history
     rows = (run / "comm.csv").read_text().splitlines()[1:]
     assert len(rows) == len(set(rows)) and len({row.split(",")[0] for row in rows}) == 2  # each round's, once
+
+
+def test_a_logger_that_fails_still_lets_the_round_be_saved(tiny_recipe: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loggers come before the checkpoint: their error must not cost the round's training."""
+    from conftest import QUICK_EVAL, SMALL_RUN
+
+    from fedlight.engine.loop.run_log import RunLog
+
+    def full_disk(self: RunLog, row: dict[str, Any], *rest: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(RunLog, "round", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        fit(load_recipe(tiny_recipe, [*SMALL_RUN, *QUICK_EVAL, "rounds=2"]))
+    ckpt = torch.load(tiny_recipe.parent / "run/checkpoints/last.pt", weights_only=True)
+    assert ckpt["rounds_completed"] == 1

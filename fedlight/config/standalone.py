@@ -45,12 +45,7 @@ def write_standalone(text: str, path: Path, overwrite: bool) -> None:
     problem = (f"'{path}' is a folder" if path.is_dir()
                else f"'{path}' exists (add --overwrite to replace it)" if path.exists() and not overwrite
                else output_folder_problem(path.parent))
-    if problem is None:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            # whole or not at all: with --overwrite a kill leaves the old recipe or the new one
-            atomic_write_bytes(path, text.encode("utf-8"), then="run --write-recipe again")
-            return
-        except OSError as exc:
-            problem = f"'{path}' cannot be written ({exc.strerror or exc})"
-    raise UserError(f"--write-recipe: {problem}; give another file path")
+    if problem is not None:
+        raise UserError(f"--write-recipe: {problem}; give another file path")
+    # whole or not at all: with --overwrite a kill leaves the old recipe or the new one
+    atomic_write_bytes(path, text.encode("utf-8"), then="run --write-recipe again")

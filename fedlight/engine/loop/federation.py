@@ -129,8 +129,7 @@ class Federation:
         state.ledger.rows.extend(uploads)
         row.update(metrics, eval_seconds=row["eval_seconds"] + seconds,
                    **{k: row[k] + n for k, n in state.ledger.totals(round_, uploads).items()})
-        self.wall = state.wall_before + time.perf_counter() - self.started
-        self.checkpoint.save(state, self.wall)
+        self._save(state)
 
     def run_round(self, round_: int, bars: RoundBars) -> None:
         """One round (0-based ``round_``), top to bottom: every step of the loop, in order."""
@@ -294,16 +293,26 @@ class Federation:
         results.json without final metrics (the run goes on) and the progress bar's line.
 
         The loggers come first: a kill between the two leaves a round logged and not in the checkpoint, which
-        the resume drops from every logger and logs again (the same numbers: a resume is bit-exact); the
-        other order left a round in the checkpoint whose curves no start would ever log."""
+        the resume drops from TensorBoard, the CSV and MLflow and logs again (the same numbers: a resume is
+        bit-exact; an offline W&B run, which nothing trims, then holds the round twice); the other order
+        left a round in the checkpoint whose curves no start would ever log. A logger that fails still
+        lets the round be saved (and every rank reach the collective) before its error stops the run."""
         state = self.run_state
-        self.log.round(row, ledger_rows, reports)
-        self.wall = state.wall_before + time.perf_counter() - self.started
-        self.checkpoint.save(state, self.wall)
+        try:
+            self.log.round(row, ledger_rows, reports)
+        except Exception:
+            self._save(state)
+            raise
+        self._save(state)
         if self.rank == 0:
             results = state.results(self.options.record, self.wall, None, self.evaluator.inputs())
             write_json(self.run_dir / RESULTS, results)
             bars.show(row, self.last_eval)
+
+    def _save(self, state: RunState) -> None:
+        """The checkpoint of ``state`` (every rank: a collective), with the wall time so far."""
+        self.wall = state.wall_before + time.perf_counter() - self.started
+        self.checkpoint.save(state, self.wall)
 
     def _stop_if_asked(self, failure: Exception | None, bars: RoundBars) -> None:
         """Step 11: the one line of a failed evaluation, or a preemption (SIGUSR1/SIGTERM) before the last

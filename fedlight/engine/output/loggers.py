@@ -193,8 +193,7 @@ def mlflow_logger(run_dir: Path, rounds_done: int) -> Logger:
 
     os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     store = (run_dir / "mlruns").resolve()
-    if rounds_done:
-        _trim_mlflow_metrics(store, rounds_done)
+    _trim_mlflow_metrics(store, rounds_done)
     client = MlflowClient(f"file:{store}")
     experiment = client.get_experiment_by_name(PROJECT) if store.is_dir() else None
     runs = client.search_runs([experiment.experiment_id], max_results=1) if experiment else []
@@ -208,15 +207,22 @@ def _trim_mlflow_metrics(store: Path, rounds_done: int) -> None:
     MLflow's file store appends a line ``<timestamp> <value> [<step>[ <dataset> <digest>]]`` per value
     (no step: step 0) to ``<experiment>/<run>/metrics/<metric name>``. A kill mid-line leaves a fragment
     that MLflow's ``get_run`` refuses ("malformed") on the next start, so the run could never resume; and
-    the steps after the checkpoint would be logged twice. Each changed file is rewritten atomically.
+    the steps after the checkpoint would be logged twice. Each changed file is rewritten atomically; one
+    left with no line goes (MLflow refuses an empty metric file too), as does a temporary file of this
+    trim that a kill left (MLflow would read it as a metric).
     """
     for path in store.glob("*/*/metrics/**/*"):
         if not path.is_file():
             continue
+        if path.name.startswith(".") and path.name.endswith(".tmp"):
+            path.unlink()
+            continue
         text = path.read_text()
         lines = text[:text.rfind("\n") + 1].splitlines(keepends=True)  # a last line without "\n" was cut
         kept = "".join(line for line in lines if _mlflow_step(line) <= rounds_done)
-        if kept != text:
+        if not kept:
+            path.unlink()
+        elif kept != text:
             atomic_write_bytes(path, kept.encode())
 
 
