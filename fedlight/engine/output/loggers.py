@@ -133,16 +133,14 @@ def _rewrite_whole(path: Path, fieldnames: list[str]) -> None:
 
 
 def _write_whole(path: Path, header: list[str], rows: list[dict[str, str]]) -> None:
-    """Write ``rows`` under ``header`` to ``path``, whole or not at all: written aside, then renamed.
+    """Write ``rows`` (one mapping a row, from column name to text) under ``header`` to ``path``, whole
+    or not at all."""
+    atomic_write_bytes(path, _csv_text(header, rows))
 
-    Args:
-        path: the CSV file to write (its folder exists).
-        header: the column names, in order.
-        rows: one mapping a row, from column name to text.
-    """
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(_csv_text(header, rows))
-    os.replace(tmp, path)
+
+def _whole_lines(text: str) -> str:
+    """``text`` up to its last newline: a last line without one was cut mid-write by a kill."""
+    return text[:text.rfind("\n") + 1]
 
 
 def _rows_up_to(path: Path, rounds_done: int) -> tuple[list[str], list[dict[str, str]]]:
@@ -153,8 +151,7 @@ def _rows_up_to(path: Path, rounds_done: int) -> tuple[list[str], list[dict[str,
     """
     with open(path, newline="") as f:
         text = f.read()
-    whole = text if text.endswith("\n") else text[:text.rfind("\n") + 1]
-    with io.StringIO(whole, newline="") as f:
+    with io.StringIO(_whole_lines(text), newline="") as f:
         reader = csv.DictReader(f)
         rows = []
         for row in reader:
@@ -218,7 +215,7 @@ def _trim_mlflow_metrics(store: Path, rounds_done: int) -> None:
             path.unlink()
             continue
         text = path.read_text()
-        lines = text[:text.rfind("\n") + 1].splitlines(keepends=True)  # a last line without "\n" was cut
+        lines = _whole_lines(text).splitlines(keepends=True)
         kept = "".join(line for line in lines if _mlflow_step(line) <= rounds_done)
         if not kept:
             path.unlink()
