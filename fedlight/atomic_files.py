@@ -44,8 +44,13 @@ def write_failed(path: Path, tmp: Path, exc: OSError, then: str = "rerun with --
     except OSError:
         pass
     kept = "its previous version is kept" if path.exists() else "nothing was written"
-    fix = "free space on that disk" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else f"make '{path.parent}' writable"
-    return UserError(f"cannot write '{path}' ({exc.strerror or exc}); {kept}: {fix}, then {then}")
+    return UserError(f"cannot write '{path}' ({exc.strerror or exc}); {kept}: {disk_fix(path, exc)}, then {then}")
+
+
+def disk_fix(path: Path, exc: OSError) -> str:
+    """What the user does about ``exc``, raised writing ``path``: free space on a full disk, else make its
+    folder writable (a vanished or read-only folder)."""
+    return "free space on that disk" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else f"make '{path.parent}' writable"
 
 
 def atomic_write_bytes(path: Path, data: bytes, then: str = "rerun with --resume") -> None:

@@ -249,6 +249,10 @@ def test_a_new_metric_rewrites_the_csv_whole_or_not_at_all(tmp_path: Path, monke
     assert sorted(p.name for p in path.parent.iterdir()) == ["metrics.csv"]
 
 
+ROUND_2 = {"round": 2, "seconds": 1.0, "train_seconds": 0.5, "eval_seconds": 0.0, "lr": 0.1, "train_loss": 0.25,
+           "bytes_up": 10, "bytes_down": 10, "bytes_d2d": 0}  # a history row, as RunLog.round takes it
+
+
 def test_a_rounds_scalars_are_on_disk_when_round_returns(tmp_path: Path) -> None:
     """Once the round's checkpoint is written (right after its log) a resume logs only later rounds: its
     TensorBoard events and CSV row must not wait in a buffer (TensorBoard's holds up to 120 s) for a kill."""
@@ -258,9 +262,7 @@ def test_a_rounds_scalars_are_on_disk_when_round_returns(tmp_path: Path) -> None
 
     log = RunLog(tmp_path, [], None, [], loggers=("tensorboard", "csv"))
     log.open(rounds_done=1, ledger=[], baseline=None)  # a resumed run: nothing of the data is drawn
-    row = {"round": 2, "seconds": 1.0, "train_seconds": 0.5, "eval_seconds": 0.0, "lr": 0.1, "train_loss": 0.25,
-           "bytes_up": 10, "bytes_down": 10, "bytes_d2d": 0}
-    log.round(row, [], [])
+    log.round(ROUND_2, [], [])
     events = EventAccumulator(str(tmp_path / "tensorboard"))
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("train/loss")] == [(2, 0.25)]
@@ -322,3 +324,21 @@ def test_a_logger_that_fails_still_lets_the_round_be_saved(tiny_recipe: Path, mo
         fit(load_recipe(tiny_recipe, [*SMALL_RUN, *QUICK_EVAL, "rounds=2"]))
     ckpt = torch.load(tiny_recipe.parent / "run/checkpoints/last.pt", weights_only=True)
     assert ckpt["rounds_completed"] == 1
+
+
+def test_a_full_disk_at_comm_csv_is_one_line_and_the_next_start_rewrites_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """comm.csv is appended each round; a full disk there is the user's to fix, said in one line, and the
+    next start's ``open`` writes the checkpoint's rows whole again."""
+    from fedlight.engine.loop import run_log
+    from fedlight.errors import UserError
+
+    log = run_log.RunLog(tmp_path, [], None, [], loggers=("csv",))
+    log.open(rounds_done=1, ledger=[], baseline=None)
+
+    def full_disk(*args: Any, **kwargs: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(run_log, "open", full_disk, raising=False)  # the module's open, not the loggers'
+    with pytest.raises(UserError, match=r"cannot append to '.*comm\.csv' \(No space left on device\).*free space"):
+        log.round(ROUND_2, [], [])

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from lightning.fabric.loggers import Logger, TensorBoardLogger
 
-from fedlight.atomic_files import atomic_write_bytes
+from fedlight.atomic_files import atomic_write_bytes, disk_fix
 from fedlight.data.partition import class_counts
 from fedlight.data.sources import ImageData
 from fedlight.engine.loop.comm_ledger import CommLedger
@@ -30,6 +30,7 @@ from fedlight.engine.loop.interfaces import ACCURACY
 from fedlight.engine.loop.interfaces import Report, RoundPlugin
 from fedlight.engine.output.loggers import PictureSink, open_loggers
 from fedlight.engine.output.tensorboard import partition_figure, run_hparams
+from fedlight.errors import UserError
 
 
 class RunLog:
@@ -95,8 +96,13 @@ class RunLog:
             scalars.update(plugin.log_round(self.logger, row))
         scalars.update({f"server/{k}": row[k] for k in self.server_metrics if row.get(k) is not None})
         self._log_metrics(scalars, step=row["round"])
-        with open(self.run_dir / "comm.csv", "a") as f:
-            f.write(CommLedger.csv_lines(ledger_rows))
+        comm = self.run_dir / "comm.csv"
+        try:
+            with open(comm, "a") as f:
+                f.write(CommLedger.csv_lines(ledger_rows))
+        except OSError as exc:  # the round is still saved (Federation._log_and_save); a resume rewrites the file
+            raise UserError(f"cannot append to '{comm}' ({exc.strerror or exc}); the next start rewrites it from "
+                            f"the round's checkpoint: {disk_fix(comm, exc)}, then rerun with --resume") from None
         for logger in self.loggers:
             logger.save()
 
