@@ -72,7 +72,7 @@ def child_phases(recipe: str, overrides: list[str], run_dir: str) -> dict[str, f
         timed(orchestrator.Federation, name, spent, "rounds outside local training")
     timed(workers.Workers, "map", spent, "local training")
     timed(run_checkpoint.RunCheckpoint, "save", spent, "checkpoints and results")
-    timed(orchestrator, "write_json", spent, "checkpoints and results")
+    timed(orchestrator, "atomic_write_json", spent, "checkpoints and results")
     steps, step = [], local_loop.training_step  # list.append is atomic: the workers' threads share it
 
     def timed_step(*args, **kwargs):

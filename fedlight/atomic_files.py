@@ -9,6 +9,7 @@ checkpoints and run files.
 from __future__ import annotations
 
 import errno
+import json
 import os
 from pathlib import Path
 
@@ -67,3 +68,8 @@ def atomic_write_bytes(path: Path, data: bytes, then: str = "rerun with --resume
         fsync_dir(path.parent)
     except OSError as exc:
         raise write_failed(path, tmp, exc, then) from None
+
+
+def atomic_write_json(path: Path, obj: object, then: str = "rerun with --resume") -> None:
+    """Write ``obj`` to ``path`` as indented JSON, atomically (``atomic_write_bytes``)."""
+    atomic_write_bytes(path, (json.dumps(obj, indent=2) + "\n").encode(), then)

@@ -103,6 +103,21 @@ def test_rerun_keeps_finished_tasks_and_submits_the_rest(tmp_path: Path, tiny_re
     assert len(json.loads((out / "manifest.json").read_text())["tasks"]) == 12
 
 
+def test_a_full_disk_mid_sweep_says_to_run_the_sweep_again(tmp_path: Path, tiny_recipe: Path, capsys,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep is continued by its own command (it has no --resume): a failed write must say so."""
+    from fedlight import atomic_files
+
+    def full_disk(path: Path, data: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(atomic_files, "write_synced", full_disk)
+    assert _sweep(tiny_recipe, tmp_path / "sweep") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "manifest.json" in err and "free space on that disk" in err, err
+    assert err.rstrip().endswith("then run the same sweep command again"), err
+
+
 def test_plan_never_duplicates_a_submission() -> None:
     manifest = {"tasks": [{"index": i} for i in range(5)], "submissions": [{"job_id": "7", "tasks": [0, 1, 2]}]}
     assert to_submit(manifest, finished={0}, resubmit_failed=False) == [3, 4]

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fedlight.config import Recipe, load_recipe
+from fedlight.atomic_files import atomic_write_bytes, atomic_write_json
 from fedlight.config.files import output_folder_problem
 from fedlight.config.loader import parse_override
-from fedlight.engine.state.run_files import write_json, write_text
 from fedlight.errors import UserError, UserErrors
 from fedlight.sweep import manifest as mf
 from fedlight.sweep.arms import Arm, arm_axes, parse_arms
@@ -52,6 +52,7 @@ def check_task(resolved: Any, load: Callable[..., Any]) -> list[str]:
 
 
 SCRIPT = "array.sbatch"
+AGAIN = "run the same sweep command again"  # after a failed write: finished runs are kept, the rest go on
 EXECUTORS = ("slurm", "local")
 
 
@@ -213,7 +214,7 @@ def run_sweep(recipe: str | list[str], grid: list[str], seeds: int, out: str, op
         submission = ({"job_id": mf.LOCAL, "tasks": chosen, "executor": mf.LOCAL, "parallel": options.parallel}
                       if local else {"job_id": submit(command), "tasks": chosen, "command": shlex.join(command)})
         manifest["submissions"].append(submission)
-        write_json(out_dir / mf.MANIFEST, manifest)
+        atomic_write_json(out_dir / mf.MANIFEST, manifest, then=AGAIN)
     if local:  # outside the lock: another sweep may record its own runs meanwhile
         return _run_here(out_dir, names, chosen, options.parallel, manifest, echo)
     echo(f"submitted array job {submission['job_id']} ({len(chosen)} tasks); logs in {out_dir / 'logs'}")
@@ -231,13 +232,14 @@ def _write_files(out_dir: Path, manifest: dict[str, Any], texts: dict[int, tuple
                  names: dict[int, str], script_text: str) -> None:
     """The manifest, every unfinished task's recipe (unless already as written), ``tasks.txt`` and the script."""
     (out_dir / "logs").mkdir(parents=True, exist_ok=True)
-    write_json(out_dir / mf.MANIFEST, manifest)
+    atomic_write_json(out_dir / mf.MANIFEST, manifest, then=AGAIN)
     for index, (text, _) in texts.items():
         path = mf.recipe_path(out_dir, names[index])
         if index not in finished and not (path.is_file() and path.read_text() == text):
-            write_text(path, text)  # whole or not at all: a task that starts meanwhile reads the old file or this one
-    write_text(out_dir / mf.NAMES, mf.names_text(names))
-    write_text(out_dir / SCRIPT, script_text)
+            # whole or not at all: a task that starts meanwhile reads the old file or this one
+            atomic_write_bytes(path, text.encode(), then=AGAIN)
+    atomic_write_bytes(out_dir / mf.NAMES, mf.names_text(names).encode(), then=AGAIN)
+    atomic_write_bytes(out_dir / SCRIPT, script_text.encode(), then=AGAIN)
 
 
 def _run_here(out_dir: Path, names: dict[int, str], chosen: list[int], parallel: int, manifest: dict[str, Any],

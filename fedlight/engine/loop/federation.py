@@ -40,7 +40,8 @@ from fedlight.engine.loop.workers import Workers
 from fedlight.engine.output.console import say
 from fedlight.engine.output.progress import ClientTicks, EvalPhases, RoundBars
 from fedlight.engine.state.collectives import gather
-from fedlight.engine.state.run_files import CHECKPOINT, RESULTS, write_json
+from fedlight.atomic_files import atomic_write_json
+from fedlight.engine.state.run_files import CHECKPOINT, RESULTS
 from fedlight.methods.federated_module import FederatedModule
 from fedlight.server.aggregator import Aggregator
 
@@ -111,7 +112,7 @@ class Federation:
         if self.rank == 0:  # results.json with final metrics says the run is finished: it comes last
             self.log.final(options.record, results["final"], lambda x: self.evaluator.apply(self.module.features, x),
                            options.projector_samples, state.rounds_done)
-            write_json(self.run_dir / RESULTS, results)
+            atomic_write_json(self.run_dir / RESULTS, results)
         return results
 
     def _evaluate_the_final_model_if_unscored(self, bars: RoundBars) -> None:
@@ -306,7 +307,7 @@ class Federation:
         self._save(state)
         if self.rank == 0:
             results = state.results(self.options.record, self.wall, None, self.evaluator.inputs())
-            write_json(self.run_dir / RESULTS, results)
+            atomic_write_json(self.run_dir / RESULTS, results)
             bars.show(row, self.last_eval)
 
     def _save(self, state: RunState) -> None:

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,17 +15,5 @@ RECIPE = "recipe.yaml"
 RESULTS = "results.json"
 
 
-def write_json(path: Path, obj: Any) -> None:
-    _write_atomically(path, (json.dumps(obj, indent=2) + "\n").encode())
-
-
-def write_text(path: Path, text: str) -> None:
-    _write_atomically(path, text.encode())
-
-
 def write_yaml(path: Path, obj: Any) -> None:
-    _write_atomically(path, dump_yaml(obj).encode())
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    atomic_write_bytes(path, data)
+    atomic_write_bytes(path, dump_yaml(obj).encode())

@@ -29,7 +29,7 @@ from fedlight.data.views import ViewMaker
 from fedlight.engine.loop.comm_ledger import payload_bytes
 from fedlight.engine.loop.interfaces import ClientSchedule, ClientWork, Report, State
 from fedlight.engine.parts.cfcl.iteration_loop import train_client_iterations
-from fedlight.engine.state.run_files import write_json
+from fedlight.atomic_files import atomic_write_json
 from fedlight.errors import UserError
 from fedlight.exchange.delay import period_delay
 from fedlight.exchange.exchange import Exchange
@@ -239,7 +239,7 @@ class ExchangeSchedule(ClientSchedule):
     def log_open(self, logger: Any, run_dir: Path, fresh: bool) -> None:
         if not fresh:
             return
-        write_json(run_dir / "graph.json", {"kind": self.cfg.graph, "neighbours": self.exchange.neighbours,
+        atomic_write_json(run_dir / "graph.json", {"kind": self.cfg.graph, "neighbours": self.exchange.neighbours,
                                             "positions": self.positions.tolist()})
         logger.experiment.add_figure("exchange/graph", graph_figure(self.adjacency, self.positions), 0)
 
