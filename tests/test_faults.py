@@ -23,8 +23,6 @@ from fedlight.engine.state.checkpoint import load_checkpoint
 from fedlight.methods.federated_module import OptimizerSpec
 from fedlight.seeding import derive_seed
 
-FAST = QUICK_EVAL
-
 
 def _global(run: Path) -> dict[str, torch.Tensor]:
     return torch.load(run / "checkpoints/last.pt", weights_only=True)["global"]
@@ -69,7 +67,7 @@ def test_divergence_names_the_bad_value() -> None:
 def test_faulty_run_logs_every_fault_and_aggregates_only_answers(tmp_path: Path, tiny_recipe: Path) -> None:
     faults = ["faults.dropout=0.3", "faults.straggler=0.4", "faults.straggler_work=0.5", "faults.diverge=0.2"]
     run = tmp_path / "f"
-    res = fit(load_recipe(tiny_recipe, ["clients.num=6", "rounds=3", *faults, *FAST, *SMALL_RUN, f"run.dir={run}"]))
+    res = fit(load_recipe(tiny_recipe, ["clients.num=6", "rounds=3", *faults, *QUICK_EVAL, *SMALL_RUN, f"run.dir={run}"]))
     recipe = load_recipe(run / "recipe.yaml")
     parts = {}
     from fedlight.engine.run.fit import prepare_data
@@ -109,10 +107,10 @@ def test_faulty_run_logs_every_fault_and_aggregates_only_answers(tmp_path: Path,
 
     # the same faults after a kill + resume (faults.csv rebuilt from the checkpoint)
     half = tmp_path / "h"
-    fit(load_recipe(tiny_recipe, ["clients.num=6", "rounds=2", *faults, *FAST, *SMALL_RUN, f"run.dir={half}"]))
+    fit(load_recipe(tiny_recipe, ["clients.num=6", "rounds=2", *faults, *QUICK_EVAL, *SMALL_RUN, f"run.dir={half}"]))
     with open(half / "faults.csv", "a") as f:
         f.write("9,9,logged-after-the-checkpoint,\n")
-    resumed = fit(load_recipe(tiny_recipe, ["clients.num=6", "rounds=3", *faults, *FAST, *SMALL_RUN, f"run.dir={half}"]),
+    resumed = fit(load_recipe(tiny_recipe, ["clients.num=6", "rounds=3", *faults, *QUICK_EVAL, *SMALL_RUN, f"run.dir={half}"]),
                   resume=True)
     assert (half / "faults.csv").read_text() == (run / "faults.csv").read_text()
     a, b = _global(run), _global(half)
@@ -122,7 +120,7 @@ def test_faulty_run_logs_every_fault_and_aggregates_only_answers(tmp_path: Path,
 
 def test_round_without_answers_keeps_the_global_model(tmp_path: Path, tiny_recipe: Path, capsys) -> None:
     run = tmp_path / "all-dropped"
-    res = fit(load_recipe(tiny_recipe, ["faults.dropout=1.0", "rounds=2", *FAST, f"run.dir={run}"]))
+    res = fit(load_recipe(tiny_recipe, ["faults.dropout=1.0", "rounds=2", *QUICK_EVAL, f"run.dir={run}"]))
     assert [r["answered"] for r in res["history"]] == [0, 0] and res["history"][0]["train_loss"] is None
     assert "round 1: no sampled client answered; the global model is kept" in capsys.readouterr().err
     recipe = load_recipe(run / "recipe.yaml")
@@ -146,7 +144,7 @@ def test_too_many_diverged_clients_stop_cleanly_with_the_last_good_checkpoint(tm
     seed = _seed_that_stops_in_round_2(0.5, 1, 4)
     run = tmp_path / "stopped"
     args = ["fit", "--recipe", str(tiny_recipe), f"seed={seed}", "clients.num=4", "rounds=3", "faults.diverge=0.5",
-            "faults.max_bad_clients=1", *FAST, *SMALL_RUN, f"run.dir={run}"]
+            "faults.max_bad_clients=1", *QUICK_EVAL, *SMALL_RUN, f"run.dir={run}"]
     assert main(args) == 2
     (err,) = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert err.startswith("fedlight: error: round 2:") and "faults.max_bad_clients=1" in err
@@ -163,7 +161,7 @@ def test_too_many_diverged_clients_stop_cleanly_with_the_last_good_checkpoint(tm
 
 def test_real_divergence_is_caught(tmp_path: Path, tiny_recipe: Path) -> None:
     """Not injected: a learning rate of 1e30 makes every client's loss or update NaN/Inf."""
-    res = fit(load_recipe(tiny_recipe, ["local.optimizer=sgd", "local.lr=1e30", "local.epochs=3", "rounds=1", *FAST,
+    res = fit(load_recipe(tiny_recipe, ["local.optimizer=sgd", "local.lr=1e30", "local.epochs=3", "rounds=1", *QUICK_EVAL,
                                         *SMALL_RUN, f"run.dir={tmp_path / 'lr'}"]))
     assert res["history"][0]["diverged"] == 2 and res["history"][0]["answered"] == 0
     assert all(torch.isfinite(v).all() for v in _global(tmp_path / "lr").values())
@@ -173,7 +171,7 @@ def test_a_streaming_straggler_sees_only_its_first_arrivals(tmp_path: Path, tiny
     """velocity 192 through a 32-sample buffer: 6 arrivals a round; a half-work straggler takes 3."""
     stream = ["stream.velocity=192", "stream.stc=20", "buffer.size=32", "method={name: byol, hidden_dim: 32, output_dim: 16}"]
     res = fit(load_recipe(tiny_recipe, [*stream, "faults.straggler=1.0", "faults.straggler_work=0.5", "rounds=1",
-                                        *FAST, f"run.dir={tmp_path / 's'}"]))
+                                        *QUICK_EVAL, f"run.dir={tmp_path / 's'}"]))
     assert res["history"][0]["stragglers"] == 2 and res["history"][0]["answered"] == 2
     clients = torch.load(tmp_path / "s/checkpoints/last.pt", weights_only=True)["clients"]
     assert [int(state["buffer.seen"]) for state in clients.values()] == [96, 96]
@@ -204,7 +202,7 @@ def test_a_finite_exploding_client_is_excluded_and_the_model_stays(tmp_path: Pat
     and the next evaluation overflowed with no checkpoint written."""
     run = tmp_path / "boom"
     res = fit(load_recipe(tiny_recipe, ["local.optimizer=sgd", "local.lr=1e30", "data.subset=64", "clients.num=1",
-                                        "partition.kind=iid", "rounds=1", *FAST, f"run.dir={run}"]))
+                                        "partition.kind=iid", "rounds=1", *QUICK_EVAL, f"run.dir={run}"]))
     row = res["history"][0]
     assert row["train_loss"] is None and row["diverged"] == 1 and row["answered"] == 0  # no answer to average
     assert "update norm" in (run / "faults.csv").read_text()
@@ -228,7 +226,7 @@ def test_an_evaluation_failure_leaves_the_round_checkpointed(tmp_path: Path, tin
 
     monkeypatch.setattr(Evaluator, "model_metrics", flaky)
     run = tmp_path / "eval"
-    args = ["fit", "--recipe", str(tiny_recipe), "rounds=3", *FAST, *SMALL_RUN, f"run.dir={run}"]
+    args = ["fit", "--recipe", str(tiny_recipe), "rounds=3", *QUICK_EVAL, *SMALL_RUN, f"run.dir={run}"]
     code = main(args)
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert code == 2 and err.startswith("fedlight: error: round 2: evaluating the model failed (RuntimeError"), err
@@ -256,7 +254,7 @@ def test_a_failed_last_evaluation_is_made_by_the_resume_not_taken_from_an_earlie
 
     monkeypatch.setattr(Evaluator, "model_metrics", fails_last)
     run = tmp_path / "last"
-    args = ["fit", "--recipe", str(tiny_recipe), f"rounds={rounds}", *FAST, *SMALL_RUN, f"run.dir={run}"]
+    args = ["fit", "--recipe", str(tiny_recipe), f"rounds={rounds}", *QUICK_EVAL, *SMALL_RUN, f"run.dir={run}"]
     assert main(args) == 2
     assert load_checkpoint(run / "checkpoints/last.pt")["history"][-1]["knn_acc"] is None
     assert main([*args, "--resume"]) == 0 and len(calls) == rounds + 2
