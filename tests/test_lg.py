@@ -305,3 +305,22 @@ def test_lg_recipes_follow_the_paper() -> None:
     lg, local = recipe("lg_fmnist.yaml"), recipe("lg_local_fmnist.yaml")
     assert local.method["global_layers"] == [] and local.method["warmup_rounds"] == 0
     assert (local.rounds, local.clients, local.local) == (lg.rounds, lg.clients, lg.local)
+
+
+def test_a_client_that_has_not_trained_starts_its_objectives_private_parts_afresh(tmp_path: Path,
+                                                                                   lg_recipe: Path) -> None:
+    """At the end of the FedAvg phase a client gets the layers it now keeps from the global model, and
+    nothing else of the worker model, which holds the last-trained client's BYOL target (its data's)."""
+    fit(load_recipe(lg_recipe, [
+        "model.backbone=tiny_cnn", "clients.fraction=0.25", "rounds=2", "eval.local_test=false",
+        "method={name: lg, objective: byol, hidden_dim: 32, output_dim: 16, global_layers: [backbone], "
+        "warmup_rounds: 1}", f"run.dir={tmp_path / 'run'}"]))
+    ckpt = _ckpt(tmp_path / "run")
+    trained = set(sample_clients(1, 0, 4, 0.25)) | set(sample_clients(1, 1, 4, 0.25))
+    assert len(trained) < 4
+    for client, state in ckpt["clients"].items():
+        target = {k for k in state if "_momentum." in k}
+        assert bool(target) == (client in trained), (client, sorted(state))  # a target is its own or none
+        if client not in trained:  # the layers LG made private, as the global model had them
+            assert state and all(k.startswith(("objective.projection_head.", "objective.prediction_head.",
+                                               "head.")) for k in state), sorted(state)

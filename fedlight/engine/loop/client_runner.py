@@ -140,7 +140,9 @@ class ClientRunner:
         module_state = {k: v for k, v in private.items() if not (prefix and k.startswith(prefix))}
         if module_state:
             module.load_partial(module_state)
-        else:
+        if not module_state.keys() >= module.private_state().keys():
+            # a new client, or one that has only the layers a changed split made private (``split_changed``):
+            # the objective's own private parts (a target network, a queue) start afresh from its model
             module.reset_private_state()
         return private
 
@@ -185,9 +187,17 @@ class ClientRunner:
         prefix = self.schedule.state_prefix
         return {c: {k: v for k, v in s.items() if not (prefix and k.startswith(prefix))} for c, s in clients.items()}
 
-    def split_changed(self, module: FederatedModule, clients: list[int]) -> None:
-        """The method changed what it shares: every client of this rank starts its new private state
-        from the current model (stored state wins)."""
+    def split_changed(self, module: FederatedModule, clients: list[int], shared_before: set[str]) -> None:
+        """The method changed what it shares: every client of this rank starts the layers it now keeps
+        private from the current model, the global one (its stored state wins).
+
+        Only the tensors in ``shared_before`` (the global state's keys before the change) are taken from
+        ``module``: its other private tensors are those of the last client it trained (a BYOL target, a
+        MoCo queue), which a client that has not trained yet must not start from (``_start`` resets them).
+        """
+        newly_private = {k: v for k, v in module.private_state().items() if k in shared_before}
         for client in clients:
             if self.owns(client):
-                self.store.put(client, {**module.private_state(), **(self.store.get(client) or {})})
+                state = {**newly_private, **(self.store.get(client) or {})}
+                if state:
+                    self.store.put(client, state)

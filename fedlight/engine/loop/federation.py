@@ -166,8 +166,9 @@ class Federation:
         learning rate on every worker model."""
         state = self.run_state
         if any(self.workers.each(lambda m: isinstance(m, ChangingSplit) and m.update_split(round_, state.history))):
+            shared_before = set(state.global_state)
             self._set_global(self.module.shared_state())  # the method changed what it shares (LG leaving FedAvg)
-            self.clients.split_changed(self.module, self.trainable)
+            self.clients.split_changed(self.module, self.trainable, shared_before)
             if state.phase_start is None:  # not when a resumed run re-enters the phase it had entered
                 state.phase_start = round_
         for hook in self.hooks:
