@@ -327,11 +327,14 @@ ARRIVES = ["new_device.rotation=90", "new_device.goal_acc=0"]  # after the first
     ([DP_FEDAVG, *IPM], "faults.attack=ipm builds every attacker's update from the benign clients' updates"),
     (["server={name: fedavg, dp: {}}", *IPM], "server.dp averages clipped updates"),
     ([DP_MEDIAN, *IPM], None),  # a payloads rule's projection bounds any inputs: accounted
+    (["server={name: median, dp: {adaptive: true, count_noise: 2.0}}", *IPM],  # but not the attackers' share of C's count
+     "server.dp.adaptive counts the unclipped updates with noise sized for one client moving one count"),
     ([DP_FEDAVG, "new_device.rotation=90", "new_device.goal_acc=0.5"],
      "arrives once the original devices' accuracy on their own test splits reaches new_device.goal_acc=0.5"),
     ([DP_FEDAVG, *ARRIVES, "new_device.fraction=1.0"], None),  # every device every round: q = 1
     ([DP_FEDAVG, *ARRIVES], None),  # p = 0: the new device alone after it arrives
-], ids=["exchange", "new-device-share", "ipm-dp_fedavg", "ipm-fedavg-dp", "ipm-median-dp", "new-device-goal",
+], ids=["exchange", "new-device-share", "ipm-dp_fedavg", "ipm-fedavg-dp", "ipm-median-dp", "ipm-median-adaptive",
+        "new-device-goal",
         "new-device-all", "new-device-alone"])
 def test_a_recipe_where_one_clients_data_moves_more_than_its_update_is_refused(tiny_recipe: Path, overrides: list[str],
                                                                                says: str | None) -> None:

@@ -4,9 +4,11 @@ The accountant (``fedlight.server.differential_privacy``) prices one Gaussian me
 or removing one client's data moves that client's own clipped update and nothing else (the mean's
 sensitivity C / m; 2C for a payloads rule, whose projection onto the ball of norm C bounds any inputs),
 and a round's clients are all of them (q = 1) or a Poisson draw at q = m / K. A recipe where one
-client's data reaches other clients' updates, where a round draws a fixed-size set, or where unnoised
-client data decides what trains (LG-FedAvg's new device arriving at an accuracy goal), releases more
-than the reported epsilon bounds; each is refused in one line naming the key to change.
+client's data reaches other clients' updates (CF-CL's exchange; attackers that read the benign updates,
+beyond what a payloads rule's projection bounds, or in adaptive clipping's count), where a round draws a
+fixed-size set, or where unnoised client data decides what trains (LG-FedAvg's new device arriving at an
+accuracy goal), releases more than the reported epsilon bounds; each is refused in one line naming the
+key to change.
 """
 
 from __future__ import annotations
@@ -55,6 +57,12 @@ def check_privacy(recipe: Recipe, server: Aggregator, attack: Attack | None, per
                         "covers; set new_device.goal_acc=0 (it arrives after the first evaluation) to run with "
                         "differential privacy")
     projects = isinstance(server, DifferentialPrivacy) and server.inner.needs_payloads  # the 2C ball: any inputs
+    if attack is not None and attack.needs_benign and isinstance(server, DifferentialPrivacy) and server.adaptive:
+        key = server.options_key
+        raise UserError(f"{key}.adaptive counts the unclipped updates with noise sized for one client moving one "
+                        f"count, but faults.attack={recipe.faults.attack} builds every attacker's update from the "
+                        f"benign clients' updates, so one client moves every attacker's count too; set {key}.adaptive="
+                        "false, or use an attack that reads none (e.g. faults.attack=sign_flip)")
     if attack is not None and attack.needs_benign and not projects:
         raise UserError(f"{private} averages clipped updates, whose sensitivity assumes one client moves one "
                         f"update, but faults.attack={recipe.faults.attack} builds every attacker's update from the "
