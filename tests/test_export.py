@@ -147,6 +147,15 @@ def _unfinished(run: Path) -> None:
     (run / "results.json").write_text(json.dumps(results))
 
 
+def _stopped_mid_round(run: Path) -> None:
+    """A finished run resumed with more rounds and preempted between clients: the checkpoint still says the
+    last finished round, with the next round's partial sum (and its clients' new local parts in the store)."""
+    from fedlight.engine.state.checkpoint import read_checkpoint, save_checkpoint
+
+    ckpt, _ = read_checkpoint(run / "checkpoints/last.pt")
+    save_checkpoint(run / "checkpoints/last.pt", {**ckpt, "partial": {"acc": None, "reports": []}})
+
+
 @pytest.mark.parametrize("harm, expected", [
     (lambda run: (run / "results.json").unlink(), "results.json' is missing: pass the run folder"),
     # the command as it runs in this shell: `fedlight ...`, or `<this python> -m fedlight ...` off an activated venv
@@ -154,7 +163,9 @@ def _unfinished(run: Path) -> None:
     (lambda run: (run / "checkpoints/last.pt").unlink(), "has no checkpoint"),
     (_damaged, "last.pt' fails its sha256 check"),
     (_malformed_inputs, "results.json' has a malformed 'inputs'"),
-], ids=["no results", "unfinished", "no checkpoint", "damaged checkpoint", "malformed inputs"])
+    (_stopped_mid_round, "holds a round stopped between its clients (the run was resumed with more rounds and "
+                         f"interrupted): finish it first with {fedlight_command('fit', '--recipe')}"),
+], ids=["no results", "unfinished", "no checkpoint", "damaged checkpoint", "malformed inputs", "stopped mid-round"])
 def test_export_refuses_in_one_line(tiny_run: Path, tmp_path: Path, capsys, harm, expected: str) -> None:
     run = tmp_path / "copy"
     shutil.copytree(tiny_run, run)

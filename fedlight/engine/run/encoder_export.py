@@ -101,6 +101,11 @@ def _last_checkpoint(run_dir: Path, rounds_done: int) -> dict[str, Any]:
         problem = problem or f"is not the checkpoint of round {rounds_done}, which results.json reports"
         raise UserError(f"checkpoint '{path}' {problem}: copy the run's checkpoints/ folder back from a backup, "
                         "or rerun the run")
+    if ckpt.get("partial") is not None:  # a resume that grew the run was stopped between round R + 1's clients:
+        # the global model is round R's, but the clients trained since keep round R + 1's local parts
+        raise UserError(f"checkpoint '{path}' holds a round stopped between its clients (the run was resumed with "
+                        "more rounds and interrupted): finish it first with "
+                        + fedlight_command("fit", "--recipe", str(run_dir / "recipe.yaml"), "--resume"))
     return ckpt
 
 
