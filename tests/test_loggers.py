@@ -328,9 +328,9 @@ def test_a_logger_that_fails_still_lets_the_round_be_saved(tiny_recipe: Path, mo
 
 def test_a_full_disk_at_comm_csv_is_one_line_and_the_next_start_rewrites_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """comm.csv is appended each round; a full disk there is the user's to fix, said in one line, and the
-    next start's ``open`` writes the checkpoint's rows whole again."""
-    from fedlight.engine.loop import run_log
+    """comm.csv (and faults.csv, through the same ``append_csv``) is appended each round; a full disk there is
+    the user's to fix, said in one line, and the next start's ``open`` writes the checkpoint's rows whole again."""
+    from fedlight.engine.loop import comm_ledger, run_log
     from fedlight.errors import UserError
 
     log = run_log.RunLog(tmp_path, [], None, [], loggers=("csv",))
@@ -339,6 +339,6 @@ def test_a_full_disk_at_comm_csv_is_one_line_and_the_next_start_rewrites_it(
     def full_disk(*args: Any, **kwargs: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(run_log, "open", full_disk, raising=False)  # the module's open, not the loggers'
+    monkeypatch.setattr(comm_ledger, "open", full_disk, raising=False)  # the module's open, not the loggers'
     with pytest.raises(UserError, match=r"cannot append to '.*comm\.csv' \(No space left on device\).*free space"):
         log.round(ROUND_2, [], [])

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from functools import cache
+from pathlib import Path
 
 import torch
+
+from fedlight.atomic_files import atomic_write_bytes, disk_fix
+from fedlight.errors import UserError
 
 DIRECTIONS = ("up", "down", "d2d", "new_test")
 
@@ -59,3 +63,20 @@ class CommLedger:
         return "".join(",".join(str(v) for v in row) + "\n" for row in rows)
 
     CSV_HEADER = "round,client,direction,dtype,bytes\n"
+
+
+def rewrite_csv(path: Path, header: str, rows: list[list]) -> None:
+    """``path`` (comm.csv, faults.csv) as a run's start finds it in its checkpoint: whole or not at all, so a
+    kill here leaves the old file, which the next start rewrites."""
+    atomic_write_bytes(path, (header + CommLedger.csv_lines(rows)).encode())
+
+
+def append_csv(path: Path, rows: list[list]) -> None:
+    """A round's ``rows`` at the end of ``path``; a failed write is one line (the round is still saved, and
+    the next start rewrites the file from its checkpoint: ``rewrite_csv``)."""
+    try:
+        with open(path, "a") as f:
+            f.write(CommLedger.csv_lines(rows))
+    except OSError as exc:
+        raise UserError(f"cannot append to '{path}' ({exc.strerror or exc}); the next start rewrites it from "
+                        f"the round's checkpoint: {disk_fix(path, exc)}, then rerun with --resume") from None

@@ -21,16 +21,14 @@ import numpy as np
 import torch
 from lightning.fabric.loggers import Logger, TensorBoardLogger
 
-from fedlight.atomic_files import atomic_write_bytes, disk_fix
 from fedlight.data.partition import class_counts
 from fedlight.data.sources import ImageData
-from fedlight.engine.loop.comm_ledger import CommLedger
+from fedlight.engine.loop.comm_ledger import CommLedger, append_csv, rewrite_csv
 from fedlight.engine.loop.evaluator import METRICS
 from fedlight.engine.loop.interfaces import ACCURACY
 from fedlight.engine.loop.interfaces import Report, RoundPlugin
 from fedlight.engine.output.loggers import PictureSink, open_loggers
 from fedlight.engine.output.tensorboard import partition_figure, run_hparams
-from fedlight.errors import UserError
 
 
 class RunLog:
@@ -62,8 +60,7 @@ class RunLog:
             return
         self.loggers = open_loggers(self.names, self.run_dir, rounds_done)
         self.logger = next((lg for lg in self.loggers if isinstance(lg, TensorBoardLogger)), PictureSink())
-        # the checkpoint's rows, whole or not at all: a kill here leaves the old file, which the next start rewrites
-        atomic_write_bytes(self.run_dir / "comm.csv", (CommLedger.CSV_HEADER + CommLedger.csv_lines(ledger)).encode())
+        rewrite_csv(self.run_dir / "comm.csv", CommLedger.CSV_HEADER, ledger)
         fresh = rounds_done == 0
         if fresh:
             d = self.data
@@ -96,13 +93,7 @@ class RunLog:
             scalars.update(plugin.log_round(self.logger, row))
         scalars.update({f"server/{k}": row[k] for k in self.server_metrics if row.get(k) is not None})
         self._log_metrics(scalars, step=row["round"])
-        comm = self.run_dir / "comm.csv"
-        try:
-            with open(comm, "a") as f:
-                f.write(CommLedger.csv_lines(ledger_rows))
-        except OSError as exc:  # the round is still saved (Federation._log_and_save); a resume rewrites the file
-            raise UserError(f"cannot append to '{comm}' ({exc.strerror or exc}); the next start rewrites it from "
-                            f"the round's checkpoint: {disk_fix(comm, exc)}, then rerun with --resume") from None
+        append_csv(self.run_dir / "comm.csv", ledger_rows)
         for logger in self.loggers:
             logger.save()
 

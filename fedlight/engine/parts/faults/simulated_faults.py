@@ -19,10 +19,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from fedlight.atomic_files import atomic_write_bytes
 from fedlight.attacks.attack import Attack, AttackContext
 from fedlight.engine.loop import client_attacks as attacks, client_faults as faults
-from fedlight.engine.loop.comm_ledger import CommLedger
+from fedlight.engine.loop.comm_ledger import append_csv, rewrite_csv
 from fedlight.engine.loop.interfaces import FaultModel, Report, State
 from fedlight.engine.output.console import say
 from fedlight.engine.state.run_files import CHECKPOINT
@@ -123,7 +122,7 @@ class SimulatedFaults(FaultModel):
         if limit is None or len(bad) <= limit:
             return
         if self.rank == 0:  # log_round will not run for this round
-            self._append(rows)
+            append_csv(self.run_dir / "faults.csv", rows)
         kept = (f"the last good checkpoint '{self.run_dir / CHECKPOINT}' (round {rounds_done}) is intact"
                 if rounds_done else "no round had completed, so there is no checkpoint")
         raise RunStopped(f"round {round_ + 1}: {len(bad)} clients diverged (NaN/Inf loss or update; clients "
@@ -144,15 +143,11 @@ class SimulatedFaults(FaultModel):
                                            for rep in reports)}
 
     def log_open(self, logger: Any, run_dir: Path, fresh: bool) -> None:
-        atomic_write_bytes(run_dir / "faults.csv", (faults.CSV_HEADER + CommLedger.csv_lines(self.rows)).encode())
+        rewrite_csv(run_dir / "faults.csv", faults.CSV_HEADER, self.rows)
 
     def log_round(self, logger: Any, row: dict[str, Any]) -> dict[str, float]:
-        self._append([f for f in self.rows if f[0] == row["round"]])
+        append_csv(self.run_dir / "faults.csv", [f for f in self.rows if f[0] == row["round"]])
         return {f"faults/{k}": row[k] for k in (*COLUMNS, "attackers") if k in row}
-
-    def _append(self, rows: list[list]) -> None:
-        with open(self.run_dir / "faults.csv", "a") as f:
-            f.write(CommLedger.csv_lines(rows))
 
     def state_dict(self) -> dict[str, Any]:
         return {"faults": self.rows}
