@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -324,3 +325,28 @@ def test_a_client_that_has_not_trained_starts_its_objectives_private_parts_afres
         if client not in trained:  # the layers LG made private, as the global model had them
             assert state and all(k.startswith(("objective.projection_head.", "objective.prediction_head.",
                                                "head.")) for k in state), sorted(state)
+
+
+def test_a_resume_that_makes_the_last_evaluation_writes_its_new_test_upload_to_comm_csv(
+        tmp_path: Path, lg_recipe: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The new test's upload (round 2's evaluation) is made by the resume when that evaluation failed: comm.csv
+    must hold it as the checkpoint's ledger (results.json's comm) does."""
+    from fedlight.engine.loop.evaluator import Evaluator
+
+    real, calls = Evaluator.model_metrics, []
+
+    def fails_round_2(self: Evaluator, *args: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 3:  # the baseline, round 1, then round 2's
+            raise RuntimeError("value cannot be converted to type float without overflow")
+        return real(self, *args)
+
+    monkeypatch.setattr(Evaluator, "model_metrics", fails_round_2)
+    recipe = load_recipe(lg_recipe, ["rounds=2", f"run.dir={tmp_path / 'run'}"])
+    with pytest.raises(Exception):
+        fit(recipe)
+    fit(recipe, resume=True)
+    rows = [line.split(",") for line in (tmp_path / "run/comm.csv").read_text().splitlines()[1:]]
+    ledger = _ckpt(tmp_path / "run")["ledger"]
+    assert any(d == "new_test" for _, _, d, *_ in ledger)
+    assert rows == [[str(v) for v in row] for row in ledger]

@@ -128,6 +128,7 @@ class Federation:
         metrics, uploads, failure, seconds = self._evaluate_if_due(round_, bars)
         self._stop_if_asked(failure, bars)
         state.ledger.rows.extend(uploads)
+        self.log.comm(uploads)  # comm.csv holds what results.json's comm counts
         row.update(metrics, eval_seconds=row["eval_seconds"] + seconds,
                    **{k: row[k] + n for k, n in state.ledger.totals(round_, uploads).items()})
         self._save(state)

@@ -93,9 +93,14 @@ class RunLog:
             scalars.update(plugin.log_round(self.logger, row))
         scalars.update({f"server/{k}": row[k] for k in self.server_metrics if row.get(k) is not None})
         self._log_metrics(scalars, step=row["round"])
-        append_csv(self.run_dir / "comm.csv", ledger_rows)
+        self.comm(ledger_rows)
         for logger in self.loggers:
             logger.save()
+
+    def comm(self, ledger_rows: list[list]) -> None:
+        """The ledger's new rows at the end of comm.csv (an evaluation's uploads too: LG-FedAvg's new test)."""
+        if self.logger is not None:
+            append_csv(self.run_dir / "comm.csv", ledger_rows)
 
     def final(self, record: dict[str, Any], final: dict[str, float | None],
               features: Callable[[torch.Tensor], torch.Tensor], samples: int, step: int) -> None:
