@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import secrets
 from pathlib import Path
 
 from fedlight.errors import UserError
@@ -60,7 +61,9 @@ def atomic_write_bytes(path: Path, data: bytes, then: str = "rerun with --resume
     Raises:
         UserError: the write failed (``then`` says what to do once there is space again).
     """
-    tmp = path.with_name(f".{path.name}.tmp")
+    # a name of its own: two writers of one file (two `fedlight report --out` at once) must not rename each
+    # other's half-written bytes into place; a kill's leftover starts with '.' and ends with '.tmp'
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_synced(tmp, data)

@@ -104,6 +104,26 @@ def test_a_full_disk_keeps_the_last_report_whole(tmp_path: Path, capsys, monkeyp
     assert {p.name: p.read_bytes() for p in sweep.iterdir() if p.is_file()} == before  # no temporary file left
 
 
+def test_two_writers_of_one_file_never_share_a_temporary_file(tmp_path: Path, monkeypatch) -> None:
+    """Two `fedlight report --out X` at once: a shared temporary name let one rename the other's half-written
+    bytes into place."""
+    import fedlight.atomic_files as atomic
+
+    seen, real = [], atomic.write_synced
+
+    def spy(path: Path, data: bytes) -> None:
+        seen.append(path)
+        real(path, data)
+
+    monkeypatch.setattr(atomic, "write_synced", spy)
+    target = tmp_path / "report.md"
+    atomic.atomic_write_bytes(target, b"first")
+    atomic.atomic_write_bytes(target, b"second")
+    assert seen[0] != seen[1] and all(p.parent == tmp_path and p.name.startswith(".report.md.")
+                                      and p.name.endswith(".tmp") for p in seen), seen
+    assert target.read_bytes() == b"second" and [p.name for p in tmp_path.iterdir()] == ["report.md"]
+
+
 def test_report_on_a_list_of_run_folders(tmp_path: Path) -> None:
     sweep = _sweep(tmp_path)
     out = tmp_path / "cmp"

@@ -119,7 +119,7 @@ def csv_logger(run_dir: Path, rounds_done: int) -> Logger:
     if kept:
         os.replace(kept_path, path)
         writer.metrics_keys = header  # appended rows follow the file's header; a new key rewrites it
-    for left in (kept_path, *folder.glob(".metrics*.csv.tmp")):  # a kill's leftovers
+    for left in (kept_path, *folder.glob(".metrics*.tmp")):  # a kill's leftovers
         left.unlink(missing_ok=True)
     return logger
 
