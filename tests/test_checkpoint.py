@@ -62,6 +62,9 @@ def test_damaged_checkpoint_falls_back_to_previous(tmp_path: Path, damage: str, 
     assert load_checkpoint(path)["rounds_completed"] == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "last.pt" in err and "previous" in err
+    save_checkpoint(path, _ckpt(2))  # the resumed round again: the intact round 1 it resumed from stays the .prev
+    path.write_bytes(b"")  # so that a damage now still finds it
+    assert load_checkpoint(path)["rounds_completed"] == 1
 
 
 def test_flipped_bit_would_load_without_the_checksum(tmp_path: Path) -> None:

@@ -68,12 +68,18 @@ def save_checkpoint(path: Path, obj: dict[str, Any]) -> None:
     except OSError as exc:  # nothing of the old checkpoint has been touched yet
         raise _write_failed(path, tmp, exc) from None
     lines = f"{hashlib.sha256(data).hexdigest()}  {path.name}\n"
-    if path.is_file():  # the digest recorded when it was written: a file damaged since then stays detected
-        recorded = _listed(path).get(path.name) or hashlib.sha256(path.read_bytes()).hexdigest()
-        lines = f"{recorded}  {path.name}{PREV}\n" + lines
+    listed, rotate = _listed(path), False
+    if path.is_file():
+        found = hashlib.sha256(path.read_bytes()).hexdigest()
+        recorded = listed.get(path.name, found)
+        # a damaged last.pt (a resume fell back to .prev) is not rotated over the intact .prev it was resumed from
+        rotate = found == recorded or not sibling(path, PREV).is_file()
+        kept = recorded if rotate else listed.get(path.name + PREV)  # damage stays detected either way
+        if kept:
+            lines = f"{kept}  {path.name}{PREV}\n" + lines
     atomic_write_bytes(sibling(path, DIGESTS), lines.encode())
     try:
-        if path.is_file():
+        if rotate:
             _keep_previous(path)
         os.replace(tmp, path)
         _fsync_dir(path.parent)
