@@ -93,9 +93,9 @@ class RunLog:
             scalars.update(plugin.log_round(self.logger, row))
         scalars.update({f"server/{k}": row[k] for k in self.server_metrics if row.get(k) is not None})
         self._log_metrics(scalars, step=row["round"])
-        self.comm(ledger_rows)
         for logger in self.loggers:
             logger.save()
+        self.comm(ledger_rows)  # after the flush: a failed append (rewritten at the next start) costs no curve
 
     def comm(self, ledger_rows: list[list]) -> None:
         """The ledger's new rows at the end of comm.csv (an evaluation's uploads too: LG-FedAvg's new test)."""
