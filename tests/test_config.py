@@ -80,6 +80,7 @@ BAD = [
     (["server.name=flesd"], "partition.public_client"),
     (["method.name=scaffold"], "server.name=scaffold"),
     (["method={name: fedprox, objective: fedprox}"], "method.objective"),
+    (["name=.."], "recipe key 'name'"),  # runs/.. : the working folder, which --overwrite would replace whole
 ]
 
 
@@ -91,6 +92,16 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tiny_recipe: Path, caps
     assert err.count("\n") == 1 and err.startswith("fedlight: error: ")
     assert named in err
     assert not (tiny_recipe.parent / "run").exists()
+
+
+@pytest.mark.parametrize("name,problem", [
+    ("''", "must name a folder"), (".", "must name a folder"), ("..", "must name a folder"),
+    ("a/b", "must be one folder's name"), ("a\\b", "must be one folder's name")])
+def test_a_name_that_is_not_one_folder_is_refused(tiny_recipe: Path, name: str, problem: str) -> None:
+    """runs/<name> must be a run's own folder: '' or '.' is runs/ (every run), '..' the working folder."""
+    with pytest.raises(UserError, match=f"recipe key 'name' {problem}"):
+        load_recipe(tiny_recipe, [f"name={name}"])
+    assert load_recipe(tiny_recipe, ["name=v2.1_alpha=0.5"]).name == "v2.1_alpha=0.5"  # dots and = are fine
 
 
 def test_missing_recipe_file(capsys) -> None:

@@ -75,6 +75,14 @@ def non_empty(v: Any) -> str | None:
     return None if len(v) else "must not be empty"
 
 
+def folder_name(v: Any) -> str | None:
+    """A name that becomes one folder of a path (a run's ``runs/<name>``): '', '.' or '..' would make
+    that ``runs/`` itself or a folder above it, and a separator a folder inside another run's."""
+    if v in ("", ".", ".."):
+        return "must name a folder (not empty, '.' or '..')"
+    return "must be one folder's name, without '/' or '\\'" if "/" in v or "\\" in v else None
+
+
 def distinct(v: Any) -> str | None:
     """A list that names each entry at most once (e.g. the run's loggers)."""
     twice = sorted({x for x in v if v.count(x) > 1})

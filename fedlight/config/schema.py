@@ -12,8 +12,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fedlight.config.checks import (at_least, concentration, decay, distinct, fraction, non_negative, positive,
-                                    probabilities, probability, seed_value)
+from fedlight.config.checks import (at_least, concentration, decay, distinct, folder_name, fraction, non_negative,
+                                    positive, probabilities, probability, seed_value)
 
 
 def check(fn: Any, default: Any = None, **kw: Any) -> Any:
@@ -248,7 +248,7 @@ class RunConfig:
 class Recipe:
     """A resolved recipe: everything one ``fedlight fit`` needs."""
 
-    name: str = "run"
+    name: str = check(folder_name, "run")  # the run folder's name, runs/<name>, unless run.dir is set
     # the sweep arm this run belongs to (``fedlight sweep --arm NAME=...``; a label: nothing reads it but
     # ``fedlight report``, which groups runs by it)
     arm: str | None = None
