@@ -27,6 +27,7 @@ from fedlight.engine.run import launch, run_folder as rundir
 from fedlight.engine.run.fit import fit
 from fedlight.engine.run.run_folder import claim_run_dir
 from fedlight.engine.state.run_files import write_yaml
+from fedlight.errors import UserError
 
 # runs whose point is the run folder, not what is learnt: a small network on 400 samples
 FAST = [*QUICK_EVAL, *SMALL_RUN]
@@ -119,6 +120,44 @@ def test_a_refused_command_leaves_the_run_folder_byte_identical(used, capsys, ex
     kept = snapshot(run)
     refused([*args, *extra], capsys, named.format(run=run))
     assert snapshot(run) == kept
+
+
+def _runs(folder: Path, finished: Path) -> None:
+    """``folder`` as ``runs/`` is after two runs (``run.dir=runs``, or ``name=''`` before it was refused)."""
+    for name in ("a", "b"):
+        shutil.copytree(finished, folder / name)
+
+
+def _sweep(folder: Path, finished: Path) -> None:
+    """``folder`` as a sweep's ``--out`` is: its manifest, and a finished task's run two levels down."""
+    shutil.copytree(finished, folder / "runs" / "alpha=0.1_seed=0")
+    (folder / "manifest.json").write_text('{"format": 2, "tasks": []}')
+
+
+def _repository(folder: Path, finished: Path) -> None:
+    """``folder`` as the working folder is (``name=..``: runs/..): a repository, and runs/ in it."""
+    (folder / ".git").mkdir(parents=True)
+    (folder / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    _runs(folder / "runs", finished)
+
+
+@pytest.mark.parametrize("layout,named", [(_runs, "another run ('{folder}/a/results.json')"),
+                                          (_sweep, "a sweep ('{folder}/manifest.json')"),
+                                          (_repository, "a git repository ('{folder}/.git')")],
+                         ids=["runs", "sweep", "repository"])
+def test_overwrite_of_a_folder_of_runs_is_refused_and_every_run_survives(used, finished, capsys, layout,
+                                                                         named) -> None:
+    """--overwrite replaces one run: a folder holding other runs, a sweep or a repository is refused,
+    by the CLI's check and by the claim itself, before anything is moved."""
+    args, run = used
+    folder = run.parent / "many"
+    layout(folder, finished)
+    kept = snapshot(folder)
+    line = refused([*args, f"run.dir={folder}", "--overwrite"], capsys, named.format(folder=folder))
+    assert "set run.dir to the folder of the one run" in line
+    with pytest.raises(UserError, match="which replacing the run there would delete"):
+        claim_run_dir(folder, {}, resume=False, overwrite=True)
+    assert snapshot(folder) == kept
 
 
 def test_a_write_probe_a_kill_left_does_not_make_a_folder_used(tmp_path: Path) -> None:

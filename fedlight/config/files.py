@@ -26,6 +26,7 @@ from omegaconf._utils import get_omega_conf_dumper, get_yaml_loader
 
 from fedlight.errors import UserError
 
+SWEEP_MANIFEST = "manifest.json"  # in a sweep's --out: which task is which (fedlight/sweep/manifest.py)
 MERGE_TAG = "tag:yaml.org,2002:merge"  # `<<: *anchor` merges keys on purpose
 _LOADER = get_yaml_loader()
 _INTERPOLATION = re.compile(r"(\\*)\$\{")  # the start of an interpolation, and the backslashes before it

@@ -21,13 +21,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from fedlight.config.files import escape_interpolations, read_json, read_yaml_mapping
+from fedlight.config.files import SWEEP_MANIFEST, escape_interpolations, read_json, read_yaml_mapping
 from fedlight.config.standalone import recipe_text
 from fedlight.config.schema import Recipe
 from fedlight.engine.run.same_experiment import with_later_defaults
 from fedlight.errors import UserError
 
-MANIFEST = "manifest.json"
+MANIFEST = SWEEP_MANIFEST
 NAMES = "tasks.txt"  # line i: task i's run name, for the array script (which reads no JSON)
 FORMAT = 2
 INDEX_NAMES = 1  # the format that named runs by their index

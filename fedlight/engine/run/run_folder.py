@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fedlight.config.files import length_problem, output_folder_problem
+from fedlight.config.files import SWEEP_MANIFEST, length_problem, output_folder_problem
 from fedlight.engine.run.folder_lock import FolderLock, held_below, not_writable
 from fedlight.engine.run.same_experiment import check_same_experiment
 from fedlight.engine.state.run_files import CHECKPOINT, RECIPE, RESULTS
@@ -43,6 +43,15 @@ MOVING = REPLACED + ".partial"
 WRITE_PROBE = ".write-test"  # written and deleted to see that the folder takes files (a kill can leave it)
 BOOKKEEPING = frozenset({LOCK, REPLACED, MOVING, WRITE_PROBE})  # entries that belong to the folder, not to a run
 WAIT_FOR_IT = "wait for that run to end or stop it, or set run.dir elsewhere"
+
+# What a run folder never holds and is a whole of its own, which replacing the folder's run would wipe
+# out with it (the file that marks it -> what it is): a rule of what a run folder never holds rather
+# than a list of what it may, so a logger added later (its own folder, as wandb/ and mlruns/ are)
+# needs no change here; nothing a run writes below its top level bears one of these names.
+NOT_A_RUN = {SWEEP_MANIFEST: "a sweep", ".git": "a git repository", ".hg": "a Mercurial repository",
+             ".svn": "a Subversion checkout"}
+ANOTHER_RUN = {**dict.fromkeys((RESULTS, RECIPE, CHECKPOINT, CHECKPOINT + ".prev"), "another run"), **NOT_A_RUN}
+RUNS_BELOW = 3  # folder levels searched for another run: runs/<name>, <sweep out>/runs/<name>, and one more
 
 
 def has_checkpoint(path: Path) -> bool:
@@ -166,6 +175,40 @@ def _recover(path: Path) -> str | None:
     return None
 
 
+def _sub_folders(folder: Path) -> list[Path]:
+    """The folders in ``folder`` by name, symbolic links left out (a replacement moves and deletes a link,
+    never what it points to); none where it cannot be read."""
+    try:
+        with os.scandir(folder) as entries:
+            return sorted(Path(e.path) for e in entries if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
+
+
+def _more_than_a_run(path: Path) -> str | None:
+    """What in the run folder ``path`` is no part of its run, and replacing that run would delete with it:
+    a sweep's manifest or a repository, or another run up to ``RUNS_BELOW`` folders down (the run kept
+    in ``.fedlight-replaced`` is the folder's own); None when it holds one run at most."""
+    marks, folders = NOT_A_RUN, [path]  # the folder's own run's files mark it as a run folder: only below another
+    for depth in range(RUNS_BELOW + 1):
+        if depth:
+            marks = ANOTHER_RUN
+            folders = [sub for folder in folders for sub in _sub_folders(folder)
+                       if folder != path or sub.name not in BOOKKEEPING]
+        for folder in folders:
+            found = next((name for name in marks if os.path.lexists(folder / name)), None)
+            if found:
+                return f"{marks[found]} ('{folder / found}')"
+    return None
+
+
+def _refuse_more_than_a_run(path: Path) -> None:
+    found = _more_than_a_run(path)
+    if found:
+        raise UserError(f"run folder '{path}' holds {found}, which replacing the run there would delete; set run.dir "
+                        "to the folder of the one run to replace (runs/<name> by default)")
+
+
 def _plan(path: Path, recipe: dict[str, Any], resume: bool, overwrite: bool) -> tuple[bool, bool]:
     """(resume from its checkpoint, move the run there aside) for ``path`` as it is now.
 
@@ -184,11 +227,15 @@ def _plan(path: Path, recipe: dict[str, Any], resume: bool, overwrite: bool) -> 
                             f"{what}: put the run's checkpoints back to resume it, or pass --overwrite instead "
                             "of --resume to train it again from round 0")
         # a run killed before its first checkpoint saved only its recipe: it starts again from round 0
-        return has_checkpoint(path), not has_checkpoint(path)
-    if used and not overwrite:
+        plan = has_checkpoint(path), not has_checkpoint(path)
+    elif used and not overwrite:
         raise UserError(f"run folder '{path}' is not empty; pass --resume to continue it, "
                         f"--overwrite to replace it, or set run.dir elsewhere{_kept_aside(path)}")
-    return False, used
+    else:
+        plan = False, used
+    if plan[1]:  # what it holds goes: nothing but a run may
+        _refuse_more_than_a_run(path)
+    return plan
 
 
 def _kept_aside(path: Path) -> str:
