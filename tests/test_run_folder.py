@@ -420,15 +420,18 @@ def test_resume_refuses_a_changed_attack_or_fault(used, capsys, changed, named) 
     assert snapshot(run) == kept
 
 
-@pytest.mark.parametrize("gone", ["deleted", "a-directory"])
+@pytest.mark.parametrize("gone", ["deleted", "a-directory", "recipe-too"])
 def test_resume_of_a_run_without_its_checkpoint_is_refused_not_trained_again(used, capsys, gone: str) -> None:
     """results.json says rounds are done: the run had saved, so a missing last.pt is damage, not a
-    run killed before its first checkpoint (which starts again from round 0)."""
+    run killed before its first checkpoint (which starts again from round 0). What the sweep's
+    executors and slurm/multinode.sbatch pass for a run whose checkpoints were pruned."""
     args, run = used
     for name in ("last.pt", "last.pt.prev"):
         (run / "checkpoints" / name).unlink()
     if gone == "a-directory":
         (run / "checkpoints/last.pt").mkdir()
+    if gone == "recipe-too":  # recipe.yaml too: results.json still says a round was saved
+        (run / "recipe.yaml").unlink()
     kept = snapshot(run)
     err = refused([*args, "--resume"], capsys, "last.pt")
     assert "results.json" in err and "finished after 2 rounds" in err and "--overwrite" in err, err

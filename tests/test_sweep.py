@@ -363,6 +363,38 @@ def test_a_sweep_from_before_keeps_its_index_names(tmp_path: Path, tiny_recipe: 
     assert not (out / "runs/alpha=0.01_name=simclr_seed=3").exists()
 
 
+FOLDERS = {  # a run folder as it may be when a task starts or is requeued -> the flag it gets
+    "none": ([], "--overwrite"),
+    "recipe-only": (["recipe.yaml"], "--overwrite"),  # killed before its first checkpoint
+    "checkpoint": (["recipe.yaml", "checkpoints/last.pt"], "--resume"),
+    "prev-only": (["recipe.yaml", "checkpoints/last.pt.prev"], "--resume"),  # killed between the two renames
+    "results-pruned": (["recipe.yaml", "results.json"], "--resume"),  # its *.pt pruned: fit refuses, not retrains
+}
+
+
+@pytest.mark.parametrize("state", FOLDERS)
+def test_the_local_executor_and_the_slurm_scripts_overwrite_only_a_folder_with_no_saved_round(tmp_path: Path,
+                                                                                            state: str) -> None:
+    """The three places that pick --resume or --overwrite for the user agree, and --overwrite only where no
+    round was saved: the scripts' own lines run in bash (milliseconds, no Python)."""
+    from fedlight.sweep.local import resume_flag
+
+    files, flag = FOLDERS[state]
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in files:
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_text("{}")
+    assert resume_flag(run) == flag
+    for script, variable in (("array.sbatch", "run"), ("multinode.sbatch", "run_dir")):
+        rule = [line for line in (REPO / "slurm" / script).read_text().splitlines()
+                if line.startswith("mode=") or line.startswith("if [") and "mode=" in line]
+        assert len(rule) == 2, (script, rule)
+        chosen = subprocess.run(["bash", "-c", "\n".join([*rule, 'echo "$mode"'])], env={variable: str(run)},
+                                capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+        assert chosen == flag, script
+
+
 @pytest.mark.usefixtures("forked_sweep_tasks")  # each task a process, forked
 def test_local_executor_runs_skips_finished_and_resumes(tmp_path: Path, tiny_recipe: Path, capsys) -> None:
     """A tiny 2-run sweep as 2 processes here: the same manifest and files as SLURM's, finished

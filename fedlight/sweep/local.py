@@ -2,8 +2,8 @@
 
 The same files as the SLURM executor (manifest, resolved recipes, ``tasks.txt``, run
 folders) and the same rules: a finished task is skipped, and a task whose run folder holds a
-checkpoint continues with ``--resume`` (``--overwrite`` otherwise: a folder without a
-checkpoint holds nothing worth keeping), exactly as ``slurm/array.sbatch`` decides. Each
+checkpoint or a ``results.json`` continues with ``--resume`` (``--overwrite`` otherwise: a folder
+where no round was saved holds nothing worth keeping), exactly as ``slurm/array.sbatch`` decides. Each
 task's output goes to ``<out>/logs/<name>.out`` (appended, like SLURM's ``--open-mode=append``).
 
 Ctrl-C (or SIGTERM to this process) sends SIGTERM to every running task: fedlight
@@ -29,6 +29,7 @@ from typing import Callable, IO
 
 import fedlight
 from fedlight.engine.run.run_folder import has_checkpoint
+from fedlight.engine.state.run_files import RESULTS
 
 POLL_SECONDS = 0.2
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -88,9 +89,13 @@ def die_with_parent(parent: int) -> Callable[[], None]:
 
 
 def resume_flag(run_dir: Path) -> str:
-    """``--resume`` where ``run_dir`` holds a checkpoint (``last.pt``, or the ``.prev`` that
-    ``load_checkpoint`` falls back to), else ``--overwrite``: the array script's rule."""
-    return "--resume" if has_checkpoint(run_dir) else "--overwrite"
+    """``--resume`` where ``run_dir`` holds a saved round, else ``--overwrite``: the array script's rule.
+
+    A saved round is a checkpoint (``last.pt``, or the ``.prev`` that ``load_checkpoint`` falls back
+    to) or a ``results.json``, written only after one: a run whose checkpoints were pruned since is
+    refused by ``fit --resume`` in one line, where ``--overwrite`` would train it again and delete it.
+    """
+    return "--resume" if has_checkpoint(run_dir) or (run_dir / RESULTS).exists() else "--overwrite"
 
 
 def fit_command(task: LocalTask, python: str = sys.executable) -> list[str]:

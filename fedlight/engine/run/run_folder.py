@@ -217,10 +217,10 @@ def _plan(path: Path, recipe: dict[str, Any], resume: bool, overwrite: bool) -> 
     """
     used = bool(_run_entries(path))
     if resume:
-        if not has_checkpoint(path) and not (path / RECIPE).is_file():
-            raise UserError(f"run folder '{path}' has no checkpoint to resume ({CHECKPOINT}); drop --resume")
-        check_same_experiment(path, recipe)
         results = _results(path)
+        if not has_checkpoint(path) and not (path / RECIPE).is_file() and results is None:
+            raise UserError(f"run folder '{path}' has no checkpoint to resume ({CHECKPOINT}); drop --resume")
+        check_same_experiment(path, recipe)  # with recipe.yaml gone, against the recipe results.json records
         if not has_checkpoint(path) and results is not None:  # results.json comes after the first checkpoint
             what = "is a directory" if (path / CHECKPOINT).is_dir() else "is missing"
             raise UserError(f"run folder '{path}' has {RESULTS} ({_progress(results)}) but '{path / CHECKPOINT}' "
