@@ -19,6 +19,9 @@ Nothing is moved or deleted while another run holds a folder below it (a run sta
 sub-folder, a sweep's tasks under its ``--out``): the claim refuses in one line naming that folder,
 and a run that ends leaves its folder for the next claim with a one-line warning.
 
+A replacement takes one run: a folder that holds more (another run below it, a sweep, a
+repository, see ``NOT_A_RUN``) is refused in one line naming what it holds.
+
 Every check that can refuse the folder runs before any of this: a refusal leaves it as it was.
 """
 
@@ -44,10 +47,10 @@ WRITE_PROBE = ".write-test"  # written and deleted to see that the folder takes 
 BOOKKEEPING = frozenset({LOCK, REPLACED, MOVING, WRITE_PROBE})  # entries that belong to the folder, not to a run
 WAIT_FOR_IT = "wait for that run to end or stop it, or set run.dir elsewhere"
 
-# What a run folder never holds and is a whole of its own, which replacing the folder's run would wipe
-# out with it (the file that marks it -> what it is): a rule of what a run folder never holds rather
-# than a list of what it may, so a logger added later (its own folder, as wandb/ and mlruns/ are)
-# needs no change here; nothing a run writes below its top level bears one of these names.
+# What a run folder never holds, each a whole of its own that replacing the folder's run would delete
+# with it (the file that marks it -> what it is). A rule of what it never holds, not a list of what it
+# may: a logger added later (a folder of its own, as wandb/ and mlruns/ are) needs no change here, and
+# nothing a run writes bears one of these names below its top level.
 NOT_A_RUN = {SWEEP_MANIFEST: "a sweep", ".git": "a git repository", ".hg": "a Mercurial repository",
              ".svn": "a Subversion checkout"}
 ANOTHER_RUN = {**dict.fromkeys((RESULTS, RECIPE, CHECKPOINT, CHECKPOINT + ".prev"), "another run"), **NOT_A_RUN}
