@@ -111,11 +111,27 @@ def test_a_full_disk_mid_sweep_says_to_run_the_sweep_again(tmp_path: Path, tiny_
     def full_disk(path: Path, data: bytes) -> None:
         raise OSError(28, "No space left on device")
 
+    real = atomic_files.write_synced
     monkeypatch.setattr(atomic_files, "write_synced", full_disk)
     assert _sweep(tiny_recipe, tmp_path / "sweep") == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "manifest.json" in err and "free space on that disk" in err, err
     assert err.rstrip().endswith("then run the same sweep command again"), err
+    # the disk fills between sbatch and the manifest's record of it: running the sweep again submits it twice
+    from fedlight.sweep import command
+
+    monkeypatch.setattr(atomic_files, "write_synced", real)
+    monkeypatch.setattr(command, "require_sbatch", lambda: None)
+
+    def submitted_then_full(sbatch: list[str]) -> str:
+        monkeypatch.setattr(atomic_files, "write_synced", full_disk)
+        return "4242"
+
+    monkeypatch.setattr(command, "submit", submitted_then_full)
+    assert _sweep(tiny_recipe, tmp_path / "submitted", "--submit") == 2
+    err = capsys.readouterr().err
+    assert err.rstrip().endswith("wait for array job 4242 to end (or scancel it), then run the same sweep command "
+                                 "again"), err
 
 
 def test_plan_never_duplicates_a_submission() -> None:

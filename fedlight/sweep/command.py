@@ -214,7 +214,9 @@ def run_sweep(recipe: str | list[str], grid: list[str], seeds: int, out: str, op
         submission = ({"job_id": mf.LOCAL, "tasks": chosen, "executor": mf.LOCAL, "parallel": options.parallel}
                       if local else {"job_id": submit(command), "tasks": chosen, "command": shlex.join(command)})
         manifest["submissions"].append(submission)
-        atomic_write_json(out_dir / mf.MANIFEST, manifest, then=AGAIN)
+        # a failed write after sbatch: running the sweep again would submit the same tasks twice
+        then = AGAIN if local else f"wait for array job {submission['job_id']} to end (or scancel it), then {AGAIN}"
+        atomic_write_json(out_dir / mf.MANIFEST, manifest, then=then)
     if local:  # outside the lock: another sweep may record its own runs meanwhile
         return _run_here(out_dir, names, chosen, options.parallel, manifest, echo)
     echo(f"submitted array job {submission['job_id']} ({len(chosen)} tasks); logs in {out_dir / 'logs'}")
