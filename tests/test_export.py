@@ -186,6 +186,22 @@ def test_load_encoder_refuses_a_file_that_is_no_export(tiny_run: Path, tmp_path:
         fedlight.load_encoder(tmp_path / "missing.pt")
 
 
+def test_an_export_whose_content_changed_since_it_was_written_is_refused(tiny_run: Path, tmp_path: Path) -> None:
+    """torch.load reads a flipped bit inside a tensor as another number: the file carries its own digest."""
+    out, _ = export_encoder(tiny_run, tmp_path / "e.pt")
+    export = torch.load(out, weights_only=True)
+    key = next(iter(export["state_dict"]))
+    for changed in ({**export, "state_dict": {**export["state_dict"], key: export["state_dict"][key] + 1e-6}},
+                    {**export, "normalize": {**export["normalize"], "std": [0.5] * len(export["normalize"]["std"])}}):
+        torch.save(changed, tmp_path / "damaged.pt")
+        with pytest.raises(UserError, match=r"damaged.pt' fails its sha256 check"):
+            fedlight.load_encoder(tmp_path / "damaged.pt")
+    del export["sha256"]  # an export written before the digest: loads as it did
+    torch.save(export, tmp_path / "older.pt")
+    assert fedlight.load_encoder(tmp_path / "older.pt").feature_dim == export["backbone"]["feature_dim"]
+    assert fedlight.load_encoder(out).feature_dim == export["backbone"]["feature_dim"]
+
+
 @pytest.mark.parametrize("store", ["memory", "disk"])
 def test_lg_fedavg_exports_each_clients_local_layers(tmp_path: Path, store: str) -> None:
     """LG-FedAvg's CIFAR split: the convolutions global, fc1 and fc2 each client's own, wherever the store keeps them."""

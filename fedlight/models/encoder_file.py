@@ -11,12 +11,15 @@ with ``torch.load(weights_only=True)`` and runs no code::
      "state_dict": {key: tensor},                 # the global model's backbone tensors
      "local_parts": {client: {key: tensor}},      # backbone tensors each client keeps (LG-FedAvg, FedBN)
      "fedlight_version": str, "run": {"dir", "rounds_completed", "method", "data", "commit", "dirty",
-                                      "trained_with", "final"}}
+                                      "trained_with", "final"},
+     "sha256": str}                               # content_digest of the rest (files exported since 2026-11-28)
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +58,32 @@ class ExportedEncoder(nn.Module):
         return self.backbone((x - self.mean) / self.std)
 
 
+def content_digest(export: dict[str, Any]) -> str:
+    """sha256 of an export's content: its plain values as sorted JSON, then every tensor's place, dtype,
+    shape and bytes in key order (the ``sha256`` entry itself left out).
+
+    Written by hand because ``torch.load`` reads a flipped bit inside a tensor (or a float) as another
+    number, and a checkpoint's ``.sha256`` listing beside the file is left behind when an export is carried
+    away: the file holds its own check. Its bytes as ``torch.save`` writes them are no basis for one (they
+    may differ between torch versions), its content is.
+    """
+    digest = hashlib.sha256()
+    plain = {k: v for k, v in export.items() if k not in ("state_dict", "local_parts", "sha256")}
+    digest.update(json.dumps(plain, sort_keys=True, default=str).encode())
+    tensors = [("global", export["state_dict"])] + [(f"client {c}", part) for c, part in export["local_parts"].items()]
+    for scope, state in sorted(tensors, key=lambda item: item[0]):
+        for key, tensor in sorted(state.items()):
+            digest.update(f"{scope}/{key}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+            digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
 def read_export(path: str | Path) -> dict[str, Any]:
     """The export file at ``path``, checked to be one.
 
     Raises:
-        UserError: one line naming the file when it is missing, does not load, or is no export.
+        UserError: one line naming the file when it is missing, does not load, is no export, or fails
+            its digest.
     """
     path = Path(path)
     make = "make one with: fedlight export RUN_DIR --out FILE"
@@ -80,6 +104,9 @@ def read_export(path: str | Path) -> dict[str, Any]:
         raise UserError(f"encoder file '{path}' has format version {found['format_version']}, newer than this "
                         f"fedlight reads ({FORMAT_VERSION}): upgrade fedlight (it was written by fedlight "
                         f"{found.get('fedlight_version')})")
+    if "sha256" in found and found["sha256"] != content_digest(found):  # an export older than the digest has none
+        raise UserError(f"encoder file '{path}' fails its sha256 check (its tensors or values changed since it was "
+                        f"written: a damaged copy); copy it again from where it was made, or {make}")
     return found
 
 

@@ -11,10 +11,8 @@ options and input shape, and the normalisation of the run's training images, fro
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -22,14 +20,14 @@ from typing import Any
 import torch
 
 from fedlight import __version__
-from fedlight.atomic_files import fsync_dir, write_synced
+from fedlight.atomic_files import atomic_write_bytes
 from fedlight.data.sources import load_dataset, take_subset
 from fedlight.engine.state import client_state_files as files
 from fedlight.engine.state.checkpoint import read_checkpoint
 from fedlight.engine.state.run_files import CHECKPOINT, RESULTS
 from fedlight.errors import UserError
 from fedlight.invocation import fedlight_command
-from fedlight.models.encoder_file import FORMAT, FORMAT_VERSION, State
+from fedlight.models.encoder_file import FORMAT, FORMAT_VERSION, State, content_digest
 
 BACKBONE = re.compile(r"(?:objective\.)*backbone\.")  # the backbone's keys in a method (wrappers add objective.)
 
@@ -170,17 +168,7 @@ def _backbone_tensors(ckpt: dict[str, Any], checkpoint: Path) -> tuple[State, di
 
 
 def _write(out: Path, export: dict[str, Any]) -> None:
-    """``torch.save`` of ``export`` to ``out`` atomically (a temporary file, synced, renamed over it)."""
+    """``torch.save`` of ``export``, with its digest (``content_digest``), to ``out`` atomically."""
     buffer = io.BytesIO()
-    torch.save(export, buffer)
-    tmp = out.with_name(f".{out.name}.tmp")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        write_synced(tmp, buffer.getvalue())
-        os.replace(tmp, out)
-        fsync_dir(out.parent)  # the rename itself on disk, not only the bytes
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise UserError(f"cannot write '{out}' ({exc.strerror or exc}): pass --out a file on a disk with room "
-                        "that you may write to") from None
+    torch.save({**export, "sha256": content_digest(export)}, buffer)
+    atomic_write_bytes(out, buffer.getvalue(), then="run fedlight export again (--out names another file)")
