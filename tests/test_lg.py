@@ -308,17 +308,27 @@ def test_lg_recipes_follow_the_paper() -> None:
     assert (local.rounds, local.clients, local.local) == (lg.rounds, lg.clients, lg.local)
 
 
-def test_a_client_that_has_not_trained_starts_its_objectives_private_parts_afresh(tmp_path: Path,
-                                                                                   lg_recipe: Path) -> None:
+def test_a_client_that_has_not_trained_starts_its_objectives_private_parts_afresh(
+        tmp_path: Path, lg_recipe: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """At the end of the FedAvg phase a client gets the layers it now keeps from the global model, and
-    nothing else of the worker model, which holds the last-trained client's BYOL target (its data's)."""
+    nothing else of the worker model, which holds the last-trained client's BYOL target (its data's): its
+    target starts afresh (``reset_private_state``) when it first trains."""
+    from fedlight.engine.loop.client_runner import ClientRunner
+    from fedlight.methods.local_global import LocalGlobal
+
+    starting, reset = [], []
+    start, fresh = ClientRunner._start, LocalGlobal.reset_private_state
+    monkeypatch.setattr(ClientRunner, "_start", lambda self, m, c, g: starting.append(c) or start(self, m, c, g))
+    monkeypatch.setattr(LocalGlobal, "reset_private_state", lambda self: reset.append(starting[-1]) or fresh(self))
     fit(load_recipe(lg_recipe, [
         "model.backbone=tiny_cnn", "clients.fraction=0.25", "rounds=2", "eval.local_test=false",
         "method={name: lg, objective: byol, hidden_dim: 32, output_dim: 16, global_layers: [backbone], "
         "warmup_rounds: 1}", f"run.dir={tmp_path / 'run'}"]))
     ckpt = _ckpt(tmp_path / "run")
-    trained = set(sample_clients(1, 0, 4, 0.25)) | set(sample_clients(1, 1, 4, 0.25))
-    assert len(trained) < 4
+    first, second = set(sample_clients(1, 0, 4, 0.25)), set(sample_clients(1, 1, 4, 0.25))
+    trained = first | second
+    assert len(trained) < 4 and second - first
+    assert sorted(reset) == sorted(trained)  # round 2's new client too, though it holds LG's layers
     for client, state in ckpt["clients"].items():
         target = {k for k in state if "_momentum." in k}
         assert bool(target) == (client in trained), (client, sorted(state))  # a target is its own or none

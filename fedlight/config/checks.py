@@ -76,11 +76,12 @@ def non_empty(v: Any) -> str | None:
 
 
 def folder_name(v: Any) -> str | None:
-    """A name that becomes one folder of a path (a run's ``runs/<name>``): '', '.' or '..' would make
-    that ``runs/`` itself or a folder above it, and a separator a folder inside another run's."""
-    if v in ("", ".", ".."):
-        return "must name a folder (not empty, '.' or '..')"
-    return "must be one folder's name, without '/' or '\\'" if "/" in v or "\\" in v else None
+    """A run's name, ``runs/<name>``: one folder or a path of them (``exp1/seed0``), each part a folder's
+    name. An empty part, '.' or '..' would make it ``runs/`` itself or a folder above it, whose other runs a
+    replacement would take with it."""
+    if any(part in ("", ".", "..") for part in str(v).replace("\\", "/").split("/")):
+        return "must name a folder under runs/ (no empty part, '.' or '..')"
+    return None
 
 
 def distinct(v: Any) -> str | None:

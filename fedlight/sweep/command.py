@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from fedlight.config import Recipe, load_recipe
 from fedlight.atomic_files import atomic_write_bytes, atomic_write_json
+from fedlight.config import Recipe, load_recipe
 from fedlight.config.files import output_folder_problem
 from fedlight.config.loader import parse_override
 from fedlight.errors import UserError, UserErrors

@@ -132,7 +132,8 @@ def run_local(tasks: list[LocalTask], parallel: int, echo: Callable[[str], None]
                 log = open(task.log, "a")
                 log.write(f"fedlight sweep task {task.index} ({task.name}), local: {command[-1]}\n")
                 log.flush()
-                how = "resumed from its checkpoint" if command[-1] == "--resume" else "started"
+                how = "started" if command[-1] == "--overwrite" else (
+                    "resumed from its checkpoint" if has_checkpoint(task.run_dir) else "resumed (no checkpoint)")
                 echo(f"task {task.index} {task.name}: {how}; log {task.log}")
                 starts[task] = log.tell()
                 running[task] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from lightning.fabric import Fabric
 
+from fedlight.atomic_files import atomic_write_json
 from fedlight.data.sources import ImageData
 from fedlight.engine.loop import client_store as store, preemption
 from fedlight.engine.loop.aggregation import finish, merge_workers, on_cpu, revised
@@ -40,7 +41,6 @@ from fedlight.engine.loop.workers import Workers
 from fedlight.engine.output.console import say
 from fedlight.engine.output.progress import ClientTicks, EvalPhases, RoundBars
 from fedlight.engine.state.collectives import gather
-from fedlight.atomic_files import atomic_write_json
 from fedlight.engine.state.run_files import CHECKPOINT, RESULTS
 from fedlight.methods.federated_module import FederatedModule
 from fedlight.server.aggregator import Aggregator
@@ -128,10 +128,10 @@ class Federation:
         metrics, uploads, failure, seconds = self._evaluate_if_due(round_, bars)
         self._stop_if_asked(failure, bars)
         state.ledger.rows.extend(uploads)
-        self.log.comm(uploads)  # comm.csv holds what results.json's comm counts
         row.update(metrics, eval_seconds=row["eval_seconds"] + seconds,
                    **{k: row[k] + n for k, n in state.ledger.totals(round_, uploads).items()})
-        self._save(state)
+        self._save(state)  # every rank; then comm.csv holds what results.json's comm counts (a failed append:
+        self.log.comm(uploads)  # the next start rewrites it from this checkpoint)
 
     def run_round(self, round_: int, bars: RoundBars) -> None:
         """One round (0-based ``round_``), top to bottom: every step of the loop, in order."""

@@ -57,14 +57,14 @@ def check_privacy(recipe: Recipe, server: Aggregator, attack: Attack | None, per
                         "covers; set new_device.goal_acc=0 (it arrives after the first evaluation) to run with "
                         "differential privacy")
     projects = isinstance(server, DifferentialPrivacy) and server.inner.needs_payloads  # the 2C ball: any inputs
-    if attack is not None and attack.needs_benign and isinstance(server, DifferentialPrivacy) and server.adaptive:
-        key = server.options_key
-        raise UserError(f"{key}.adaptive counts the unclipped updates with noise sized for one client moving one "
-                        f"count, but faults.attack={recipe.faults.attack} builds every attacker's update from the "
-                        f"benign clients' updates, so one client moves every attacker's count too; set {key}.adaptive="
-                        "false, or use an attack that reads none (e.g. faults.attack=sign_flip)")
     if attack is not None and attack.needs_benign and not projects:
         raise UserError(f"{private} averages clipped updates, whose sensitivity assumes one client moves one "
                         f"update, but faults.attack={recipe.faults.attack} builds every attacker's update from the "
                         "benign clients' updates; wrap a robust rule instead (server={name: median, dp: {...}}, whose "
                         "projection bounds any inputs), or use an attack that reads none (e.g. faults.attack=sign_flip)")
+    if attack is not None and attack.needs_benign and server.adaptive:  # a payloads rule (above)
+        key = server.options_key
+        raise UserError(f"{key}.adaptive counts the unclipped updates with noise sized for one client moving one "
+                        f"count, but faults.attack={recipe.faults.attack} builds every attacker's update from the "
+                        f"benign clients' updates, so one client moves every attacker's count too; set {key}.adaptive="
+                        "false, or use an attack that reads none (e.g. faults.attack=sign_flip)")

@@ -228,7 +228,7 @@ def _plan(path: Path, recipe: dict[str, Any], resume: bool, overwrite: bool) -> 
             what = "is a directory" if (path / CHECKPOINT).is_dir() else "is missing"
             raise UserError(f"run folder '{path}' has {RESULTS} ({_progress(results)}) but '{path / CHECKPOINT}' "
                             f"{what}: put the run's checkpoints back to resume it, or pass --overwrite instead "
-                            "of --resume to train it again from round 0")
+                            "of --resume to train it again from round 0 (in a sweep: delete the run folder)")
         # a run killed before its first checkpoint saved only its recipe: it starts again from round 0
         plan = has_checkpoint(path), not has_checkpoint(path)
     elif used and not overwrite:

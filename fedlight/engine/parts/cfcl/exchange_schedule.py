@@ -24,12 +24,12 @@ import numpy as np
 import torch
 from lightning.fabric import Fabric
 
+from fedlight.atomic_files import atomic_write_json
 from fedlight.data.partition import class_counts
 from fedlight.data.views import ViewMaker
 from fedlight.engine.loop.comm_ledger import payload_bytes
 from fedlight.engine.loop.interfaces import ClientSchedule, ClientWork, Report, State
 from fedlight.engine.parts.cfcl.iteration_loop import train_client_iterations
-from fedlight.atomic_files import atomic_write_json
 from fedlight.errors import UserError
 from fedlight.exchange.delay import period_delay
 from fedlight.exchange.exchange import Exchange
