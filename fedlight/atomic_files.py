@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import secrets
 from pathlib import Path
 
@@ -55,6 +56,18 @@ def disk_fix(path: Path, exc: OSError) -> str:
     return "free space on that disk" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else f"make '{path.parent}' writable"
 
 
+LEFTOVER = re.compile(r"\..+\.[0-9a-f]{8}\.tmp")  # atomic_write_bytes's temporary file, which a kill can leave
+
+
+def remove_leftovers(folder: Path) -> None:
+    """Delete the temporary files killed writes left in ``folder`` (only while no one else writes there:
+    a live writer's file has the same form)."""
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if LEFTOVER.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                Path(entry.path).unlink(missing_ok=True)
+
+
 def atomic_write_bytes(path: Path, data: bytes, then: str = "rerun with --resume") -> None:
     """Write ``data`` to ``path`` atomically (temp file + fsync + rename + directory fsync).
 
@@ -63,7 +76,7 @@ def atomic_write_bytes(path: Path, data: bytes, then: str = "rerun with --resume
     """
     # a name of its own: two writers of one file (two `fedlight report --out` at once) must not rename each
     # other's half-written bytes into place; a kill's leftover starts with '.' and ends with '.tmp'
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")  # LEFTOVER's form
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_synced(tmp, data)

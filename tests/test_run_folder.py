@@ -168,6 +168,21 @@ def test_a_write_probe_a_kill_left_does_not_make_a_folder_used(tmp_path: Path) -
     claim_run_dir(run, {}, resume=False, overwrite=False).release()
 
 
+def test_the_temporary_files_killed_writes_left_go_when_the_folder_is_claimed(tmp_path: Path) -> None:
+    """Each atomic write has a temporary file of its own name: a kill can leave one each time. A start removes
+    them (its lock held, so none is a live write's)."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    left = [run / ".results.json.0123abcd.tmp", run / "checkpoints/.last.pt.sha256.89abcdef.tmp"]
+    for path in left:
+        path.write_text("{")
+    claim_run_dir(run, {}, resume=False, overwrite=True).release()  # no new run saved: the old one comes back
+    assert (run / "checkpoints").is_dir() and not any(path.exists() for path in left)
+    from fedlight.atomic_files import LEFTOVER
+
+    assert not any(LEFTOVER.fullmatch(name) for name in (".last.pt.tmp", "notes.0123abcd.tmp", ".x.0123abcd.tmp~"))
+
+
 def test_a_second_run_into_a_held_folder_is_refused_naming_the_pid(used, capsys) -> None:
     args, run = used
     kept = snapshot(run)

@@ -34,6 +34,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fedlight.atomic_files import remove_leftovers
 from fedlight.config.files import SWEEP_MANIFEST, length_problem, output_folder_problem
 from fedlight.engine.run.folder_lock import FolderLock, held_below, not_writable
 from fedlight.engine.run.same_experiment import check_same_experiment
@@ -45,6 +46,7 @@ REPLACED = ".fedlight-replaced"
 MOVING = REPLACED + ".partial"
 WRITE_PROBE = ".write-test"  # written and deleted to see that the folder takes files (a kill can leave it)
 BOOKKEEPING = frozenset({LOCK, REPLACED, MOVING, WRITE_PROBE})  # entries that belong to the folder, not to a run
+CHECKPOINT_FOLDER = Path(CHECKPOINT).parent
 WAIT_FOR_IT = "wait for that run to end or stop it, or set run.dir elsewhere"
 
 # What a run folder never holds, each a whole of its own that replacing the folder's run would delete
@@ -327,6 +329,9 @@ def claim_run_dir(path: Path, recipe: dict[str, Any], resume: bool, overwrite: b
         raise
     folder = RunFolder(path, lock, created, resume=False)
     try:
+        for part in (path, path / CHECKPOINT_FOLDER):  # the lock is held: no one else writes there now
+            if part.is_dir():
+                remove_leftovers(part)
         problem = _recover(path)
         if problem:
             raise UserError(f"{problem}; {WAIT_FOR_IT}")
