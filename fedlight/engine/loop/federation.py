@@ -130,8 +130,8 @@ class Federation:
         state.ledger.rows.extend(uploads)
         row.update(metrics, eval_seconds=row["eval_seconds"] + seconds,
                    **{k: row[k] + n for k, n in state.ledger.totals(round_, uploads).items()})
-        self._save(state)  # every rank; then comm.csv holds what results.json's comm counts (a failed append:
-        self.log.comm(uploads)  # the next start rewrites it from this checkpoint)
+        self._save(state)  # every rank (a collective), before rank 0's append can fail
+        self.log.comm(uploads)  # comm.csv holds what results.json's comm counts; a failed append is rewritten
 
     def run_round(self, round_: int, bars: RoundBars) -> None:
         """One round (0-based ``round_``), top to bottom: every step of the loop, in order."""
