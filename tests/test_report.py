@@ -273,9 +273,9 @@ def test_csv_and_latex_tables(tmp_path: Path) -> None:
     assert rows[0] == ["partition.alpha", "seeds", "linear probe, 100% labels mean (%)",
                        "linear probe, 100% labels std (%)", "linear probe, 100% labels random init (%)",
                        "kNN, 100% labels mean (%)", "kNN, 100% labels std (%)", "kNN, 100% labels random init (%)",
-                       "MB communicated", "below random init"]
-    assert rows[1] == ["0.1", "3", "60.0000", "10.0000", "10.0000", "42.0000", "3.4641", "10.0000", "1.0000", ""]
-    assert rows[2] == ["1.0", "2", "85.0000", "7.0711", "10.0000", "70.0000", "0.0000", "10.0000", "2.5000", ""]
+                       "MB communicated", "below random init", "seeds without a value"]
+    assert rows[1] == ["0.1", "3", "60.0000", "10.0000", "10.0000", "42.0000", "3.4641", "10.0000", "1.0000", "", ""]
+    assert rows[2] == ["1.0", "2", "85.0000", "7.0711", "10.0000", "70.0000", "0.0000", "10.0000", "2.5000", "", ""]
     tex = (sweep / "report.tex").read_text()
     assert tex.startswith("\\begin{tabular}{llrrr}\n\\toprule\n") and tex.endswith("\\bottomrule\n\\end{tabular}\n")
     assert "partition.alpha & seeds & linear probe, 100\\% labels (\\%) & kNN, 100\\% labels (\\%)" in tex
@@ -291,6 +291,9 @@ def test_group_by_and_metric_options(tmp_path: Path, capsys) -> None:
     # once: seed 0 (40 + 70) / 2 = 55, seed 1 55, seed 2 46: mean 52, sd sqrt((9 + 9 + 36) / 2) = 5.20
     assert "| method.name | seeds | kNN, 100% labels (%) | MB communicated |" in text
     assert "| simclr | 3 | 52.00 ± 5.20 (init 10.00) |" in text and "linear probe" not in text
+    # the group holds two alphas: a reader is told its runs of one seed were averaged across them
+    assert ("- `name = simclr` mixes partition.alpha = 0.1, 1.0: its runs of one seed are averaged as if they were "
+            "repeats; --group-by these keys too to keep them apart") in text
     assert sorted(p.name for p in out.glob("*_vs_*")) == ["knn_acc@1_vs_bytes.png", "knn_acc@1_vs_bytes.svg",
                                                           "knn_acc@1_vs_round.png", "knn_acc@1_vs_round.svg"]
     for bad, fragment in ((["--group-by", "partition.alpah"], "--group-by partition.alpah: not a recipe key"),
@@ -337,7 +340,7 @@ def test_a_group_that_ends_below_its_random_init_is_flagged(tmp_path: Path) -> N
     text = (tmp_path / "runs/report.md").read_text()
     assert "| 2 | 6.00 ± 1.41 (init 10.00; below init) | 40.00 ± 0.00 (init 10.00) |" in text
     rows = list(csv.reader((tmp_path / "runs/report.csv").read_text().splitlines()))
-    assert rows[1][-1] == "linear probe, 100% labels"
+    assert rows[1][-2] == "linear probe, 100% labels"
     assert "\\textbf{$6.00 \\pm 1.41$} (init 10.00; below init)" in (tmp_path / "runs/report.tex").read_text()
 
 
@@ -516,3 +519,65 @@ def test_one_group_has_nothing_to_compare(tmp_path: Path) -> None:
     _write_run(tmp_path / "runs/0", 0.1, 0, 0.5, 0.4, 1000)
     assert main(["report", str(tmp_path / "runs")]) == 0
     assert "One group (all runs): nothing to compare" in (tmp_path / "runs/compare.md").read_text()
+
+
+def _set_final(folder: Path, **final: float) -> None:
+    """Give the run in ``folder`` these final metrics (beside its probe and kNN)."""
+    results = json.loads((folder / "results.json").read_text())
+    results["final"].update(final)
+    (folder / "results.json").write_text(json.dumps(results))
+
+
+def test_lower_is_better_on_an_adversarys_auc_and_spreads_are_no_metric(tmp_path: Path) -> None:
+    """LG-FedAvg's adversarial term lowers the adversary's AUC: lower is the better side, and ending below the
+    random init is its aim, not a failure; a spread over clients (``*_std``) gets no column or verdict."""
+    for arm, aucs in (("noadv", (0.95, 0.96, 0.97)), ("fair", (0.52, 0.50, 0.54))):
+        for seed, auc in enumerate(aucs):
+            folder = tmp_path / f"runs/{arm}{seed}"
+            _write_run(folder, 0.1, seed, 0.5, 0.4, 1000, arm=arm)
+            _set_final(folder, adv_auc=auc, local_test_acc_std=0.05)
+            results = json.loads((folder / "results.json").read_text())
+            results["baseline"]["adv_auc"] = 0.6
+            (folder / "results.json").write_text(json.dumps(results))
+    assert main(["report", str(tmp_path / "runs"), "--reference", "noadv"]) == 0
+    text = (tmp_path / "runs/compare.md").read_text()
+    # fair - noadv: -43, -46, -43 points, all on the better side
+    assert "| fair | 3 | 52.00 ± 2.00 (init 60.00) | 3 | -44.00 |" in text and "| ahead |" in text
+    assert "- Lower is better on adv_auc: `ahead` is a difference below 0." in text
+    assert "not adjusted for the number of rows" in text
+    assert "; below init)" not in (tmp_path / "runs/report.md").read_text()
+    assert "_std" not in (tmp_path / "runs/report.md").read_text() + text
+
+
+def test_a_seed_without_a_value_is_named_not_hidden(tmp_path: Path) -> None:
+    """A diverged seed (NaN) is left out of its arm's mean, and the tables say so instead of counting it."""
+    for arm, knn in (("base", (0.40, 0.42, 0.44)), ("arm", (0.42, 0.45, float("nan")))):
+        for seed, value in enumerate(knn):
+            _write_run(tmp_path / f"runs/{arm}{seed}", 0.1, seed, 0.5, value, 1000, arm=arm)
+    assert main(["report", str(tmp_path / "runs"), "--metric", "knn_acc", "--reference", "base"]) == 0
+    report = (tmp_path / "runs/report.md").read_text()
+    assert "| arm | 3 | 43.50 ± 2.12 (init 10.00; 1 seed without a value) |" in report
+    text = (tmp_path / "runs/compare.md").read_text()
+    assert "- `arm`: left out of the pairing: seed 2 ran in `arm` without a finite value (NaN, or not measured)" in text
+    assert ("- `arm`: 2 pairs with `base`, fewer than the 3 a paired interval needs: seeds without a finite value "
+            "cannot be paired; see why those runs have none") in text
+    rows = list(csv.reader((tmp_path / "runs/report.csv").read_text().splitlines()))
+    assert {row[0]: row[-1] for row in rows[1:]} == {"arm": "kNN, 100% labels: 1", "base": ""}
+
+
+def test_a_seed_run_twice_counts_once_in_the_plots_too(tmp_path: Path) -> None:
+    from fedlight.report.plots import curve
+    runs = find_runs([_arms(tmp_path)])
+    ahead = [r for r in runs if r.keys["arm"] == "ahead"]  # seed 0 twice (0.41, 0.43), seeds 1 and 2 once
+    rounds, _, acc, std = curve(ahead, "knn_acc@1")
+    assert list(rounds) == [0, 1, 2]
+    assert acc[-1] == pytest.approx(0.45) and std[-1] == pytest.approx(0.03)  # as the table: 45.00 ± 3.00
+
+
+def test_latex_escapes_a_value_not_its_markdown_cell(tmp_path: Path) -> None:
+    for seed in (0, 1):
+        _write_run(tmp_path / f"runs/{seed}", 0.1, seed, 0.5, 0.4, 1000, arm="a|b")
+    assert main(["report", str(tmp_path / "runs")]) == 0
+    tex = (tmp_path / "runs/report.tex").read_text()
+    assert "a|b & 2 &" in tex and "textbackslash" not in tex
+    assert "| a\\|b | 2 |" in (tmp_path / "runs/report.md").read_text()

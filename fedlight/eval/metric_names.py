@@ -14,11 +14,25 @@ from typing import Any
 PROBE, KNN, TEST = "linear_probe_acc", "knn_acc", "test_acc"
 LABELLED = (PROBE, KNN)  # fit on eval.label_fraction of the training labels
 TITLES = {PROBE: "linear probe", KNN: "kNN", TEST: "test"}
+# LG-FedAvg's adversary (Liang et al. 2020, fair representations): its AUC at telling the protected attribute is what
+# the method lowers, so for these a smaller value is the better one
+LOWER_IS_BETTER = ("adv_auc", "postfit_adv_auc")
+SPREAD = "_std"  # ``local_test_acc_std``: a metric's spread over clients (mean_and_spread), not a metric
+
+
+def lower_is_better(key: str) -> bool:
+    """Whether a smaller value of ``key`` is the better one (``adv_auc``; ``knn_acc`` is not)."""
+    return split(key)[0] in LOWER_IS_BETTER
 
 
 def is_metric(key: str) -> bool:
     """Whether a history row's ``key`` is an accuracy or AUC (not a loss, time or byte count)."""
     return "_acc" in key or "_auc" in key
+
+
+def is_spread(key: str) -> bool:
+    """Whether ``key`` is a metric's spread over clients (``knn_acc_std``), not a metric of the model."""
+    return key.endswith(SPREAD)
 
 
 def split(key: str) -> tuple[str, float | None]:

@@ -73,6 +73,21 @@ def group_runs(runs: list[Run], keys: list[str]) -> list[Group]:
     return [(tuple(g[0].keys.get(k, ABSENT) for k in keys), g) for g in groups.values()]
 
 
+def mixed_groups(groups: list[Group], keys: list[str]) -> list[str]:
+    """A note for each group whose runs still differ in an experiment key that ``keys`` leave out (only
+    ``--group-by`` can make one): ``'`fedavg` mixes partition.alpha = 0.1, 1.0'``. Its seeds' runs are
+    averaged as if they were repeats of one experiment, so a reader must be told."""
+    notes = []
+    for values, runs in groups:
+        inside = [k for k in experiment_keys(runs) if k not in keys]
+        if inside:
+            what = "; ".join(f"{k} = {', '.join(dict.fromkeys(str(r.keys.get(k, '-')) for r in runs))}"
+                             for k in inside)
+            notes.append(f"`{group_label(keys, values)}` mixes {what}: its runs of one seed are averaged as "
+                         "if they were repeats; --group-by these keys too to keep them apart")
+    return notes
+
+
 def legend_names(keys: list[str]) -> list[str]:
     """How a legend names each grouping key: its last dotted part (``partition.alpha`` -> ``alpha``),
     or the whole key where two keys share that part."""

@@ -5,11 +5,14 @@ arm, e.g. on two devices, counts once, as the mean of its runs); a seed only one
 is left out, and the table says how many pairs were used. Over the pairs, ``fedlight.stats``
 gives the mean difference ``arm - reference`` in percentage points with its 95% Student-t
 interval (``paired``), a verdict (``directional``: ``ahead`` / ``behind`` where the interval
-excludes 0, else ``can't tell``, then with about how many seeds would decide it if the
-differences' mean and sd stayed as measured: ``seeds_to_decide``) and, given a margin of ``M``
+excludes 0 on the better / worse side, the lower one for an adversary's AUC, else ``can't
+tell``, then with about how many seeds would decide it if the differences' mean and sd stayed
+as measured: ``seeds_to_decide``) and, given a margin of ``M``
 points fixed in advance, an equivalence reading (``equivalence``, TOST at 5%: ``within ±M``
 where the 90% interval lies inside ±M, ``not within ±M`` where the 95% interval lies outside
-it, else ``can't tell``). Fewer than ``stats.MIN_SEEDS`` pairs give a note, not an interval.
+it, else ``can't tell``). Fewer than ``stats.MIN_SEEDS`` pairs give a note, not an interval; a
+seed an arm ran without a finite value (NaN, not measured) is named as such. Each row is its own
+test at 5%, and the text says so: nothing is adjusted over the rows.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from dataclasses import dataclass
 from fedlight import stats
 from fedlight.errors import UserError
 from fedlight.eval import metric_names
-from fedlight.report.arm_groups import Group, group_label
-from fedlight.report.tables import Cell, markdown_table, seed_means
+from fedlight.report.arm_groups import Group, group_label, mixed_groups
+from fedlight.report.tables import Cell, finite, markdown_table, metric_cell, seed_means
 
 VERDICT = {stats.HOLDS: "ahead", stats.FAILS: "behind", stats.OPEN: "can't tell"}
 
@@ -33,23 +36,24 @@ class Arm:
     Attributes:
         name: the group's label (an arm's name, or ``alpha = 0.1``).
         by_seed: seed -> the value (a fraction; the mean of the seed's runs).
-        repeated: seeds the group ran more than once.
+        repeated: seeds with a value from more than one of the group's runs.
+        unmeasured: seeds the group ran without a finite value (a NaN, or a metric its runs lack).
         cell: mean ± sd over the seeds, in percent, with the random-init value.
     """
 
     name: str
     by_seed: dict[int, float]
     repeated: list[int]
+    unmeasured: list[int]
     cell: Cell
 
     @classmethod
     def of(cls, name: str, group: Group, metric: str) -> Arm:
         runs = group[1]
         by_seed = seed_means(runs, metric)
-        seeds = [r.seed for r in runs if metric in r.final]
-        inits = [r.baseline[metric] for r in runs if metric in r.baseline]
+        seeds = [r.seed for r in runs if finite(r.final.get(metric))]
         return cls(name, by_seed, sorted({s for s in seeds if seeds.count(s) > 1}),
-                   Cell.of(list(by_seed.values()), inits))
+                   sorted({r.seed for r in runs} - set(by_seed)), metric_cell(runs, metric))
 
 
 def check_margin(margin: float | None) -> None:
@@ -81,16 +85,17 @@ def seeds_to_decide(d: stats.Paired) -> str:
 def arm_row(arm: Arm, ref: Arm, margin: float | None) -> tuple[list[str], list[str]]:
     """``arm``'s table row against ``ref`` and its notes (seeds left out, too few pairs)."""
     seeds = sorted(set(arm.by_seed) & set(ref.by_seed))
-    alone = [f"{_seeds(sorted(set(a.by_seed) - set(b.by_seed)))} only in `{a.name}`"
-             for a, b in ((arm, ref), (ref, arm)) if set(a.by_seed) - set(b.by_seed)]
+    alone = [*_unpaired(ref, arm), *_unpaired(arm, ref)]
     notes = [f"`{arm.name}`: left out of the pairing: {'; '.join(alone)}"] if alone else []
     head = [arm.name, str(len(arm.by_seed)), arm.cell.with_init(), str(len(seeds))]
     if len(seeds) < stats.MIN_SEEDS:
+        fix = ("run more seeds of both" if not (arm.unmeasured or ref.unmeasured) else
+               "seeds without a finite value cannot be paired; see why those runs have none")
         notes.append(f"`{arm.name}`: {len(seeds)} pairs with `{ref.name}`, fewer than the {stats.MIN_SEEDS} a paired "
-                     "interval needs: run more seeds of both")
+                     f"interval needs: {fix}")
         return head + ["", "", "too few pairs"] + [""] * (margin is not None) + [""], notes
     d = stats.paired([100 * arm.by_seed[s] for s in seeds], [100 * ref.by_seed[s] for s in seeds])
-    verdict = stats.directional(d, +1).verdict
+    verdict = stats.directional(d, -1 if ref.cell.lower_is_better else +1).verdict
     within = [] if margin is None else [
         {stats.HOLDS: f"within ±{margin:g}", stats.FAILS: f"not within ±{margin:g}", stats.OPEN: "can't tell"}[
             stats.equivalence(d, margin).verdict]]
@@ -107,6 +112,8 @@ def metric_section(arms: list[Arm], ref: int, metric: str, margin: float | None)
              *[""] * (len(header) - 4)]]
     notes = [f"`{a.name}`: {_seeds(a.repeated)} ran more than once; each counts once, as the mean of its runs"
              for a in arms if a.repeated]
+    if reference.cell.lower_is_better:
+        notes.insert(0, f"Lower is better on {metric_names.title(metric)}: `ahead` is a difference below 0.")
     for arm in arms[:ref] + arms[ref + 1:]:
         row, arm_notes = arm_row(arm, reference, margin)
         rows.append(row)
@@ -128,14 +135,28 @@ def compare_text(groups: list[Group], keys: list[str], metrics: list[str], refer
     lines += [f"Each arm against `{names[ref]}` (`--reference` chooses), seed by seed: the difference is the arm's "
               "value minus the reference's on the same seed, in percentage points, averaged over the pairs (the "
               "seeds both ran), with its 95% Student-t interval. Verdict: `ahead` / `behind` where the interval "
-              "excludes 0, else `can't tell`, with about how many seeds would decide it if the differences' mean "
-              "and sd stayed as measured."
+              "excludes 0 on the better side (lower, for an adversary's AUC) / the worse side, else `can't tell`, "
+              "with about how many seeds would decide it if the differences' mean and sd stayed as measured. Each row "
+              "is its own test at 5%, not adjusted for the number of rows: among many arms and metrics some "
+              "verdicts are chance, so judge a comparison fixed before the runs, on seeds no earlier look used."
               + ("" if margin is None else f" `within ±{margin:g}`: TOST at 5% (the 90% interval lies inside "
                  f"±{margin:g} points; `not within`: the 95% interval lies outside)."), ""]
+    mixed = mixed_groups(groups, keys)
+    lines += [f"- {note}" for note in mixed] + ([""] if mixed else [])
     for metric in metrics:
         lines += metric_section([Arm.of(name, group, metric) for name, group in zip(names, groups)], ref, metric,
                                 margin)
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _unpaired(a: Arm, b: Arm) -> list[str]:
+    """Why the seeds ``b`` has a value of are not paired with ``a``: ``a`` did not run them, or ran them
+    without a finite value."""
+    missing = sorted(set(b.by_seed) - set(a.by_seed))
+    ran = [s for s in missing if s in a.unmeasured]
+    absent = [s for s in missing if s not in a.unmeasured]
+    return ([f"{_seeds(absent)} only in `{b.name}`"] if absent else []) + (
+        [f"{_seeds(ran)} ran in `{a.name}` without a finite value (NaN, or not measured)"] if ran else [])
 
 
 def _seeds(seeds: list[int]) -> str:

@@ -40,8 +40,9 @@ def plot_file(metric: str, kind: str, suffix: str = "png") -> str:
 
 
 def curve(runs: list[Run], metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(rounds, mean cumulative bytes, mean accuracy, std accuracy) at the rounds every run evaluated,
-    round 0 (the random-init baseline, no bytes) included where every run has it."""
+    """(rounds, mean cumulative bytes, mean accuracy, std accuracy over seeds) at the rounds every run
+    evaluated, round 0 (the random-init baseline, no bytes) included where every run has it. A seed run
+    twice (on two devices) counts once, as its runs' mean, as in the report's tables."""
     per_run = []
     for r in runs:
         history = r.results["history"]
@@ -53,9 +54,12 @@ def curve(runs: list[Run], metric: str) -> tuple[np.ndarray, np.ndarray, np.ndar
             points[0] = (0.0, start)
         per_run.append(points)
     rounds = sorted(set.intersection(*(set(p) for p in per_run)))
-    acc = np.array([[p[t][1] for t in rounds] for p in per_run], dtype=float).reshape(len(runs), len(rounds))
-    sent = np.array([[p[t][0] for t in rounds] for p in per_run], dtype=float).reshape(len(runs), len(rounds))
-    std = acc.std(axis=0, ddof=1) if len(runs) > 1 else np.zeros(len(rounds))
+    seeds = sorted({r.seed for r in runs})
+    # (seed, round, bytes / value): each seed's runs averaged first
+    by_seed = np.array([np.mean([[p[t] for t in rounds] for p, r in zip(per_run, runs) if r.seed == seed], axis=0)
+                        for seed in seeds], dtype=float).reshape(len(seeds), len(rounds), 2)
+    sent, acc = by_seed[..., 0], by_seed[..., 1]
+    std = acc.std(axis=0, ddof=1) if len(seeds) > 1 else np.zeros(len(rounds))
     return np.array(rounds), sent.mean(axis=0), acc.mean(axis=0), std
 
 
@@ -74,7 +78,7 @@ def plot_files(groups: list[Group], metrics: list[str]) -> list[str]:
 def write_plots(groups: list[Group], keys: list[str], metrics: list[str], out: Path) -> list[str]:
     """Two plots per metric with a history into ``out``, each as PNG and SVG; returns their file names."""
     files = []
-    banded = any(len(runs) > 1 for _, runs in groups)
+    banded = any(len({r.seed for r in runs}) > 1 for _, runs in groups)
     for metric in plotted_metrics(groups, metrics):
         figures = {kind: plt.subplots(figsize=(7.5, 4)) for kind in KINDS}
         for values, runs in groups:

@@ -4,8 +4,10 @@ One row per group of runs (the same values of the grouping keys): the keys' valu
 number of seeds, each metric's mean and sample standard deviation (n - 1) over the seeds (a
 seed run twice counts once, as its runs' mean) in percent beside its random-init value (the
 mean of the runs' ``baseline``; a group that ends below it says so: ``45.00 ± 1.00 (init
-50.00; below init)``), and the bytes communicated per run in MB (10^6 bytes). Column headers name the label fraction of the probe and kNN accuracies
-(``linear probe, 10% labels (%)``).
+50.00; below init)``, except on a metric where lower is better, an adversary's AUC), how many of
+its seeds have no finite value (a diverged run's NaN, a metric one run did not measure: ``1 seed
+without a value``), and the bytes communicated per run in MB (10^6 bytes). Column headers name
+the label fraction of the probe and kNN accuracies (``linear probe, 10% labels (%)``).
 """
 
 from __future__ import annotations
@@ -25,23 +27,36 @@ from fedlight.report.runs import Run
 @dataclass(frozen=True)
 class Cell:
     """A metric over a group's seeds, in percent: mean and sample std (None with fewer than two
-    values), and the mean of its random-init values (None where the runs have none)."""
+    values), the mean of its random-init values (None where the runs have none), whether lower is
+    better on it (``metric_names.lower_is_better``) and how many of the group's seeds have no value."""
 
     mean: float | None
     std: float | None
     init: float | None = None
+    lower_is_better: bool = False
+    missing: int = 0
 
     @classmethod
-    def of(cls, values: list[float], inits: list[float] | None = None) -> Cell:
+    def of(cls, values: list[float], inits: list[float] | None = None, lower_is_better: bool = False,
+           missing: int = 0) -> Cell:
         init = 100 * statistics.fmean(inits) if inits else None
-        if not values:
-            return cls(None, None, init)
-        return cls(100 * statistics.fmean(values), 100 * statistics.stdev(values) if len(values) > 1 else None, init)
+        mean = 100 * statistics.fmean(values) if values else None
+        std = 100 * statistics.stdev(values) if len(values) > 1 else None
+        return cls(mean, std, init, lower_is_better, missing)
 
     @property
     def below_init(self) -> bool:
-        """Whether training ended below the random-init encoder."""
-        return self.mean is not None and self.init is not None and self.mean < self.init
+        """Whether training ended below the random-init encoder on a metric where higher is better (it
+        learnt nothing, or worse); an adversary's AUC ending below it is what its method aims at."""
+        return (not self.lower_is_better and self.mean is not None and self.init is not None
+                and self.mean < self.init)
+
+    def notes(self) -> list[str]:
+        """What a cell says beside its value: ``['init 73.68', 'below init', '1 seed without a value']``."""
+        if self.mean is None:
+            return []
+        notes = [] if self.init is None else [f"init {self.init:.2f}", *(["below init"] if self.below_init else [])]
+        return notes + ([f"{_seeds(self.missing)} without a value"] if self.missing else [])
 
     def text(self, plus_minus: str = " ± ") -> str:
         """``'85.31 ± 0.42'``, ``'85.31'`` for one value, ``'-'`` for none."""
@@ -50,10 +65,9 @@ class Cell:
         return f"{self.mean:.2f}" if self.std is None else f"{self.mean:.2f}{plus_minus}{self.std:.2f}"
 
     def with_init(self, plus_minus: str = " ± ") -> str:
-        """``text`` and the random-init value: ``'85.31 ± 0.42 (init 73.68)'``, ``'...; below init)'`` under it."""
-        if self.mean is None or self.init is None:
-            return self.text(plus_minus)
-        return f"{self.text(plus_minus)} (init {self.init:.2f}{'; below init' if self.below_init else ''})"
+        """``text`` and its ``notes``: ``'85.31 ± 0.42 (init 73.68)'``, ``'...; below init)'`` under it."""
+        notes = self.notes()
+        return f"{self.text(plus_minus)} ({'; '.join(notes)})" if notes else self.text(plus_minus)
 
 
 @dataclass(frozen=True)
@@ -66,9 +80,7 @@ class GroupTable:
 
     @classmethod
     def build(cls, groups: list[tuple[tuple[Any, ...], list[Run]]], keys: list[str], metrics: list[str]) -> GroupTable:
-        rows = [(values, len({r.seed for r in runs}),
-                 [Cell.of(list(seed_means(runs, m).values()), [r.baseline[m] for r in runs if m in r.baseline])
-                  for m in metrics],
+        rows = [(values, len({r.seed for r in runs}), [metric_cell(runs, m) for m in metrics],
                  statistics.fmean(r.total_bytes for r in runs) / 1e6) for values, runs in groups]
         return cls(keys, metrics, rows)
 
@@ -83,17 +95,21 @@ class GroupTable:
 
     def csv(self) -> str:
         """One column per key, then per metric a mean, a std and a random-init column (in %, empty where
-        there is none), the MB, and the metrics that ended below their random init."""
+        there is none), the MB, the metrics that ended below their random init, and the metrics some of
+        whose seeds have no value (``kNN, 100% labels: 1``)."""
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
         metric_columns = [f"{metric_names.title(m)} {part} (%)" for m in self.metrics
                           for part in ("mean", "std", "random init")]
-        writer.writerow([*self.keys, "seeds", *metric_columns, "MB communicated", "below random init"])
+        writer.writerow([*self.keys, "seeds", *metric_columns, "MB communicated", "below random init",
+                         "seeds without a value"])
         for values, seeds, cells, mb in self.rows:
             numbers = [_number(x) for c in cells for x in (c.mean, c.std, c.init)]
             below = "; ".join(metric_names.title(m) for m, c in zip(self.metrics, cells) if c.below_init)
+            missing = "; ".join(f"{metric_names.title(m)}: {c.missing}" for m, c in zip(self.metrics, cells)
+                                if c.missing)
             keys = ("" if v is None or v is ABSENT else v for v in values)
-            writer.writerow([*keys, seeds, *numbers, f"{mb:.4f}", below])
+            writer.writerow([*keys, seeds, *numbers, f"{mb:.4f}", below, missing])
         return buffer.getvalue()
 
     def latex(self) -> str:
@@ -107,9 +123,14 @@ class GroupTable:
                  " & ".join(latex_escape(h) for h in self.headers()) + " \\\\", "\\midrule"]
         for values, seeds, cells, mb in self.rows:
             metric_cells = [latex_cell(c) for c in cells]
-            lines.append(" & ".join([*(latex_escape(md_cell(v)) for v in values), str(seeds), *metric_cells,
+            lines.append(" & ".join([*(latex_escape(cell_text(v)) for v in values), str(seeds), *metric_cells,
                                      f"{mb:.2f}"]) + " \\\\")
         return "\n".join([*lines, "\\bottomrule", "\\end{tabular}"]) + "\n"
+
+
+def finite(value: Any) -> bool:
+    """Whether ``value`` is a number a mean can take (not None, NaN or a string)."""
+    return isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def seed_means(runs: list[Run], metric: str) -> dict[int, float]:
@@ -118,9 +139,16 @@ def seed_means(runs: list[Run], metric: str) -> dict[int, float]:
     values: dict[int, list[float]] = {}
     for run in runs:
         value = run.final.get(metric)
-        if isinstance(value, (int, float)) and math.isfinite(value):
+        if finite(value):
             values.setdefault(run.seed, []).append(value)
     return {seed: statistics.fmean(v) for seed, v in sorted(values.items())}
+
+
+def metric_cell(runs: list[Run], metric: str) -> Cell:
+    """A group's ``metric`` over its seeds (``seed_means``), with its random init and the seeds left out."""
+    by_seed = seed_means(runs, metric)
+    return Cell.of(list(by_seed.values()), [r.baseline[metric] for r in runs if metric in r.baseline],
+                   metric_names.lower_is_better(metric), len({r.seed for r in runs}) - len(by_seed))
 
 
 def latex_cell(cell: Cell) -> str:
@@ -128,10 +156,8 @@ def latex_cell(cell: Cell) -> str:
     if cell.mean is None:
         return "--"
     text = "$" + cell.text(r" \pm ") + "$"
-    if cell.init is None:
-        return text
-    return (rf"\textbf{{{text}}} (init {cell.init:.2f}; below init)" if cell.below_init
-            else f"{text} (init {cell.init:.2f})")
+    notes = cell.notes()
+    return (rf"\textbf{{{text}}}" if cell.below_init else text) + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -139,12 +165,20 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
             *("| " + " | ".join(row) + " |" for row in rows)]
 
 
-def md_cell(value: Any) -> str:
-    """A recipe value as a Markdown table cell (``-`` for none, empty for a key the recipe does not
-    define, ``|`` escaped)."""
+def cell_text(value: Any) -> str:
+    """A recipe value as a table cell's text: ``-`` for none, empty for a key the recipe does not define."""
     if value is ABSENT:
         return ""
-    return "-" if value is None else str(value).replace("|", "\\|")
+    return "-" if value is None else str(value)
+
+
+def md_cell(value: Any) -> str:
+    """``cell_text`` for a Markdown table (``|`` escaped)."""
+    return cell_text(value).replace("|", "\\|")
+
+
+def _seeds(count: int) -> str:
+    return f"{count} seed" + ("s" if count > 1 else "")
 
 
 def _number(value: float | None) -> str:

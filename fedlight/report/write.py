@@ -21,7 +21,7 @@ from fedlight.config.files import output_folder_problem
 from fedlight.errors import UserError
 from fedlight.eval import metric_names
 from fedlight.report.compare import compare_text
-from fedlight.report.arm_groups import ABSENT, group_runs, grouping_keys
+from fedlight.report.arm_groups import ABSENT, group_runs, grouping_keys, mixed_groups
 from fedlight.report.plots import REMAKE, plot_files, write_plots
 from fedlight.report.runs import Run, find_runs
 from fedlight.report.tables import Cell, GroupTable, markdown_table, md_cell
@@ -33,8 +33,9 @@ TABLES = {"report.csv": GroupTable.csv, "report.tex": GroupTable.latex}
 
 def metric_keys(runs: list[Run], wanted: list[str] | None = None) -> list[str]:
     """Final metrics any run has a value of (main one first), each named with its label fraction;
-    only those ``wanted`` names select (``linear_probe_acc`` selects every label fraction)."""
-    present = metric_names.order(sorted({k for r in runs for k in r.final}))
+    only those ``wanted`` names select (``linear_probe_acc`` selects every label fraction). A spread
+    over clients (``knn_acc_std``) is no metric of the model: it gets no column."""
+    present = metric_names.order(sorted({k for r in runs for k in r.final if not metric_names.is_spread(k)}))
     if not wanted:
         return present
     unknown = [w for w in wanted if not any(metric_names.matches(k, w) for k in present)]
@@ -48,8 +49,10 @@ def mean_std(values: list[float]) -> str:
     return Cell.of(values).text()
 
 
-def render(runs: list[Run], sources: list[str], table: GroupTable, plots: list[str], out: Path) -> str:
-    """The markdown text of the report (run folders relative to ``out``, where it is written)."""
+def render(runs: list[Run], sources: list[str], table: GroupTable, plots: list[str], out: Path,
+           notes: list[str]) -> str:
+    """The markdown text of the report (run folders relative to ``out``, where it is written), ``notes``
+    below its table."""
     done = [r for r in runs if r.finished]
     keys, metrics = table.keys, table.metrics
     lines = ["# fedlight report", "",
@@ -57,10 +60,12 @@ def render(runs: list[Run], sources: list[str], table: GroupTable, plots: list[s
              + (", ".join(f"`{k}`" for k in keys) or "nothing (no recipe key that defines the experiment varies)")
              + f"; seeds {sorted({r.seed for r in done})}.",
              "Accuracies: mean ± sample std over seeds, in %, with the random-init encoder's value "
-             "(`init`; `below init` where training ended below it); probe and kNN headers name the labels they "
+             "(`init`; `below init` where training ended below it, except on an adversary's AUC, where lower is "
+             "better; `N seeds without a value` where some seeds' runs have none: a NaN, or a metric not "
+             "measured, left out of the mean); probe and kNN headers name the labels they "
              "were fit on. Bytes: sent per run (up + down + device to device), mean over seeds, in MB (10^6 bytes). "
              "The same table: `report.csv`, `report.tex`.", ""]
-    lines += table.markdown() + [""]
+    lines += table.markdown() + [""] + [f"- {note}" for note in notes] + ([""] if notes else [])
     if len(table.rows) > 1:
         lines += [f"Each group against a reference, seed by seed (difference, 95% interval, verdict): `{COMPARE}`.", ""]
     if plots:
@@ -70,8 +75,8 @@ def render(runs: list[Run], sources: list[str], table: GroupTable, plots: list[s
     lines += ["## Runs", ""]
     run_rows = [[f"`{os.path.relpath(r.path, out.resolve())}`", *(md_cell(r.keys.get(k, ABSENT)) for k in keys),
                  str(r.seed),
-                 *(Cell.of([r.final[m]] if m in r.final else [], [r.baseline[m]] if m in r.baseline else []).with_init()
-                   for m in metrics),
+                 *(Cell.of([r.final[m]] if m in r.final else [], [r.baseline[m]] if m in r.baseline else [],
+                           metric_names.lower_is_better(m)).with_init() for m in metrics),
                  f"{r.total_bytes / 1e6:.2f}", str(r.results["rounds_completed"]), ", ".join(r.commits) or "-"]
                 for r in done]
     lines += markdown_table(["run", *keys, "seed", *(metric_names.title(m) for m in metrics), "MB", "rounds",
@@ -111,7 +116,7 @@ def write_report(paths: list[str], out: str | Path, group_by: list[str] | None =
     plots = write_plots(groups, keys, table.metrics, out)
     texts = {name: write(table) for name, write in TABLES.items()}
     texts[COMPARE] = comparison
-    texts[REPORT] = render(runs, [str(p) for p in paths], table, plots, out)
+    texts[REPORT] = render(runs, [str(p) for p in paths], table, plots, out, mixed_groups(groups, keys))
     for name, text in texts.items():  # each file is the old one or the new one, never half of one
         atomic_write_bytes(out / name, text.encode(), then=REMAKE)
     return [out / name for name in (REPORT, COMPARE, *TABLES, *plots)]

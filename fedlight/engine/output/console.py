@@ -26,7 +26,7 @@ def interactive() -> bool:
 def _shown(named: dict[str, Any]) -> list[str]:
     """The keys of ``named`` a line prints, main metric first: finite numbers, not spreads (``*_std``)."""
     return metric_names.order([k for k, v in named.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-                               and not k.endswith("_std") and math.isfinite(v)])
+                               and not metric_names.is_spread(k) and math.isfinite(v)])
 
 
 def value_text(key: str, value: float) -> str:
