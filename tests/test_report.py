@@ -581,3 +581,22 @@ def test_latex_escapes_a_value_not_its_markdown_cell(tmp_path: Path) -> None:
     tex = (tmp_path / "runs/report.tex").read_text()
     assert "a|b & 2 &" in tex and "textbackslash" not in tex
     assert "| a\\|b | 2 |" in (tmp_path / "runs/report.md").read_text()
+
+
+def test_an_arm_as_reference_over_a_grid_is_compared_cell_by_cell(tmp_path: Path) -> None:
+    """Arms x --grid: `--reference base` pairs each arm with base at the same alpha, never across alphas."""
+    knn = {("base", 0.1): 0.40, ("new", 0.1): 0.43, ("base", 1.0): 0.70, ("new", 1.0): 0.69, ("new", 0.5): 0.5}
+    for (arm, alpha), value in knn.items():
+        for seed, step in enumerate((0.0, 0.01, 0.03)):  # new - base: +3, +3, +3 at 0.1; -1, -1, -1 at 1.0
+            _write_run(tmp_path / f"runs/{arm}_{alpha}_{seed}", alpha, seed, 0.5, value + step, 1000, arm=arm)
+    assert main(["report", str(tmp_path / "runs"), "--metric", "knn_acc", "--reference", "base"]) == 0
+    text = (tmp_path / "runs/compare.md").read_text()
+    assert "Each arm against `base` at the same `partition.alpha` (a table per value)" in text
+    at_01 = text.split("## kNN, 100% labels: alpha = 0.1")[1].split("##")[0]
+    assert "| base, alpha = 0.1 | 3 |" in at_01
+    assert "| new, alpha = 0.1 | 3 | 44.33 ± 1.53 (init 10.00) | 3 | +3.00 |" in at_01
+    assert "alpha = 1.0" not in at_01
+    at_1 = text.split("## kNN, 100% labels: alpha = 1.0")[1]
+    assert "| new, alpha = 1.0 | 3 | 70.33 ± 1.53 (init 10.00) | 3 | -1.00 |" in at_1
+    assert "- no `base` runs at alpha = 0.5: its groups are not compared" in text
+    assert "## kNN, 100% labels: alpha = 0.5" not in text

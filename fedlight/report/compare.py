@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from fedlight import stats
 from fedlight.errors import UserError
 from fedlight.eval import metric_names
-from fedlight.report.arm_groups import Group, group_label, mixed_groups
+from fedlight.report.arm_groups import ARM, Group, group_label, mixed_groups
 from fedlight.report.tables import Cell, finite, markdown_table, metric_cell, seed_means
 
 VERDICT = {stats.HOLDS: "ahead", stats.FAILS: "behind", stats.OPEN: "can't tell"}
+Block = tuple[str, list[int], int]  # (the cell it holds fixed, '' for none; its groups; the reference among them)
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,32 @@ def reference_index(names: list[str], wanted: str | None) -> int:
     return squeezed.index(wanted.replace(" ", ""))
 
 
+def comparison_blocks(groups: list[Group], keys: list[str], names: list[str],
+                      reference: str | None) -> tuple[list[Block], list[str]]:
+    """Which groups are compared with which reference, and notes on those that are not.
+
+    Every group against ``--reference`` where it names a group (or is not given: the first); where it
+    names an arm and other keys vary beside the arms (a sweep's arms x ``--grid``), the groups of each
+    cell of those keys against that arm's group in the same cell, so a difference is only ever the arm's.
+    """
+    squeezed = (reference or "").replace(" ", "")
+    if reference is None or squeezed in (n.replace(" ", "") for n in names) or keys[:1] != [ARM] or len(keys) < 2:
+        return [("", list(range(len(groups))), reference_index(names, reference))], []
+    cells: dict[str, list[int]] = {}
+    for i, (values, _) in enumerate(groups):
+        cells.setdefault(group_label(keys[1:], values[1:]), []).append(i)
+    blocks, notes = [], []
+    for cell, members in cells.items():
+        ref = [i for i in members if str(groups[i][0][0]).replace(" ", "") == squeezed]
+        if ref:
+            blocks.append((cell, members, members.index(ref[0])))
+        else:
+            notes.append(f"no `{reference}` runs at {cell}: its groups are not compared")
+    if not blocks:
+        reference_index(names, reference)  # names no arm either: the one-line refusal that lists the choices
+    return blocks, notes
+
+
 def seeds_to_decide(d: stats.Paired) -> str:
     """``'about 18 (15 more)'``: the seeds that would make ``d``'s interval exclude 0 at its mean and sd."""
     n = stats.seeds_to_decide(d)
@@ -103,8 +130,9 @@ def arm_row(arm: Arm, ref: Arm, margin: float | None) -> tuple[list[str], list[s
                    seeds_to_decide(d) if verdict == stats.OPEN else ""], notes
 
 
-def metric_section(arms: list[Arm], ref: int, metric: str, margin: float | None) -> list[str]:
-    """One metric's table, the reference first, and its notes."""
+def metric_section(arms: list[Arm], ref: int, metric: str, margin: float | None, cell: str = "") -> list[str]:
+    """One metric's table (at one ``cell`` of the grid keys, where arms are compared cell by cell), the
+    reference first, and its notes."""
     header = ["arm", "seeds", "mean ± sd over seeds (%)", "pairs", "difference (points)", "95% interval",
               "verdict", *([f"within ±{margin:g}"] if margin is not None else []), "seeds to decide"]
     reference = arms[ref]
@@ -118,7 +146,7 @@ def metric_section(arms: list[Arm], ref: int, metric: str, margin: float | None)
         row, arm_notes = arm_row(arm, reference, margin)
         rows.append(row)
         notes += arm_notes
-    return [f"## {metric_names.title(metric)}", "", *markdown_table(header, rows), "",
+    return [f"## {metric_names.title(metric)}{f': {cell}' if cell else ''}", "", *markdown_table(header, rows), "",
             *(f"- {note}" for note in notes), *([""] if notes else [])]
 
 
@@ -127,12 +155,15 @@ def compare_text(groups: list[Group], keys: list[str], metrics: list[str], refer
     """``compare.md``: every group against the reference one (``--reference``, default the first), per metric."""
     check_margin(margin)
     names = [group_label(keys, values) for values, _ in groups]
-    ref = reference_index(names, reference)
+    blocks, left_out = comparison_blocks(groups, keys, names, reference)
     lines = ["# Paired comparison", ""]
     if len(groups) < 2:
         return "\n".join(lines + [f"One group ({names[0] if names else 'no finished run'}): nothing to compare; "
                                   "give runs of two arms, or --group-by a key that varies."]) + "\n"
-    lines += [f"Each arm against `{names[ref]}` (`--reference` chooses), seed by seed: the difference is the arm's "
+    cell, members, ref = blocks[0]
+    against = (f"`{names[members[ref]]}`" if not cell else
+               f"`{reference}` at the same {', '.join(f'`{k}`' for k in keys[1:])} (a table per value)")
+    lines += [f"Each arm against {against} (`--reference` chooses), seed by seed: the difference is the arm's "
               "value minus the reference's on the same seed, in percentage points, averaged over the pairs (the "
               "seeds both ran), with its 95% Student-t interval. Verdict: `ahead` / `behind` where the interval "
               "excludes 0 on the better side (lower, for an adversary's AUC) / the worse side, else `can't tell`, "
@@ -141,11 +172,11 @@ def compare_text(groups: list[Group], keys: list[str], metrics: list[str], refer
               "verdicts are chance, so judge a comparison fixed before the runs, on seeds no earlier look used."
               + ("" if margin is None else f" `within ±{margin:g}`: TOST at 5% (the 90% interval lies inside "
                  f"±{margin:g} points; `not within`: the 95% interval lies outside)."), ""]
-    mixed = mixed_groups(groups, keys)
-    lines += [f"- {note}" for note in mixed] + ([""] if mixed else [])
+    notes = [*mixed_groups(groups, keys), *left_out]
+    lines += [f"- {note}" for note in notes] + ([""] if notes else [])
     for metric in metrics:
-        lines += metric_section([Arm.of(name, group, metric) for name, group in zip(names, groups)], ref, metric,
-                                margin)
+        for cell, members, ref in blocks:
+            lines += metric_section([Arm.of(names[i], groups[i], metric) for i in members], ref, metric, margin, cell)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
