@@ -600,3 +600,13 @@ def test_an_arm_as_reference_over_a_grid_is_compared_cell_by_cell(tmp_path: Path
     assert "| new, alpha = 1.0 | 3 | 70.33 ± 1.53 (init 10.00) | 3 | -1.00 |" in at_1
     assert "- no `base` runs at alpha = 0.5: its groups are not compared" in text
     assert "## kNN, 100% labels: alpha = 0.5" not in text
+
+
+def test_an_arm_reference_over_a_grid_one_arm_lacks_is_refused_not_empty(tmp_path: Path) -> None:
+    """FedProx's mu gridded beside FedAvg (which has no mu): no cell pairs them, so the refusal stays."""
+    for seed, alpha in ((s, a) for s in range(3) for a in (0.1, 1.0)):
+        _write_run(tmp_path / f"runs/fedavg{alpha}_{seed}", alpha, seed, 0.5, 0.4, 1000, arm="fedavg")
+        for mu in (0.01, 0.1):
+            _write_run(tmp_path / f"runs/fedprox{mu}_{alpha}_{seed}", alpha, seed, 0.5, 0.4, 1000, arm="fedprox",
+                       method={"name": "fedprox", "mu": mu})
+    assert main(["report", str(tmp_path / "runs"), "--reference", "fedavg"]) == 2

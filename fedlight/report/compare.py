@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from fedlight import stats
 from fedlight.errors import UserError
 from fedlight.eval import metric_names
-from fedlight.report.arm_groups import ARM, Group, group_label, mixed_groups
+from fedlight.report.arm_groups import ABSENT, ARM, Group, group_label, mixed_groups
 from fedlight.report.tables import Cell, finite, markdown_table, metric_cell, seed_means
 
 VERDICT = {stats.HOLDS: "ahead", stats.FAILS: "behind", stats.OPEN: "can't tell"}
@@ -84,7 +84,10 @@ def comparison_blocks(groups: list[Group], keys: list[str], names: list[str],
     cell of those keys against that arm's group in the same cell, so a difference is only ever the arm's.
     """
     squeezed = (reference or "").replace(" ", "")
-    if reference is None or squeezed in (n.replace(" ", "") for n in names) or keys[:1] != [ARM] or len(keys) < 2:
+    # cell by cell only where every group defines every grid key (an arm lacking one, e.g. a grid of FedProx's
+    # mu beside FedAvg, has no cell to pair in), else the whole-label reference or its one-line refusal
+    if (reference is None or squeezed in (n.replace(" ", "") for n in names) or keys[:1] != [ARM] or len(keys) < 2
+            or any(v is ABSENT for values, _ in groups for v in values[1:])):
         return [("", list(range(len(groups))), reference_index(names, reference))], []
     cells: dict[str, list[int]] = {}
     for i, (values, _) in enumerate(groups):
@@ -92,9 +95,9 @@ def comparison_blocks(groups: list[Group], keys: list[str], names: list[str],
     blocks, notes = [], []
     for cell, members in cells.items():
         ref = [i for i in members if str(groups[i][0][0]).replace(" ", "") == squeezed]
-        if ref:
+        if ref and len(members) > 1:
             blocks.append((cell, members, members.index(ref[0])))
-        else:
+        elif not ref:
             notes.append(f"no `{reference}` runs at {cell}: its groups are not compared")
     if not blocks:
         reference_index(names, reference)  # names no arm either: the one-line refusal that lists the choices
