@@ -591,7 +591,7 @@ def test_an_arm_as_reference_over_a_grid_is_compared_cell_by_cell(tmp_path: Path
             _write_run(tmp_path / f"runs/{arm}_{alpha}_{seed}", alpha, seed, 0.5, value + step, 1000, arm=arm)
     assert main(["report", str(tmp_path / "runs"), "--metric", "knn_acc", "--reference", "base"]) == 0
     text = (tmp_path / "runs/compare.md").read_text()
-    assert "Each arm against `base` at the same `partition.alpha` (a table per value)" in text
+    assert "Each arm against `base` at the same `partition.alpha`, a table per value (`--reference` chooses)" in text
     at_01 = text.split("## kNN, 100% labels: alpha = 0.1")[1].split("##")[0]
     assert "| base, alpha = 0.1 | 3 |" in at_01
     assert "| new, alpha = 0.1 | 3 | 44.33 ± 1.53 (init 10.00) | 3 | +3.00 |" in at_01

@@ -165,7 +165,7 @@ def compare_text(groups: list[Group], keys: list[str], metrics: list[str], refer
                                   "give runs of two arms, or --group-by a key that varies."]) + "\n"
     cell, members, ref = blocks[0]
     against = (f"`{names[members[ref]]}`" if not cell else
-               f"`{reference}` at the same {', '.join(f'`{k}`' for k in keys[1:])} (a table per value)")
+               f"`{reference}` at the same {', '.join(f'`{k}`' for k in keys[1:])}, a table per value")
     lines += [f"Each arm against {against} (`--reference` chooses), seed by seed: the difference is the arm's "
               "value minus the reference's on the same seed, in percentage points, averaged over the pairs (the "
               "seeds both ran), with its 95% Student-t interval. Verdict: `ahead` / `behind` where the interval "

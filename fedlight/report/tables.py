@@ -56,7 +56,7 @@ class Cell:
         if self.mean is None:
             return []
         notes = [] if self.init is None else [f"init {self.init:.2f}", *(["below init"] if self.below_init else [])]
-        return notes + ([f"{_seeds(self.missing)} without a value"] if self.missing else [])
+        return notes + ([f"{_seed_count(self.missing)} without a value"] if self.missing else [])
 
     def text(self, plus_minus: str = " ± ") -> str:
         """``'85.31 ± 0.42'``, ``'85.31'`` for one value, ``'-'`` for none."""
@@ -177,7 +177,8 @@ def md_cell(value: Any) -> str:
     return cell_text(value).replace("|", "\\|")
 
 
-def _seeds(count: int) -> str:
+def _seed_count(count: int) -> str:
+    """``1`` -> ``'1 seed'``, ``3`` -> ``'3 seeds'`` (compare.py's ``_seeds`` lists seeds by number)."""
     return f"{count} seed" + ("s" if count > 1 else "")
 
 
