@@ -565,6 +565,31 @@ def test_a_seed_without_a_value_is_named_not_hidden(tmp_path: Path) -> None:
     assert {row[0]: row[-1] for row in rows[1:]} == {"arm": "kNN, 100% labels: 1", "base": ""}
 
 
+def test_a_metric_an_arm_never_measures_is_not_a_missing_value(tmp_path: Path) -> None:
+    """FedAvg has no adversary's AUC: its cell is empty, not "3 seeds without a value", and compare.md gives it
+    no row; an arm whose every seed diverged (NaN) says how many seeds have no value; a diverged seed leaves the
+    plot's line on the other seeds."""
+    from fedlight.report.plots import curve
+    nan = float("nan")
+    for arm, knn in (("base", (0.40, 0.42, 0.44)), ("diverged", (nan, nan, nan)), ("fedavg", (0.41, 0.43, 0.45)),
+                     ("partly", (0.40, 0.46, nan))):
+        for seed, value in enumerate(knn):
+            _write_run(tmp_path / f"runs/{arm}{seed}", 0.1, seed, 0.5, value, 1000, arm=arm)
+            if arm != "fedavg":
+                _set_final(tmp_path / f"runs/{arm}{seed}", adv_auc=0.5 + seed / 100)
+    assert main(["report", str(tmp_path / "runs"), "--reference", "base"]) == 0
+    report = (tmp_path / "runs/report.md").read_text()
+    assert "| - (3 seeds without a value) |" in report
+    rows = list(csv.reader((tmp_path / "runs/report.csv").read_text().splitlines()))
+    assert {row[0]: row[-1] for row in rows[1:]} == {
+        "base": "", "diverged": "kNN, 100% labels: 3", "fedavg": "", "partly": "kNN, 100% labels: 1"}
+    auc = (tmp_path / "runs/compare.md").read_text().split("## adv_auc")[1]
+    assert "- No run of `fedavg` measures adv_auc: no row." in auc and "| fedavg |" not in auc
+    assert "seeds 0, 1, 2 ran in" not in auc
+    partly = [r for r in find_runs([tmp_path / "runs"]) if r.keys["arm"] == "partly"]
+    assert curve(partly, "knn_acc@1")[2][-1] == pytest.approx(0.43)  # seeds 0 and 1; seed 2 diverged
+
+
 def test_a_seed_run_twice_counts_once_in_the_plots_too(tmp_path: Path) -> None:
     from fedlight.report.plots import curve
     runs = find_runs([_arms(tmp_path)])

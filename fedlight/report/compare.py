@@ -24,7 +24,7 @@ from fedlight import stats
 from fedlight.errors import UserError
 from fedlight.eval import metric_names
 from fedlight.report.arm_groups import ABSENT, ARM, Group, group_label, mixed_groups
-from fedlight.report.tables import Cell, finite, markdown_table, metric_cell, seed_means
+from fedlight.report.tables import Cell, finite, markdown_table, metric_cell, seed_means, without_value
 
 VERDICT = {stats.HOLDS: "ahead", stats.FAILS: "behind", stats.OPEN: "can't tell"}
 Block = tuple[str, list[int], int]  # (the cell it holds fixed, '' for none; its groups; the reference among them)
@@ -38,7 +38,8 @@ class Arm:
         name: the group's label (an arm's name, or ``alpha = 0.1``).
         by_seed: seed -> the value (a fraction; the mean of the seed's runs).
         repeated: seeds with a value from more than one of the group's runs.
-        unmeasured: seeds the group ran without a finite value (a NaN, or a metric its runs lack).
+        unmeasured: seeds the group ran without a finite value (a NaN, or a metric some of its runs lack;
+            none where no run of the group measures the metric).
         cell: mean ± sd over the seeds, in percent, with the random-init value.
     """
 
@@ -51,10 +52,14 @@ class Arm:
     @classmethod
     def of(cls, name: str, group: Group, metric: str) -> Arm:
         runs = group[1]
-        by_seed = seed_means(runs, metric)
         seeds = [r.seed for r in runs if finite(r.final.get(metric))]
-        return cls(name, by_seed, sorted({s for s in seeds if seeds.count(s) > 1}),
-                   sorted({r.seed for r in runs} - set(by_seed)), metric_cell(runs, metric))
+        return cls(name, seed_means(runs, metric), sorted({s for s in seeds if seeds.count(s) > 1}),
+                   without_value(runs, metric), metric_cell(runs, metric))
+
+    @property
+    def measured(self) -> bool:
+        """Whether some run of the group has the metric, finite or not (FedAvg has no adversary's AUC)."""
+        return bool(self.by_seed or self.unmeasured)
 
 
 def check_margin(margin: float | None) -> None:
@@ -138,18 +143,25 @@ def metric_section(arms: list[Arm], ref: int, metric: str, margin: float | None,
     reference first, and its notes."""
     header = ["arm", "seeds", "mean ± sd over seeds (%)", "pairs", "difference (points)", "95% interval",
               "verdict", *([f"within ±{margin:g}"] if margin is not None else []), "seeds to decide"]
-    reference = arms[ref]
+    reference, title = arms[ref], metric_names.title(metric)
     rows = [[reference.name, str(len(reference.by_seed)), reference.cell.with_init(), "reference",
              *[""] * (len(header) - 4)]]
     notes = [f"`{a.name}`: {_seeds(a.repeated)} ran more than once; each counts once, as the mean of its runs"
              for a in arms if a.repeated]
     if reference.cell.lower_is_better:
-        notes.insert(0, f"Lower is better on {metric_names.title(metric)}: `ahead` is a difference below 0.")
-    for arm in arms[:ref] + arms[ref + 1:]:
+        notes.insert(0, f"Lower is better on {title}: `ahead` is a difference below 0.")
+    silent = [f"`{a.name}`" for i, a in enumerate(arms) if i != ref and not a.measured]
+    if silent:
+        notes.append(f"No run of {', '.join(silent)} measures {title}: no row.")
+    if not reference.measured:
+        notes.append(f"No run of the reference `{reference.name}` measures {title}: nothing is compared on it "
+                     "(`--reference` chooses another).")
+    compared = [a for i, a in enumerate(arms) if i != ref and a.measured] if reference.measured else []
+    for arm in compared:
         row, arm_notes = arm_row(arm, reference, margin)
         rows.append(row)
         notes += arm_notes
-    return [f"## {metric_names.title(metric)}{f': {cell}' if cell else ''}", "", *markdown_table(header, rows), "",
+    return [f"## {title}{f': {cell}' if cell else ''}", "", *markdown_table(header, rows), "",
             *(f"- {note}" for note in notes), *([""] if notes else [])]
 
 

@@ -12,6 +12,7 @@ integers; the legend sits outside the axes, right of the data, so no curve hides
 from __future__ import annotations
 
 import io
+import warnings
 from pathlib import Path
 
 import matplotlib
@@ -42,7 +43,8 @@ def plot_file(metric: str, kind: str, suffix: str = "png") -> str:
 def curve(runs: list[Run], metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(rounds, mean cumulative bytes, mean accuracy, std accuracy over seeds) at the rounds every run
     evaluated, round 0 (the random-init baseline, no bytes) included where every run has it. A seed run
-    twice (on two devices) counts once, as its runs' mean, as in the report's tables."""
+    twice (on two devices) counts once, as its runs' mean, as in the report's tables; a seed's NaN (it
+    diverged) is left out of its rounds' means instead of cutting the group's line short."""
     per_run = []
     for r in runs:
         history = r.results["history"]
@@ -55,12 +57,14 @@ def curve(runs: list[Run], metric: str) -> tuple[np.ndarray, np.ndarray, np.ndar
         per_run.append(points)
     rounds = sorted(set.intersection(*(set(p) for p in per_run)))
     seeds = sorted({r.seed for r in runs})
-    # (seed, round, bytes / value): each seed's runs averaged first
-    by_seed = np.array([np.mean([[p[t] for t in rounds] for p, r in zip(per_run, runs) if r.seed == seed], axis=0)
-                        for seed in seeds], dtype=float).reshape(len(seeds), len(rounds), 2)
-    sent, acc = by_seed[..., 0], by_seed[..., 1]
-    std = acc.std(axis=0, ddof=1) if len(seeds) > 1 else np.zeros(len(rounds))
-    return np.array(rounds), sent.mean(axis=0), acc.mean(axis=0), std
+    with warnings.catch_warnings():  # a round where no seed has a finite value stays NaN: a gap in the line
+        warnings.simplefilter("ignore", RuntimeWarning)
+        # (seed, round, bytes / value): each seed's runs averaged first
+        by_seed = np.array([np.nanmean([[p[t] for t in rounds] for p, r in zip(per_run, runs) if r.seed == seed],
+                                       axis=0) for seed in seeds], dtype=float).reshape(len(seeds), len(rounds), 2)
+        sent, acc = by_seed[..., 0], by_seed[..., 1]
+        std = np.nanstd(acc, axis=0, ddof=1) if len(seeds) > 1 else np.zeros(len(rounds))
+        return np.array(rounds), sent.mean(axis=0), np.nanmean(acc, axis=0), std
 
 
 def plotted_metrics(groups: list[Group], metrics: list[str]) -> list[str]:

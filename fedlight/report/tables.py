@@ -52,10 +52,10 @@ class Cell:
                 and self.mean < self.init)
 
     def notes(self) -> list[str]:
-        """What a cell says beside its value: ``['init 73.68', 'below init', '1 seed without a value']``."""
-        if self.mean is None:
-            return []
-        notes = [] if self.init is None else [f"init {self.init:.2f}", *(["below init"] if self.below_init else [])]
+        """What a cell says beside its value: ``['init 73.68', 'below init', '1 seed without a value']``; a cell
+        without a value (every seed's a NaN) says only how many seeds have none."""
+        notes = [] if self.mean is None or self.init is None else [
+            f"init {self.init:.2f}", *(["below init"] if self.below_init else [])]
         return notes + ([f"{_seed_count(self.missing)} without a value"] if self.missing else [])
 
     def text(self, plus_minus: str = " ± ") -> str:
@@ -145,18 +145,24 @@ def seed_means(runs: list[Run], metric: str) -> dict[int, float]:
 
 
 def metric_cell(runs: list[Run], metric: str) -> Cell:
-    """A group's ``metric`` over its seeds (``seed_means``), with its random init and the seeds left out."""
-    by_seed = seed_means(runs, metric)
-    return Cell.of(list(by_seed.values()), [r.baseline[metric] for r in runs if metric in r.baseline],
-                   metric_names.lower_is_better(metric), len({r.seed for r in runs}) - len(by_seed))
+    """A group's ``metric`` over its seeds (``seed_means``), with its random init and the seeds left out
+    (``without_value``)."""
+    return Cell.of(list(seed_means(runs, metric).values()), [r.baseline[metric] for r in runs if metric in r.baseline],
+                   metric_names.lower_is_better(metric), len(without_value(runs, metric)))
+
+
+def without_value(runs: list[Run], metric: str) -> list[int]:
+    """The seeds of a group that measures ``metric`` (some run has it) whose runs hold no finite value of it
+    (a NaN, or a run that did not measure it); none where no run measures it (FedAvg has no adversary's AUC)."""
+    if not any(metric in r.final for r in runs):
+        return []
+    return sorted({r.seed for r in runs} - set(seed_means(runs, metric)))
 
 
 def latex_cell(cell: Cell) -> str:
     """``'$85.31 \\pm 0.42$ (init 73.68)'``, in bold when below its random init; ``'--'`` for none."""
-    if cell.mean is None:
-        return "--"
-    text = "$" + cell.text(r" \pm ") + "$"
     notes = cell.notes()
+    text = "--" if cell.mean is None else "$" + cell.text(r" \pm ") + "$"
     return (rf"\textbf{{{text}}}" if cell.below_init else text) + (f" ({'; '.join(notes)})" if notes else "")
 
 
