@@ -625,6 +625,12 @@ def test_an_arm_as_reference_over_a_grid_is_compared_cell_by_cell(tmp_path: Path
     assert "| new, alpha = 1.0 | 3 | 70.33 ± 1.53 (init 10.00) | 3 | -1.00 |" in at_1
     assert "- no `base` runs at alpha = 0.5: its groups are not compared" in text
     assert "## kNN, 100% labels: alpha = 0.5" not in text
+    # the arm need not be the first key to group by
+    assert main(["report", str(tmp_path / "runs"), "--metric", "knn_acc", "--reference", "base",
+                 "--group-by", "partition.alpha,arm"]) == 0
+    text = (tmp_path / "runs/compare.md").read_text()
+    assert "| alpha = 0.1, new | 3 | 44.33 ± 1.53 (init 10.00) | 3 | +3.00 |" in text
+    assert "| alpha = 1.0, new | 3 | 70.33 ± 1.53 (init 10.00) | 3 | -1.00 |" in text
 
 
 def test_an_arm_reference_over_a_grid_one_arm_lacks_is_refused_not_empty(tmp_path: Path) -> None:

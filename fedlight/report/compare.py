@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from fedlight import stats
 from fedlight.errors import UserError
@@ -89,17 +90,23 @@ def comparison_blocks(groups: list[Group], keys: list[str], names: list[str],
     cell of those keys against that arm's group in the same cell, so a difference is only ever the arm's.
     """
     squeezed = (reference or "").replace(" ", "")
+    at = keys.index(ARM) if ARM in keys else 0
+    grid = [k for j, k in enumerate(keys) if j != at]
+
+    def cell_of(values: tuple[Any, ...]) -> tuple[Any, ...]:  # a group's values of the grid keys
+        return tuple(v for j, v in enumerate(values) if j != at)
+
     # cell by cell only where every group defines every grid key (an arm lacking one, e.g. a grid of FedProx's
     # mu beside FedAvg, has no cell to pair in), else the whole-label reference or its one-line refusal
-    if (reference is None or squeezed in (n.replace(" ", "") for n in names) or keys[:1] != [ARM] or len(keys) < 2
-            or any(v is ABSENT for values, _ in groups for v in values[1:])):
+    if (reference is None or squeezed in (n.replace(" ", "") for n in names) or ARM not in keys or not grid
+            or any(v is ABSENT for values, _ in groups for v in cell_of(values))):
         return [("", list(range(len(groups))), reference_index(names, reference))], []
     cells: dict[str, list[int]] = {}
     for i, (values, _) in enumerate(groups):
-        cells.setdefault(group_label(keys[1:], values[1:]), []).append(i)
+        cells.setdefault(group_label(grid, cell_of(values)), []).append(i)
     blocks, notes = [], []
     for cell, members in cells.items():
-        ref = [i for i in members if str(groups[i][0][0]).replace(" ", "") == squeezed]
+        ref = [i for i in members if str(groups[i][0][at]).replace(" ", "") == squeezed]
         if ref and len(members) > 1:
             blocks.append((cell, members, members.index(ref[0])))
         elif not ref:
@@ -177,7 +184,7 @@ def compare_text(groups: list[Group], keys: list[str], metrics: list[str], refer
                                   "give runs of two arms, or --group-by a key that varies."]) + "\n"
     cell, members, ref = blocks[0]
     against = (f"`{names[members[ref]]}`" if not cell else
-               f"`{reference}` at the same {', '.join(f'`{k}`' for k in keys[1:])}, a table per value")
+               f"`{reference}` at the same {', '.join(f'`{k}`' for k in keys if k != ARM)}, a table per value")
     lines += [f"Each arm against {against} (`--reference` chooses), seed by seed: the difference is the arm's "
               "value minus the reference's on the same seed, in percentage points, averaged over the pairs (the "
               "seeds both ran), with its 95% Student-t interval. Verdict: `ahead` / `behind` where the interval "
