@@ -1,10 +1,12 @@
 # `make quickstart` and `make test` set up a project-local environment (.venv) first; see
 # scripts/setup.sh for what each installs. PYTHON=<interpreter> uses an existing one instead
-# (`make test PYTHON=python3`), TORCH=cpu installs a CPU-only PyTorch, PYTEST_ARGS picks tests.
+# (`make test PYTHON=python3`), TORCH=cpu installs a CPU-only PyTorch, PYTEST_ARGS picks tests,
+# PYTEST_WORKERS sets how many pytest-xdist workers share the tests (0: one process, no workers).
 VENV ?= .venv
 PYTHON ?= $(VENV)/bin/python
 TORCH ?= default
 PYTEST_ARGS ?= tests
+PYTEST_WORKERS ?= 2
 SETUP = VENV=$(VENV) PYTHON=$(PYTHON) TORCH=$(TORCH) bash scripts/setup.sh
 # a wrong PYTHON or TORCH is one line as make starts, before anything runs
 SETUP_PROBLEM := $(shell $(SETUP) check 2>&1)
@@ -30,4 +32,4 @@ quickstart:
 
 test:
 	$(SETUP) test
-	$(PYTHON) -m pytest $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)

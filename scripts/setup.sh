@@ -6,8 +6,8 @@
 #               system Python is left untouched) holding fedlight and its dependencies
 #               (`pip install -e .`), and Debian's dataset-fashion-mnist (Fashion-MNIST under
 #               /usr/share/datasets/fashion-mnist, apt-get as root; otherwise a hint).
-#   test:       the same plus the dev extra (pytest, hypothesis, scikit-learn, Opacus, W&B, MLflow, MkDocs with
-#               Material and mkdocstrings for the documentation site) and, as root with
+#   test:       the same plus the dev extra (pytest, pytest-xdist, hypothesis, scikit-learn, Opacus, W&B,
+#               MLflow, MkDocs with Material and mkdocstrings for the documentation site) and, as root with
 #               apt-get, Debian's slurm-wlm and munge, which only the real-SLURM tests use (a
 #               two-node cluster on this host; tests/test_slurm.py is skipped without them).
 #
@@ -103,7 +103,7 @@ case "$PYTHON" in
 esac
 extra=; modules="fedlight lightning lightly torchmetrics torchvision tensorboard matplotlib tqdm omegaconf scipy"
 if [ "$target" = test ]; then
-  extra='[dev]'; modules="$modules sklearn pytest hypothesis opacus wandb mlflow mkdocs material mkdocstrings mkdocstrings_handlers setuptools"
+  extra='[dev]'; modules="$modules sklearn pytest xdist hypothesis opacus wandb mlflow mkdocs material mkdocstrings mkdocstrings_handlers setuptools"
 fi
 # (re)install when a module is missing or the installed fedlight is not this checkout (PYTHONPATH aside); find_spec
 # locates a module without importing it (importing torch and Lightning alone takes seconds)
