@@ -138,6 +138,11 @@ def test_a_signal_ends_a_rank_waiting_at_the_rendezvous(tmp_path: Path, tiny_rec
         assert not (tmp_path / sig.name).exists()  # rank 0 gave its claim on the run folder back
 
 
+def _environ(pid: int) -> dict[str, str]:
+    """A process's environment as /proc shows it."""
+    return dict(v.split("=", 1) for v in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in v)
+
+
 def _state(pid: int) -> str:
     """The process's state letter (R, S, T stopped, Z ended but not reaped), or '' once it is gone."""
     try:
@@ -161,9 +166,12 @@ def test_a_signal_to_rank_0_at_the_rendezvous_ends_the_local_ranks_it_started(tm
         time.sleep(0.01)
     rank1 = int(children.read_text().split()[0])
     try:
+        # forked but not yet exec'd, rank 1 still shows rank 0's environment (no MASTER_PORT): wait for its own;
+        # it joins only after seconds of imports, so it is stopped well before
+        while "MASTER_PORT" not in (rank1_env := _environ(rank1)) and time.time() < deadline:
+            time.sleep(0.01)
         os.kill(rank1, signal.SIGSTOP)
-        port = int(dict(v.split("=", 1) for v in Path(f"/proc/{rank1}/environ").read_text().split("\0") if "=" in v)
-                   ["MASTER_PORT"])
+        port = int(rank1_env["MASTER_PORT"])
         while not _listening(port) and rank0.poll() is None and time.time() < deadline:
             time.sleep(0.1)
         rank0.send_signal(signal.SIGTERM)
