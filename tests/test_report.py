@@ -557,6 +557,8 @@ def test_a_seed_without_a_value_is_named_not_hidden(tmp_path: Path) -> None:
     assert main(["report", str(tmp_path / "runs"), "--metric", "knn_acc", "--reference", "base"]) == 0
     report = (tmp_path / "runs/report.md").read_text()
     assert "| arm | 3 | 43.50 ± 2.12 (init 10.00; 1 seed without a value) |" in report
+    runs_table = report.split("## Runs")[1]  # the diverged run's own row: no "nan", as in the group's cell
+    assert "| `arm2` | arm | 2 | - (1 seed without a value) |" in runs_table and "nan" not in runs_table
     text = (tmp_path / "runs/compare.md").read_text()
     assert "- `arm`: left out of the pairing: seed 2 ran in `arm` without a finite value (NaN, or not measured)" in text
     assert ("- `arm`: 2 pairs with `base`, fewer than the 3 a paired interval needs: seeds without a finite value "

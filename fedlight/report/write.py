@@ -24,7 +24,7 @@ from fedlight.report.compare import compare_text
 from fedlight.report.arm_groups import ABSENT, group_runs, grouping_keys, mixed_groups
 from fedlight.report.plots import REMAKE, plot_files, write_plots
 from fedlight.report.runs import Run, find_runs
-from fedlight.report.tables import Cell, GroupTable, markdown_table, md_cell
+from fedlight.report.tables import Cell, GroupTable, markdown_table, md_cell, metric_cell
 
 REPORT = "report.md"
 COMPARE = "compare.md"  # the groups paired by seed against a reference: fedlight.report.compare
@@ -75,8 +75,7 @@ def render(runs: list[Run], sources: list[str], table: GroupTable, plots: list[s
     lines += ["## Runs", ""]
     run_rows = [[f"`{os.path.relpath(r.path, out.resolve())}`", *(md_cell(r.keys.get(k, ABSENT)) for k in keys),
                  str(r.seed),
-                 *(Cell.of([r.final[m]] if m in r.final else [], [r.baseline[m]] if m in r.baseline else [],
-                           metric_names.lower_is_better(m)).with_init() for m in metrics),
+                 *(metric_cell([r], m).with_init() for m in metrics),
                  f"{r.total_bytes / 1e6:.2f}", str(r.results["rounds_completed"]), ", ".join(r.commits) or "-"]
                 for r in done]
     lines += markdown_table(["run", *keys, "seed", *(metric_names.title(m) for m in metrics), "MB", "rounds",
