@@ -11,8 +11,10 @@ as measured: ``seeds_to_decide``) and, given a margin of ``M``
 points fixed in advance, an equivalence reading (``equivalence``, TOST at 5%: ``within ±M``
 where the 90% interval lies inside ±M, ``not within ±M`` where the 95% interval lies outside
 it, else ``can't tell``). Fewer than ``stats.MIN_SEEDS`` pairs give a note, not an interval; a
-seed an arm ran without a finite value (NaN, not measured) is named as such. Each row is its own
-test at 5%, and the text says so: nothing is adjusted over the rows.
+seed an arm ran without a finite value (NaN, not measured) is named as such. Each reading is its
+own test at 5%, and beside it the same reading after Holm's adjustment over every test the file
+prints (``stats.adjusted_verdicts``): the family is the file, since no comparison in it was named
+in advance.
 """
 
 from __future__ import annotations
@@ -124,32 +126,62 @@ def seeds_to_decide(d: stats.Paired) -> str:
     return f"about {n} ({max(n - d.n, 0)} more)"
 
 
-def arm_row(arm: Arm, ref: Arm, margin: float | None) -> tuple[list[str], list[str]]:
-    """``arm``'s table row against ``ref`` and its notes (seeds left out, too few pairs)."""
+@dataclass(frozen=True)
+class Tested:
+    """An arm against the reference: the paired difference and its tests (the directional one, then TOST's
+    where a margin is given), each test's verdict after Holm over the whole file beside it."""
+
+    d: stats.Paired
+    tests: list[stats.Test]
+    after_holm: list[str]
+
+
+def paired_tests(arm: Arm, ref: Arm, margin: float | None) -> tuple[stats.Paired, list[stats.Test]] | None:
+    """``arm - ref`` over the seeds both have a value of, with its tests; None with too few pairs."""
     seeds = sorted(set(arm.by_seed) & set(ref.by_seed))
+    if len(seeds) < stats.MIN_SEEDS:
+        return None
+    d = stats.paired([100 * arm.by_seed[s] for s in seeds], [100 * ref.by_seed[s] for s in seeds])
+    return d, [stats.directional(d, -1 if ref.cell.lower_is_better else +1),
+               *([stats.equivalence(d, margin)] if margin is not None else [])]
+
+
+def arm_row(arm: Arm, ref: Arm, margin: float | None, tested: Tested | None) -> tuple[list[str], list[str]]:
+    """``arm``'s table row against ``ref`` (``tested``: None with too few pairs) and its notes (seeds left
+    out, too few pairs)."""
+    pairs = len(set(arm.by_seed) & set(ref.by_seed))
     alone = [*_unpaired(ref, arm), *_unpaired(arm, ref)]
     notes = [f"`{arm.name}`: left out of the pairing: {'; '.join(alone)}"] if alone else []
-    head = [arm.name, str(len(arm.by_seed)), arm.cell.with_init(), str(len(seeds))]
-    if len(seeds) < stats.MIN_SEEDS:
+    head = [arm.name, str(len(arm.by_seed)), arm.cell.with_init(), str(pairs)]
+    if tested is None:
         fix = ("run more seeds of both" if not (arm.unmeasured or ref.unmeasured) else
                "seeds without a finite value cannot be paired; see why those runs have none")
-        notes.append(f"`{arm.name}`: {len(seeds)} pairs with `{ref.name}`, fewer than the {stats.MIN_SEEDS} a paired "
+        notes.append(f"`{arm.name}`: {pairs} pairs with `{ref.name}`, fewer than the {stats.MIN_SEEDS} a paired "
                      f"interval needs: {fix}")
-        return head + ["", "", "too few pairs"] + [""] * (margin is not None) + [""], notes
-    d = stats.paired([100 * arm.by_seed[s] for s in seeds], [100 * ref.by_seed[s] for s in seeds])
-    verdict = stats.directional(d, -1 if ref.cell.lower_is_better else +1).verdict
-    within = [] if margin is None else [
-        {stats.HOLDS: f"within ±{margin:g}", stats.FAILS: f"not within ±{margin:g}", stats.OPEN: "can't tell"}[
-            stats.equivalence(d, margin).verdict]]
-    return head + [f"{d.mean:+.2f}", f"[{d.low:+.2f}, {d.high:+.2f}]", VERDICT[verdict], *within,
+        return head + ["", "", "too few pairs", ""] + ["", ""] * (margin is not None) + [""], notes
+    d, (verdict, *equivalence) = tested.d, [t.verdict for t in tested.tests]
+    readings = [VERDICT[verdict], VERDICT[tested.after_holm[0]]]
+    if margin is not None:
+        within = {stats.HOLDS: f"within ±{margin:g}", stats.FAILS: f"not within ±{margin:g}",
+                  stats.OPEN: "can't tell"}
+        readings += [within[equivalence[0]], within[tested.after_holm[1]]]
+    return head + [f"{d.mean:+.2f}", f"[{d.low:+.2f}, {d.high:+.2f}]", *readings,
                    seeds_to_decide(d) if verdict == stats.OPEN else ""], notes
 
 
-def metric_section(arms: list[Arm], ref: int, metric: str, margin: float | None, cell: str = "") -> list[str]:
+def compared(arms: list[Arm], ref: int) -> list[Arm]:
+    """The arms a metric's table compares with ``arms[ref]``: those that measure it, none where the reference
+    does not."""
+    return [a for i, a in enumerate(arms) if i != ref and a.measured] if arms[ref].measured else []
+
+
+def metric_section(arms: list[Arm], ref: int, metric: str, margin: float | None, tested: dict[str, Tested | None],
+                   cell: str = "") -> list[str]:
     """One metric's table (at one ``cell`` of the grid keys, where arms are compared cell by cell), the
-    reference first, and its notes."""
+    reference first, and its notes; ``tested``: each compared arm's tests, by name."""
     header = ["arm", "seeds", "mean ± sd over seeds (%)", "pairs", "difference (points)", "95% interval",
-              "verdict", *([f"within ±{margin:g}"] if margin is not None else []), "seeds to decide"]
+              "verdict", "after Holm", *([f"within ±{margin:g}", "after Holm"] if margin is not None else []),
+              "seeds to decide"]
     reference, title = arms[ref], metric_names.title(metric)
     rows = [[reference.name, str(len(reference.by_seed)), reference.cell.with_init(), "reference",
              *[""] * (len(header) - 4)]]
@@ -163,9 +195,8 @@ def metric_section(arms: list[Arm], ref: int, metric: str, margin: float | None,
     if not reference.measured:
         notes.append(f"No run of the reference `{reference.name}` measures {title}: nothing is compared on it "
                      "(`--reference` chooses another).")
-    compared = [a for i, a in enumerate(arms) if i != ref and a.measured] if reference.measured else []
-    for arm in compared:
-        row, arm_notes = arm_row(arm, reference, margin)
+    for arm in compared(arms, ref):
+        row, arm_notes = arm_row(arm, reference, margin, tested[arm.name])
         rows.append(row)
         notes += arm_notes
     return [f"## {title}{f': {cell}' if cell else ''}", "", *markdown_table(header, rows), "",
@@ -182,6 +213,13 @@ def compare_text(groups: list[Group], keys: list[str], metrics: list[str], refer
     if len(groups) < 2:
         return "\n".join(lines + [f"One group ({names[0] if names else 'no finished run'}): nothing to compare; "
                                   "give runs of two arms, or --group-by a key that varies."]) + "\n"
+    sections = [(metric, cell, [Arm.of(names[i], groups[i], metric) for i in members], ref)
+                for metric in metrics for cell, members, ref in blocks]
+    found = [{a.name: paired_tests(a, arms[ref], margin) for a in compared(arms, ref)} for _, _, arms, ref in sections]
+    family = [t for section in found for pair in section.values() if pair for t in pair[1]]
+    adjusted = iter(stats.adjusted_verdicts(family))
+    tested = [{name: pair and Tested(*pair, [next(adjusted) for _ in pair[1]]) for name, pair in section.items()}
+              for section in found]
     cell, members, ref = blocks[0]
     against = (f"`{names[members[ref]]}`" if not cell else
                f"`{reference}` at the same {', '.join(f'`{k}`' for k in keys if k != ARM)}, a table per value")
@@ -189,16 +227,17 @@ def compare_text(groups: list[Group], keys: list[str], metrics: list[str], refer
               "value minus the reference's on the same seed, in percentage points, averaged over the pairs (the "
               "seeds both ran), with its 95% Student-t interval. Verdict: `ahead` / `behind` where the interval "
               "excludes 0 on the better side (lower, for an adversary's AUC) / the worse side, else `can't tell`, "
-              "with about how many seeds would decide it if the differences' mean and sd stayed as measured. Each row "
-              "is its own test at 5%, not adjusted for the number of rows: among many arms and metrics some "
-              "verdicts are chance, so judge a comparison fixed before the runs, on seeds no earlier look used."
+              "with about how many seeds would decide it if the differences' mean and sd stayed as measured."
               + ("" if margin is None else f" `within ±{margin:g}`: TOST at 5% (the 90% interval lies inside "
-                 f"±{margin:g} points; `not within`: the 95% interval lies outside)."), ""]
+                 f"±{margin:g} points; `not within`: the 95% interval lies outside).")
+              + f" Each reading is its own test at 5%; `after Holm` keeps it only where its Holm-adjusted p over "
+              f"all {len(family)} tests of this file (every arm, metric{', cell' if cell else ''} and reading) is "
+              "below 0.05, else `can't tell`: among many rows some raw verdicts are chance, so read that column, "
+              "or judge only a comparison fixed before the runs, on seeds no earlier look used.", ""]
     notes = [*mixed_groups(groups, keys), *left_out]
     lines += [f"- {note}" for note in notes] + ([""] if notes else [])
-    for metric in metrics:
-        for cell, members, ref in blocks:
-            lines += metric_section([Arm.of(names[i], groups[i], metric) for i in members], ref, metric, margin, cell)
+    for (metric, cell, arms, ref), section in zip(sections, tested):
+        lines += metric_section(arms, ref, metric, margin, section, cell)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

@@ -67,7 +67,8 @@ def render(runs: list[Run], sources: list[str], table: GroupTable, plots: list[s
              "The same table: `report.csv`, `report.tex`.", ""]
     lines += table.markdown() + [""] + [f"- {note}" for note in notes] + ([""] if notes else [])
     if len(table.rows) > 1:
-        lines += [f"Each group against a reference, seed by seed (difference, 95% interval, verdict): `{COMPARE}`.", ""]
+        lines += [f"Each group against a reference, seed by seed (difference, 95% interval, verdict, and verdict "
+                  f"after Holm over the file): `{COMPARE}`.", ""]
     if plots:
         lines += ["Plots: the mean over each group's seeds from round 0 (the random-init encoder); the shaded band "
                   "is ± one sample standard deviation over seeds. Each is also an SVG beside the PNG.", ""]
