@@ -33,17 +33,28 @@ def checkout(tmp_path: Path) -> Path:
 def test_this_checkouts_commit_and_dirty_flag() -> None:
     found = git_source()
     assert found["commit"] == _git(REPO, "rev-parse", "HEAD")
-    assert found["dirty"] == bool(_git(REPO, "status", "--porcelain", "--untracked-files=no"))
+    assert found["dirty"] == bool(_git(REPO, "status", "--porcelain", "--untracked-files=no")
+                                  or _git(REPO / "fedlight", "status", "--porcelain", "--untracked-files=all", "--", "."))
     assert found["git_note"] is None
 
 
 def test_dirty_flips_when_a_tracked_file_changes(checkout: Path) -> None:
     clean = git_source(checkout)
     assert clean == {"commit": _git(checkout, "rev-parse", "HEAD"), "dirty": False, "git_note": None}
-    (checkout / "new_module.py").write_text("")  # untracked: not what ran from the commit, but not a change to it
+    (checkout.parent / "notes.txt").write_text("")  # untracked outside the package: not code that ran
+    (checkout.parent / ".gitignore").write_text("__pycache__/\n")
+    (checkout / "__pycache__").mkdir()
+    (checkout / "__pycache__/x.pyc").write_text("")  # ignored
     assert git_source(checkout)["dirty"] is False
     (checkout / "__init__.py").write_text("x = 2\n")
     assert git_source(checkout) == {**clean, "dirty": True}
+
+
+def test_an_untracked_module_in_the_package_is_dirty(checkout: Path) -> None:
+    """A new module the package holds but git does not track may run (a registry imports it): not the commit."""
+    (checkout / "sub").mkdir()
+    (checkout / "sub/new_module.py").write_text("")
+    assert git_source(checkout)["dirty"] is True
 
 
 def test_no_checkout_gives_a_null_commit_and_says_why(tmp_path: Path, checkout: Path) -> None:

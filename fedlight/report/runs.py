@@ -87,7 +87,7 @@ class Run:
     @property
     def commits(self) -> list[str]:
         """The git commits the run's code was at, one per start or resumption without repeats (12 hex
-        digits, ``+dirty`` with uncommitted changes to tracked files); none where results.json records
+        digits, ``+dirty`` with uncommitted changes); none where results.json records
         none (fedlight outside a git checkout, a run from before ``provenance``)."""
         found = self.results.get("provenance")
         segments = found.get("segments") if isinstance(found, dict) else None

@@ -1,8 +1,8 @@
 """Where a run's numbers came from: results.json's ``provenance``.
 
 Each time a run starts or resumes (a *segment*), rank 0 records once the fedlight source that
-runs (its version, git commit and whether the checkout has uncommitted changes to tracked
-files), the versions of torch, Lightning and Python, the device and the number of processes, and
+runs (its version, git commit and whether the checkout has uncommitted changes: to a tracked
+file, or a file the package holds that git does not track), the versions of torch, Lightning and Python, the device and the number of processes, and
 the UTC times the segment started and last saved its progress. The segments travel in the
 checkpoint, so a run resumed on other code or another machine shows each. ``summary`` is what
 results.json holds: the latest segment's fields, the first segment's start, and every segment.
@@ -40,8 +40,10 @@ def _git(package_dir: Path, *args: str) -> str:
 
 
 def git_source(package_dir: Path = PACKAGE) -> dict[str, Any]:
-    """The git commit of the checkout ``package_dir`` is tracked in, and whether a tracked file
-    differs from it (untracked files do not count).
+    """The git commit of the checkout ``package_dir`` is tracked in, and whether what runs differs from
+    it: a tracked file changed, or a file in the package that git does not track (a new module the
+    registry may import); untracked files elsewhere in the checkout (notes, outputs) do not count,
+    nor do ignored ones (``__pycache__``).
 
     Returns:
         ``commit`` (a sha or None), ``dirty`` (a bool or None) and ``git_note`` (None, or why there
@@ -50,7 +52,8 @@ def git_source(package_dir: Path = PACKAGE) -> dict[str, Any]:
     try:  # a package git does not track is an installed copy, even inside another repo (a .venv)
         _git(package_dir, "ls-files", "--error-unmatch", "__init__.py")
         commit = _git(package_dir, "rev-parse", "HEAD")
-        dirty = bool(_git(package_dir, "status", "--porcelain", "--untracked-files=no"))
+        dirty = bool(_git(package_dir, "status", "--porcelain", "--untracked-files=no")
+                     or _git(package_dir, "status", "--porcelain", "--untracked-files=all", "--", "."))
         return {"commit": commit, "dirty": dirty, "git_note": None}
     except FileNotFoundError:
         note = "git is not installed"
