@@ -159,14 +159,12 @@ def arm_row(arm: Arm, ref: Arm, margin: float | None, tested: Tested | None) -> 
         notes.append(f"`{arm.name}`: {pairs} pairs with `{ref.name}`, fewer than the {stats.MIN_SEEDS} a paired "
                      f"interval needs: {fix}")
         return head + ["", "", "too few pairs", ""] + ["", ""] * (margin is not None) + [""], notes
-    d, (verdict, *equivalence) = tested.d, [t.verdict for t in tested.tests]
-    readings = [VERDICT[verdict], VERDICT[tested.after_holm[0]]]
-    if margin is not None:
-        within = {stats.HOLDS: f"within ±{margin:g}", stats.FAILS: f"not within ±{margin:g}",
-                  stats.OPEN: "can't tell"}
-        readings += [within[equivalence[0]], within[tested.after_holm[1]]]
+    words = [VERDICT, *([{stats.HOLDS: f"within ±{margin:g}", stats.FAILS: f"not within ±{margin:g}",
+                           stats.OPEN: "can't tell"}] if margin is not None else [])]
+    readings = [w[v] for w, test, after in zip(words, tested.tests, tested.after_holm) for v in (test.verdict, after)]
+    d = tested.d
     return head + [f"{d.mean:+.2f}", f"[{d.low:+.2f}, {d.high:+.2f}]", *readings,
-                   seeds_to_decide(d) if verdict == stats.OPEN else ""], notes
+                   seeds_to_decide(d) if tested.tests[0].verdict == stats.OPEN else ""], notes
 
 
 def compared(arms: list[Arm], ref: int) -> list[Arm]:
