@@ -2,8 +2,8 @@
 
 Each time a run starts or resumes (a *segment*), rank 0 records once the fedlight source that
 runs (its version, git commit and whether the checkout has uncommitted changes: to a tracked
-file, or a file the package holds that git does not track), the versions of torch, Lightning and Python, the device and the number of processes, and
-the UTC times the segment started and last saved its progress. The segments travel in the
+file, or a file the package holds that git does not track), the versions of torch, Lightning and
+Python, the device and the number of processes, and the UTC times the segment started and last saved its progress. The segments travel in the
 checkpoint, so a run resumed on other code or another machine shows each. ``summary`` is what
 results.json holds: the latest segment's fields, the first segment's start, and every segment.
 
