@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from fedlight.local_only import keep_local
+
+keep_local()  # telemetry off, the optional dependencies' caches out of $HOME (fedlight/local_only.py)
+
 __version__ = "0.1.0"
 
 __all__ = [

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from fedlight import __version__
+from fedlight import __version__, local_only
 from fedlight.engine.run import launch
 from fedlight.errors import INTERRUPTED_EXIT, PREEMPTED_EXIT, USER_ERROR_EXIT, UserError, one_line
 from fedlight.invocation import fedlight_command
@@ -336,3 +336,4 @@ def run() -> None:
     logging.shutdown()
     sys.stderr.flush()
     os._exit(0)
+    local_only.clean_up()  # atexit's own call is skipped by the quick exit
