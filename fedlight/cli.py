@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from fedlight import __version__, local_only
+from fedlight import __version__, installed_entry_points, local_only
 from fedlight.engine.run import launch
 from fedlight.errors import INTERRUPTED_EXIT, PREEMPTED_EXIT, USER_ERROR_EXIT, UserError, one_line
 from fedlight.invocation import fedlight_command
@@ -311,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
             for problem in getattr(exc, "problems", [str(exc)]):
                 print(f"fedlight: error: {one_line(problem)}", file=sys.stderr)
         return USER_ERROR_EXIT
+        if args.command in ("fit", "sweep", "export", "report"):  # those that import torch
+            installed_entry_points.check_torch_can_load()
     except KeyboardInterrupt:  # Ctrl-C before a run started (a run says more: _fit_ranks)
         print("fedlight: interrupted", file=sys.stderr)
         return INTERRUPTED_EXIT

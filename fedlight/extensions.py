@@ -32,6 +32,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Callable, Generic, TypeVar
 
+from fedlight import installed_entry_points
 from fedlight.errors import UserError
 
 T = TypeVar("T")
@@ -57,7 +58,7 @@ class Table(Mapping[str, T], Generic[T]):
 
     def _entry_points(self) -> dict[str, importlib.metadata.EntryPoint]:
         if self._found is None:
-            found = importlib.metadata.entry_points(group=self.group)
+            found = installed_entry_points.in_group(self.group)  # a package's malformed file: skipped, named
             self._found = {ep.name: ep for ep in found if ep.name not in self.builtins}
             self._shadowed = {ep.name: ep.value for ep in found if ep.name in self.builtins}
         return self._found

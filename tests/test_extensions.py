@@ -475,3 +475,47 @@ def test_an_option_fedlight_passes_itself_is_refused_in_every_section(tiny_recip
     with pytest.raises(UserError, match=re.escape(says)):
         check_recipe(load_recipe(tiny_recipe, [override]))
     check_recipe(load_recipe(tiny_recipe, ["plugins={seeded: {seed: 4}}"]))  # fedlight passes plug-ins no seed
+
+
+MALFORMED = {"no_equals": b"[fedlight.methods]\nthis line has no equals sign\n",
+             "latin1": b"[fedlight.methods]\ncaf\xe9 = badpkg.m:Cafe\n"}
+
+
+def install_malformed(site: Path, text: bytes) -> None:
+    """``badpkg``, whose ``entry_points.txt`` is ``text``, beside ``goodpkg``, whose method ``good`` is fine."""
+    install(site, "goodpkg", {"m.py": 'class Good:\n    """A good method."""\n'}, "[fedlight.methods]\ngood = goodpkg.m:Good\n")
+    install(site, "badpkg", {}, "")
+    (site / "badpkg-0.1.dist-info" / "entry_points.txt").write_bytes(text)
+
+
+def fresh_fedlight(site: Path, *args: str) -> subprocess.CompletedProcess:
+    """``python -m fedlight ARGS`` started afresh (torch imported by the command, not a fork server)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)]), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "fedlight", *args], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.mark.parametrize("damage", sorted(MALFORMED))
+def test_a_malformed_entry_points_file_is_skipped_with_one_warning_naming_its_package(tmp_path: Path,
+                                                                                      damage: str) -> None:
+    install_malformed(tmp_path, MALFORMED[damage])
+    listed = fresh_fedlight(tmp_path, "methods")
+    assert listed.returncode == 0, listed.stderr
+    assert any(line.split()[:1] == ["good"] for line in listed.stdout.splitlines())  # the other package's still is
+    [warning] = listed.stderr.splitlines()
+    assert warning.startswith("fedlight: warning: package 'badpkg' has a malformed entry_points.txt")
+    mistyped = fresh_fedlight(tmp_path, "methods", "simclrr")  # the "did you mean" listing
+    assert mistyped.returncode == 2 and "Traceback" not in mistyped.stderr
+    assert [line.split(":")[1] for line in mistyped.stderr.splitlines()] == [" warning", " error"]
+
+
+def test_a_package_whose_entry_points_stop_import_torch_is_named_in_one_line(tmp_path: Path,
+                                                                            tiny_recipe: Path) -> None:
+    install_malformed(tmp_path / "site", MALFORMED["no_equals"])
+    done = fresh_fedlight(tmp_path / "site", "fit", "--recipe", str(tiny_recipe))
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"fedlight: error: package 'badpkg' has a malformed entry_points.txt ({tmp_path}/site/badpkg-0.1.dist-info/"
+        "entry_points.txt): line 2 'this line has no equals sign' has no '=', which stops 'import torch'; fix or "
+        "uninstall 'badpkg'"]
+    assert not (tmp_path / "run").exists()
