@@ -233,3 +233,39 @@ def test_lg_fedavg_exports_each_clients_local_layers(tmp_path: Path, store: str)
         with pytest.raises(UserError, match=f"client state file '{victim}' fails its sha256 check"):
             export_encoder(run, tmp_path / "again.pt")
         assert not (tmp_path / "again.pt").exists()
+
+
+DAMAGE = {  # what a damaged (or hand-made) export holds -> what the one line says is wrong
+    "unknown backbone option": (lambda e: {**e, "backbone": {**e["backbone"], "options": {"bogus": 1}}},
+                                r"builds backbone 'small_cnn' with options \{'bogus': 1\}, which this fedlight's refuses"),
+    "no normalize": (lambda e: {k: v for k, v in e.items() if k != "normalize"}, r"'normalize' is missing, not a mapping"),
+    "backbone a list": (lambda e: {**e, "backbone": [e["backbone"]]}, r"'backbone' is a list, not a mapping"),
+    "state_dict a list": (lambda e: {**e, "state_dict": list(e["state_dict"].values())}, r"'state_dict' is a list"),
+    "local_parts a list": (lambda e: {**e, "local_parts": []}, r"'local_parts' is a list, not a mapping"),
+    "mean a mapping": (lambda e: {**e, "normalize": {**e["normalize"], "mean": {"r": 0.5}}},
+                       r"'normalize.mean' is a dict, not a list of 3 numbers"),
+    "channels text": (lambda e: {**e, "backbone": {**e["backbone"], "channels": "1"}},
+                      r"'backbone.channels' is a str, not a int"),
+}
+
+
+@pytest.mark.parametrize("digest", ["recomputed", "none"])
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_a_damaged_export_is_one_error_naming_the_file_and_what_is_wrong(tiny_run: Path, tmp_path: Path,
+                                                                        damage: str, digest: str) -> None:
+    """A file whose layout is wrong (written by hand, or a digest that matches damaged content): a traceback
+    from deep inside ``load_encoder`` before (``KeyError: 'normalize'``, ``TypeError: ... 'bogus'``)."""
+    from fedlight.models.encoder_file import content_digest
+
+    out, _ = export_encoder(tiny_run, tmp_path / "e.pt")
+    change, expected = DAMAGE[damage]
+    damaged = {k: v for k, v in change(torch.load(out, weights_only=True)).items() if k != "sha256"}
+    if digest == "recomputed" and not isinstance(damaged.get("state_dict"), list) and isinstance(
+            damaged.get("local_parts"), dict):
+        damaged["sha256"] = content_digest(damaged)
+    torch.save(damaged, tmp_path / "damaged.pt")
+    builds = damage == "unknown backbone option"  # load_local_parts builds no backbone: its parts are fine
+    for load in (fedlight.load_encoder,) if builds else (fedlight.load_encoder, fedlight.load_local_parts):
+        with pytest.raises(UserError, match=rf"encoder file '{tmp_path}/damaged.pt' .*{expected}") as caught:
+            load(tmp_path / "damaged.pt")
+        assert "\n" not in str(caught.value)

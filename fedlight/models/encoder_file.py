@@ -104,10 +104,41 @@ def read_export(path: str | Path) -> dict[str, Any]:
         raise UserError(f"encoder file '{path}' has format version {found['format_version']}, newer than this "
                         f"fedlight reads ({FORMAT_VERSION}): upgrade fedlight (it was written by fedlight "
                         f"{found.get('fedlight_version')})")
+    problem = layout_problem(found)
+    if problem:
+        raise UserError(f"encoder file '{path}' is damaged: {problem}; copy it again from where it was made, or {make}")
     if "sha256" in found and found["sha256"] != content_digest(found):  # an export older than the digest has none
         raise UserError(f"encoder file '{path}' fails its sha256 check (its tensors or values changed since it was "
                         f"written: a damaged copy); copy it again from where it was made, or {make}")
     return found
+
+
+def _kind(value: Any) -> str:
+    return "missing" if value is None else f"a {type(value).__name__}"
+
+
+def layout_problem(export: dict[str, Any]) -> str | None:
+    """What is out of shape in an export's content (the module docstring's layout), or None."""
+    for key in ("backbone", "normalize", "state_dict", "local_parts"):
+        if not isinstance(export.get(key), dict):
+            return f"'{key}' is {_kind(export.get(key))}, not a mapping"
+    spec, normalize = export["backbone"], export["normalize"]
+    for key, kind in (("name", str), ("options", dict), ("channels", int), ("image_size", int)):
+        if not isinstance(spec.get(key), kind) or isinstance(spec.get(key), bool):
+            return f"'backbone.{key}' is {_kind(spec.get(key))}, not {'a mapping' if kind is dict else f'a {kind.__name__}'}"
+    for key in ("mean", "std"):
+        values = normalize.get(key)
+        if (not isinstance(values, list) or len(values) != spec["channels"]
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)):
+            return f"'normalize.{key}' is {_kind(values)}, not a list of {spec['channels']} numbers (one a channel)"
+    parts = {"state_dict": export["state_dict"], **{f"local_parts[{c!r}]": p for c, p in export["local_parts"].items()}}
+    for where, state in parts.items():
+        if where != "state_dict" and not isinstance(state, dict):
+            return f"'{where}' is {_kind(state)}, not a mapping"
+        wrong = next((k for k, v in state.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)), None)
+        if wrong is not None:
+            return f"'{where}' maps {wrong!r} to {_kind(state[wrong])}, not a tensor"
+    return None
 
 
 def load_local_parts(path: str | Path) -> dict[int, State]:
@@ -144,7 +175,12 @@ def load_encoder(path: str | Path, device: str | torch.device = "cpu", client: i
     if spec["name"] not in BACKBONES:
         raise UserError(f"encoder file '{path}' needs backbone '{spec['name']}', which this Python does not have; "
                         "install the package that adds it (fedlight methods lists the backbones)")
-    net = BACKBONES[spec["name"]](spec["channels"], spec["image_size"], **spec["options"])
+    try:
+        net = BACKBONES[spec["name"]](spec["channels"], spec["image_size"], **spec["options"])
+    except (TypeError, ValueError) as exc:  # an option the factory does not take, or a value it cannot use
+        raise UserError(f"encoder file '{path}' builds backbone '{spec['name']}' with options {spec['options']}, "
+                        f"which this fedlight's refuses ({exc}); load it with fedlight "
+                        f"{found.get('fedlight_version')}, which wrote it") from None
     missing = [k for k in net.state_dict() if k not in state]
     if missing and client is None and local:
         raise UserError(f"encoder file '{path}': the clients keep backbone tensors such as '{missing[0]}' of their "
@@ -154,7 +190,7 @@ def load_encoder(path: str | Path, device: str | torch.device = "cpu", client: i
     except RuntimeError as exc:  # missing, unexpected or mis-shaped tensors
         detail = str(exc).splitlines()[1].strip() if len(str(exc).splitlines()) > 1 else str(exc)
         raise UserError(f"encoder file '{path}' does not fit backbone '{spec['name']}' of this fedlight ({detail}); "
-                        f"load it with fedlight {found['fedlight_version']}, which wrote it") from None
+                        f"load it with fedlight {found.get('fedlight_version')}, which wrote it") from None
     normalize = found["normalize"]
     encoder = ExportedEncoder(net, torch.tensor(normalize["mean"]), torch.tensor(normalize["std"]))
     return encoder.to(device).eval()
