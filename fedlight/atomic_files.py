@@ -9,11 +9,16 @@ checkpoints and run files.
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import re
 import secrets
+import signal
+import threading
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from fedlight.errors import UserError
 
@@ -28,6 +33,7 @@ def fsync_dir(folder: Path) -> None:
 
 def write_synced(path: Path, data: bytes) -> None:
     with open(path, "wb") as f:
+        _lock_while_written(f.fileno())
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
@@ -59,13 +65,76 @@ def disk_fix(path: Path, exc: OSError) -> str:
 LEFTOVER = re.compile(r"\..+\.[0-9a-f]{8}\.tmp")  # atomic_write_bytes's temporary file, which a kill can leave
 
 
-def remove_leftovers(folder: Path) -> None:
-    """Delete the temporary files killed writes left in ``folder`` (only while no one else writes there:
-    a live writer's file has the same form)."""
+def leftover_pattern(name: str) -> re.Pattern[str]:
+    """The temporary files of writes of the file ``name`` only (``LEFTOVER``'s form)."""
+    return re.compile(rf"\.{re.escape(name)}\.[0-9a-f]{{8}}\.tmp")
+
+
+def remove_leftovers(folder: Path, pattern: re.Pattern[str] = LEFTOVER) -> list[Path]:
+    """Delete the temporary files killed writes left in ``folder`` (those ``pattern`` matches), and return
+    them. A live writer's file has the same form but is locked while it is written (``write_synced``):
+    it is kept."""
+    gone = []
     with os.scandir(folder) as entries:
         for entry in entries:
-            if LEFTOVER.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+            if pattern.fullmatch(entry.name) and entry.is_file(follow_symlinks=False) and _abandoned(entry.path):
                 Path(entry.path).unlink(missing_ok=True)
+                gone.append(Path(entry.path))
+    return gone
+
+
+def _lock_while_written(fd: int) -> None:
+    """Mark a temporary file as being written: an exclusive ``flock`` the kernel drops when its writer
+    ends, however it ends (a file system without locks: unmarked)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        pass
+
+
+def _abandoned(path: str) -> bool:
+    """Whether no live process writes the temporary file ``path`` (``_lock_while_written``)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:  # a file system without locks: only a killed write leaves one
+        return True
+    finally:
+        os.close(fd)
+    return True
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived while a temporary file existed (``_sigterm_removes``)."""
+
+
+@contextmanager
+def _sigterm_removes(tmp: Path) -> Iterator[None]:
+    """Within the block, a SIGTERM that would end the process outright (no handler of its own) removes
+    ``tmp`` first, then ends it as SIGTERM would have. A process that handles SIGTERM (a run's
+    preemption, a sweep) keeps its handler; the caller removes ``tmp`` on the exception it raises."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def terminated(signum: int, frame: object) -> None:
+        raise _Terminated
+
+    signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    except _Terminated:
+        tmp.unlink(missing_ok=True)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)  # ends the process here
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def atomic_write_bytes(path: Path, data: bytes, then: str = "rerun with --resume") -> None:
@@ -78,12 +147,16 @@ def atomic_write_bytes(path: Path, data: bytes, then: str = "rerun with --resume
     # other's half-written bytes into place; a kill's leftover starts with '.' and ends with '.tmp'
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")  # LEFTOVER's form
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_synced(tmp, data)
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
+        with _sigterm_removes(tmp):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_synced(tmp, data)
+            os.replace(tmp, path)
+            fsync_dir(path.parent)
     except OSError as exc:
         raise write_failed(path, tmp, exc, then) from None
+    except BaseException:  # Ctrl-C (KeyboardInterrupt), a handler's exception: no full-size file left behind
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def atomic_write_json(path: Path, obj: object, then: str = "rerun with --resume") -> None:

@@ -121,6 +121,8 @@ def _parser() -> argparse.ArgumentParser:
                             "fedlight.load_encoder rebuilds without the recipe")
     export.add_argument("run_dir", metavar="RUN_DIR", help="the run folder (run.dir) of a finished run")
     export.add_argument("--out", default=None, metavar="FILE", help="where to write it (default: RUN_DIR/encoder.pt)")
+    export.add_argument("--overwrite", action="store_true", help="replace the file there (never a run's or a "
+                        "sweep's own records)")
     new = sub.add_parser("new", help="write a package that adds a method, an aggregator or an attack to fedlight: "
                          "a working example, its entry point and a test (docs/new_package.md)")
     new.add_argument("kind", choices=("method", "aggregator", "attack"), help="what the package adds")
@@ -201,7 +203,7 @@ def _recipes(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from fedlight.engine.run.encoder_export import export_encoder
 
-    out, found = export_encoder(args.run_dir, args.out)
+    out, found = export_encoder(args.run_dir, args.out, args.overwrite)
     b, clients = found["backbone"], len(found["local_parts"])
     print(f"wrote {out}: the {b['name']} encoder of round {found['run']['rounds_completed']} "
           f"({b['channels']}x{b['image_size']}x{b['image_size']} images -> {b['feature_dim']} features)"
@@ -226,6 +228,9 @@ def _fit(args: argparse.Namespace) -> int:
     from fedlight.engine.run.preflight import preflight
 
     recipe = load_recipe(args.recipe, args.overrides)  # recipe errors come before torch is imported
+    if args.resume and (args.print_recipe or args.write_recipe is not None):
+        raise UserError(f"--resume continues a run, which --{'print' if args.print_recipe else 'write'}-recipe "
+                        "does not start; drop one of them")
     if args.print_recipe or args.write_recipe is not None:
         return _show_recipe(recipe, args)
     preflight(recipe, args.resume, args.overwrite)  # and so do those of the data paths and the run folder
@@ -242,10 +247,12 @@ def _show_recipe(recipe: Recipe, args: argparse.Namespace) -> int:
     """``fit --print-recipe`` / ``--write-recipe``: the composed recipe, nothing run or checked past its names."""
     from fedlight.catalog import check_names
     from fedlight.config.standalone import standalone_text, write_standalone
+    from fedlight.engine.run.own_records import refuse_record
 
     check_names(recipe.method, recipe.server, recipe.model.backbone, recipe.plugins, recipe.faults.attack)
     text = standalone_text(recipe, args.recipe, args.overrides, args.write_recipe or "THIS_FILE.yaml")
     if args.write_recipe is not None:
+        refuse_record(Path(args.write_recipe), "--write-recipe")
         write_standalone(text, Path(args.write_recipe), args.overwrite)
         print(f"wrote {args.write_recipe}; run it with: {fedlight_command('fit', '--recipe', args.write_recipe)}",
               file=sys.stderr if args.print_recipe else sys.stdout)
@@ -304,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = _parse(argv)
+        if args.command in ("fit", "sweep", "export", "report"):  # those that import torch
+            installed_entry_points.check_torch_can_load()
         return {"fit": _fit, "sweep": _sweep, "report": _report, "methods": _methods,
                 "recipes": _recipes, "export": _export, "new": _new}[args.command](args)
     except UserError as exc:
@@ -311,8 +320,6 @@ def main(argv: list[str] | None = None) -> int:
             for problem in getattr(exc, "problems", [str(exc)]):
                 print(f"fedlight: error: {one_line(problem)}", file=sys.stderr)
         return USER_ERROR_EXIT
-        if args.command in ("fit", "sweep", "export", "report"):  # those that import torch
-            installed_entry_points.check_torch_can_load()
     except KeyboardInterrupt:  # Ctrl-C before a run started (a run says more: _fit_ranks)
         print("fedlight: interrupted", file=sys.stderr)
         return INTERRUPTED_EXIT
@@ -337,5 +344,5 @@ def run() -> None:
         sys.exit(code)
     logging.shutdown()
     sys.stderr.flush()
-    os._exit(0)
     local_only.clean_up()  # atexit's own call is skipped by the quick exit
+    os._exit(0)

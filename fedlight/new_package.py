@@ -17,14 +17,17 @@ never run in this package.
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import keyword
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
 from fedlight.catalog import ATTACKS, METHODS, SERVERS
+from fedlight.config.files import length_problem, output_folder_problem
 from fedlight.errors import UserError
 
 PYPROJECT = Template('''\
@@ -335,10 +338,32 @@ def check_name(kind: str, name: str) -> None:
     if name in BUILT_IN[kind].builtins:
         raise UserError(f"'{name}' is fedlight's own {kind} (a built-in name wins over a package's); pick another NAME")
     found = importlib.util.find_spec(name)
-    if found is not None:
+    if found is not None and not _only_empty_folders(found):
         where = found.origin or next(iter(found.submodule_search_locations or []), "?")
         raise UserError(f"NAME '{name}' is already an importable module ({where}), which the package would "
                         "shadow or be shadowed by; pick another NAME")
+
+
+def _only_empty_folders(spec: importlib.machinery.ModuleSpec) -> bool:
+    """Whether ``spec`` is a namespace package of empty folders alone (``--dir NAME`` made ahead, in the
+    working folder): nothing to import, nothing the package could shadow."""
+    locations = [Path(p) for p in spec.submodule_search_locations or []] if spec.origin in (None, "namespace") else []
+    return bool(locations) and all(p.is_dir() and not any(p.iterdir()) for p in locations)
+
+
+def _folder_problem(folder: Path, paths: list[Path]) -> str | None:
+    """Why the package's files ``paths`` cannot be written into ``folder`` (absent or empty), with the fix, or None."""
+    too_long = next(filter(None, map(length_problem, paths)), None)  # before any stat, which it would fail
+    if too_long:
+        return f"a file of the package, {too_long}; pick a shorter NAME or --dir"
+    if folder.is_symlink() and not folder.exists():
+        return (f"--dir '{folder}' is a link to '{os.readlink(folder)}', which does not exist; name a new or empty "
+                "folder with --dir")
+    if folder.is_file() or (folder.is_dir() and any(folder.iterdir())):
+        return (f"--dir '{folder}' already holds {'a file' if folder.is_file() else 'files'}; name a new or empty "
+                "folder with --dir")
+    blocked = output_folder_problem(folder)
+    return f"--dir {blocked}; name a new or empty folder with --dir" if blocked else None
 
 
 def files(kind: str, name: str) -> dict[str, str]:
@@ -359,16 +384,26 @@ def write_package(kind: str, name: str, folder: Path) -> list[Path]:
 
     Raises:
         UserError: ``name`` is no identifier, a built-in's or an importable module's name, or ``folder``
-            is a file or a folder that holds something.
+            is a file, a folder that holds something, a dangling link, under a file or not writable, or a
+            path too long; nothing is written.
     """
-    if folder.is_file() or (folder.is_dir() and any(folder.iterdir())):
-        raise UserError(f"--dir '{folder}' already holds {'a file' if folder.is_file() else 'files'}; "
-                        "name a new or empty folder with --dir")
     check_name(kind, name)
-    written = []
-    for relative, text in files(kind, name).items():
-        path = folder / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        written.append(path)
-    return written
+    texts = {folder / relative: text for relative, text in files(kind, name).items()}
+    problem = _folder_problem(folder, list(texts))
+    if problem:
+        raise UserError(problem)
+    made: list[Path] = []  # the folders and files written so far, taken back if a write fails
+    try:
+        for path, text in texts.items():
+            for parent in reversed(path.parents):
+                if not parent.is_dir():
+                    parent.mkdir()
+                    made.append(parent)
+            path.write_text(text)
+            made.append(path)
+    except OSError as exc:  # a read-only file system, a full disk, root's permissions aside
+        for done in reversed(made):
+            done.rmdir() if done.is_dir() else done.unlink()
+        raise UserError(f"--dir '{folder}': cannot write '{exc.filename}' ({exc.strerror}); nothing was written, "
+                        "name a writable folder with --dir") from None
+    return list(texts)

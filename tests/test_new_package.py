@@ -156,3 +156,62 @@ def test_a_folder_that_holds_something_is_refused_and_kept(tmp_path: Path, capsy
     assert main(["new", "attack", "fl_new_y", "--dir", "empty"]) == 0  # an empty folder is filled
     assert (tmp_path / "empty" / "src" / "fl_new_y" / "attack.py").is_file()
     assert capsys.readouterr().out.endswith("next: pip install -e empty && pytest empty\n")
+
+
+def _tree(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("case, said", [
+    ("under a file", "is a file, so no folder can be made under it"),
+    ("dangling link", "is a link to 'nowhere', which does not exist"),
+    ("300-character name", "has a name of 300 bytes"),
+    ("a write fails", "cannot write"),
+    ("read-only folder", "is not writable"),
+])
+def test_new_where_it_cannot_write_is_one_line_exit_2_and_writes_nothing(case: str, said: str, tmp_path: Path, capsys,
+                                                                          monkeypatch) -> None:
+    """Each was a traceback (``NotADirectoryError``, ``FileExistsError``, ``OSError: File name too long``,
+    ``PermissionError``), the last after some of the package's files were written."""
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a_file").write_text("")
+    os.symlink("nowhere", tmp_path / "link")
+    (tmp_path / "ro").mkdir()
+    args = {"under a file": ["fl_new_u", "--dir", "a_file/pkg"], "dangling link": ["fl_new_d", "--dir", "link"],
+            "300-character name": ["n" * 300], "a write fails": ["fl_new_w", "--dir", "ro/pkg"],
+            "read-only folder": ["fl_new_r", "--dir", "ro/pkg"]}[case]
+    if case == "a write fails":  # the fourth file fails (a full disk, a read-only mount root writes past too)
+        real, calls = Path.write_text, []
+
+        def write_text(self: Path, text: str) -> int:
+            calls.append(self)
+            if len(calls) == 4:
+                raise PermissionError(13, "Permission denied", str(self))
+            return real(self, text)
+
+        monkeypatch.setattr(Path, "write_text", write_text)
+    if case == "read-only folder":
+        if os.geteuid() == 0:
+            pytest.skip("root writes into a read-only folder (the case above stands in)")
+        (tmp_path / "ro").chmod(0o500)
+    before = _tree(tmp_path)
+    assert main(["new", "method", *args]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and said in err and err.startswith("fedlight: error: ")
+    assert _tree(tmp_path) == before
+
+
+def test_new_into_an_empty_folder_of_the_packages_name_writes_it(tmp_path: Path, capsys, monkeypatch) -> None:
+    """``mkdir X && python -m fedlight new method X --dir X``: X, an empty folder in the working folder, was
+    refused as "already an importable module" (a namespace package of nothing)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))  # as `python -m` puts the working folder first
+    (tmp_path / "fl_new_e").mkdir()
+    assert main(["new", "method", "fl_new_e", "--dir", "fl_new_e"]) == 0, capsys.readouterr().err
+    assert (tmp_path / "fl_new_e/src/fl_new_e/method.py").is_file()
+    (tmp_path / "fl_new_f").mkdir()
+    (tmp_path / "fl_new_f/m.py").write_text("")  # a namespace package that holds a module is one
+    assert main(["new", "method", "fl_new_f", "--dir", "elsewhere"]) == 2
+    assert "already an importable module" in capsys.readouterr().err

@@ -218,6 +218,46 @@ class FaultsConfig:
     attack_options: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class ClockConfig:
+    """The virtual clock (docs/time.md): every client trip's simulated length, who is online when, and a
+    synchronous round's deadline and over-selection; off (rounds only) unless ``devices`` is set.
+    fedlight/clock/devices.py checks how the keys go together."""
+
+    devices: Literal["none", "fixed", "uniform", "lognormal", "tiers", "trace"] = "none"
+    seconds_per_sample: float = check(non_negative, 0.001)  # fixed; uniform's low end; lognormal's median
+    max_seconds_per_sample: float | None = check(non_negative, None)  # uniform's high end
+    sigma: float = check(non_negative, 1.0)  # lognormal's log-spread
+    # tiers' device classes: [{share: 0.5, seconds_per_sample: 0.002, up_mbps: 5, down_mbps: 20, latency_s: 0.1}, ...]
+    tiers: list[dict[str, Any]] = field(default_factory=list)
+    up_mbps: float = check(positive, 10.0)
+    down_mbps: float = check(positive, 50.0)
+    latency_s: float = check(non_negative, 0.05)  # each way
+    trace: str | None = None  # a JSON trace file (devices: trace, availability: trace; docs/time.md)
+    availability: Literal["always", "markov", "trace"] = "always"
+    online_s: float = check(positive, 3600.0)  # markov: mean online period
+    offline_s: float = check(positive, 3600.0)  # markov: mean offline period
+    deadline_s: float | None = check(positive, None)  # a synchronous round drops clients that land later
+    over_selection: float = check(non_negative, 0.0)  # a synchronous round samples this share more, keeps the first
+
+
+@dataclass
+class AsynchronyConfig:
+    """An asynchronous server on the virtual clock (docs/time.md; needs ``clock.devices``): FedBuff (Nguyen
+    et al., AISTATS 2022) or FedAsync (Xie et al. 2019); a round is then one server step."""
+
+    mode: Literal["sync", "fedbuff", "fedasync"] = "sync"
+    concurrency: int = check(positive, 10)  # clients in flight at once
+    buffer: int | None = check(positive, None)  # FedBuff's K (None: 10)
+    server_lr: float = check(positive, 1.0)  # FedBuff's eta_g
+    alpha: float = check(fraction, 0.6)  # FedAsync's mixing weight
+    # s(tau): constant 1; polynomial (1 + tau)^-a (FedBuff's 1/sqrt(1 + tau) at a = 0.5); hinge 1 up to b, then
+    # 1 / (a (tau - b) + 1) (Xie et al. sec. 5.2)
+    staleness: Literal["constant", "polynomial", "hinge"] = "polynomial"
+    staleness_a: float = check(non_negative, 0.5)
+    staleness_b: float = check(non_negative, 4.0)
+
+
 def recipe_keys(keys: list[str]) -> str | None:
     """Dotted recipe keys or whole sections (``local.lr``, ``clients``), e.g. the hparams a run lists."""
     for key in keys:
@@ -272,6 +312,8 @@ class Recipe:
     eval: EvalConfig = field(default_factory=EvalConfig)
     fabric: FabricConfig = field(default_factory=FabricConfig)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
+    clock: ClockConfig = field(default_factory=ClockConfig)
+    asynchrony: AsynchronyConfig = field(default_factory=AsynchronyConfig)
     # where each round's scalars and the run's hparams go (fedlight/engine/output/loggers.py): Lightning's
     # TensorBoard (also the pictures), CSV, Weights & Biases (offline) or MLflow (a file store) logger,
     # each writing in the run folder from rank 0; wandb and mlflow need `pip install 'fedlight[loggers]'`

@@ -105,12 +105,14 @@ class ClientFault:
         work: share of its local optimizer steps it completes (1.0: all of them).
         diverge: its update is replaced by NaN after training (injected divergence).
         attack: the keys of its draws, if it attacks this round (it sends its attack's payload).
+        reason: why it dropped, where not a dropout (the virtual clock's deadline or over-selection).
     """
 
     dropped: bool = False
     work: float = 1.0
     diverge: bool = False
     attack: Attacker | None = None
+    reason: str = ""
 
     @property
     def straggler(self) -> bool:

@@ -110,7 +110,8 @@ class ClientRunner:
             report: Report = {"client": client, "status": "ok", "work": fault.work, "ledger": ledger.rows}
             reports.append(report)
             if fault.dropped:  # fails before sending: nothing trained, nothing sent, private state kept
-                report.update(status="dropped", loss=None, steps=0, samples=0)
+                report.update(status="dropped", loss=None, steps=0, samples=0, **(
+                    {"detail": fault.reason} if fault.reason else {}))
             else:
                 acc = self._train_one(module, client, round_, global_state, fault, acc, ledger, report, batched)
             if progress is not None:  # the client is done (progress counts finished work)

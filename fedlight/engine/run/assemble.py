@@ -25,8 +25,10 @@ from fedlight.config.schema import Recipe
 from fedlight.data.rotated import add_rotated_device
 from fedlight.data.sources import ImageData
 from fedlight.data.views import ViewMaker, ViewParams, views_on_device
-from fedlight.engine.loop.client_attacks import attackers, poisoned_labels
+from fedlight.engine.loop.async_federation import AsyncFederation
+from fedlight.engine.loop.async_rounds import InFlight
 from fedlight.engine.loop.batched_clients import refused
+from fedlight.engine.loop.client_attacks import attackers, poisoned_labels
 from fedlight.engine.loop.client_faults import FaultOptions
 from fedlight.engine.loop.client_store import choose_store
 from fedlight.engine.loop.compiled_step import compile_refusal, compile_step
@@ -36,6 +38,7 @@ from fedlight.engine.loop.interfaces import ClientSchedule, PluginContext, Round
 from fedlight.engine.loop.round_options import RoundOptions
 from fedlight.engine.loop.sampling import owner
 from fedlight.engine.parts.cfcl.exchange_schedule import ExchangeOptions, ExchangeSchedule, check_label_free
+from fedlight.engine.parts.clock.round_clock import RoundClock
 from fedlight.engine.parts.faults.simulated_faults import SimulatedFaults
 from fedlight.engine.parts.fedavg.epoch_schedule import EpochSchedule
 from fedlight.engine.parts.flesd.public_set_distillation import PublicSetDistillation
@@ -44,6 +47,7 @@ from fedlight.engine.parts.lg_fedavg.new_device import NewDevice, NewDeviceOptio
 from fedlight.engine.parts.sofed.importance_score import check_score_head
 from fedlight.engine.parts.sofed.stream_loop import BufferOptions
 from fedlight.engine.parts.sofed.stream_schedule import StreamOptions, StreamSchedule
+from fedlight.engine.run.clock_parts import TimingOptions, build_timing, check_timed_method, timing_options
 from fedlight.engine.state.client_state_files import state_bytes
 from fedlight.errors import UserError
 from fedlight.methods.federated_module import FederatedModule
@@ -63,12 +67,14 @@ class PartOptions:
             and replay buffer, when it is ``stream``.
         new_device: LG-FedAvg's new device with rotated data (sec. 3.2), when ``new_device.rotation``
             is set.
+        timing: the virtual clock's and the asynchronous server's (``clock_parts``).
     """
 
     round: RoundOptions
     eval: EvalOptions
     faults: FaultOptions
     schedule: str
+    timing: TimingOptions
     exchange: ExchangeOptions | None = None
     stream: StreamOptions | None = None
     new_device: NewDeviceOptions | None = None
@@ -108,7 +114,9 @@ def part_options(recipe: Recipe, aggregator: Aggregator) -> PartOptions:
                         "share one model's public-set embeddings or device-to-device exchange); set fabric.workers=1")
     if l.batched_clients is not None:
         check_batched_schedule(recipe, name)
-    return PartOptions(round_, eval_options(recipe), FaultOptions(**asdict(recipe.faults)), name, exchange, stream,
+    population = recipe.clients.num - (recipe.partition.public_client is not None)
+    return PartOptions(round_, eval_options(recipe), FaultOptions(**asdict(recipe.faults)), name,
+                       timing_options(recipe, aggregator, name, population), exchange, stream,
                        new_device_options(recipe, aggregator))
 
 
@@ -249,13 +257,17 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
         fabric, module, evaluator, images, data.train_y, tensors, trainable, recipe.rounds, data.num_classes,
         recipe.seed, run_dir))
     schedule = build_schedule(fabric, recipe, o, data, module, images, labels, tensors, views, trainable)
+    timing = build_timing(o.timing, module, aggregator, schedule, o.faults, recipe.local.batch_size, len(parts),
+                          trainable, recipe.seed)
     faults = SimulatedFaults(o.faults, recipe.seed, run_dir, fabric.global_rank, trainable, attack,
                              None if attack is None else registry.attack_settings(f.attack, f.attack_options,
-                                                                                  f.attack_scale))
+                                                                                  f.attack_scale),
+                             timing.lateness if isinstance(timing, RoundClock) else None)
     round_ = replace(o.round, client_state=client_store_kind(recipe, module, aggregator, len(trainable)),
                      record=o.round.record if record is None else record)
-    return Federation(fabric, module, aggregator, evaluator, data, tensors, trainable, schedule, faults, plugins,
-                      round_, run_dir)
+    loop = (fabric, module, aggregator, evaluator, data, tensors, trainable, schedule, faults,
+            plugins if timing is None else [timing, *plugins], round_, run_dir)  # the clock first: who takes part
+    return AsyncFederation(*loop, in_flight=timing) if isinstance(timing, InFlight) else Federation(*loop)
 
 
 def check_method_for_parts(module: FederatedModule, o: PartOptions) -> None:
@@ -265,6 +277,7 @@ def check_method_for_parts(module: FederatedModule, o: PartOptions) -> None:
         check_score_head(module, o.stream.buffer.score)
     if o.exchange is not None:
         check_label_free(module)
+    check_timed_method(module, o.timing)
 
 
 def build_schedule(fabric: Fabric, recipe: Recipe, o: PartOptions, data: ImageData, module: FederatedModule,

@@ -20,8 +20,9 @@ from typing import Any
 import torch
 
 from fedlight import __version__
-from fedlight.atomic_files import atomic_write_bytes
+from fedlight.atomic_files import atomic_write_bytes, leftover_pattern, remove_leftovers
 from fedlight.data.sources import load_dataset, take_subset
+from fedlight.engine.run.own_records import check_output_file
 from fedlight.engine.state import client_state_files as files
 from fedlight.engine.state.checkpoint import read_checkpoint
 from fedlight.engine.state.run_files import CHECKPOINT, RESULTS
@@ -32,19 +33,23 @@ from fedlight.models.encoder_file import FORMAT, FORMAT_VERSION, State, content_
 BACKBONE = re.compile(r"(?:objective\.)*backbone\.")  # the backbone's keys in a method (wrappers add objective.)
 
 
-def export_encoder(run_dir: str | Path, out: str | Path | None = None) -> tuple[Path, dict[str, Any]]:
-    """Write the encoder of the finished run in ``run_dir`` to ``out`` (default ``run_dir/encoder.pt``).
+def export_encoder(run_dir: str | Path, out: str | Path | None = None,
+                   overwrite: bool = False) -> tuple[Path, dict[str, Any]]:
+    """Write the encoder of the finished run in ``run_dir`` to ``out`` (default ``run_dir/encoder.pt``),
+    replacing a file there only with ``overwrite``, and never a run's or a sweep's own record.
 
     Returns:
         (the file written, what it holds).
 
     Raises:
-        UserError: one line naming the file at fault, for a run folder with no results, an
-            unfinished run, a missing or damaged checkpoint, an ``inputs`` out of shape, or (for a run
-            whose results.json predates ``inputs``) data no longer where it was.
+        UserError: one line naming the file at fault, for ``out`` taken (a record, a folder, or a file
+            without ``overwrite``), a run folder with no results, an unfinished run, a missing or damaged
+            checkpoint, an ``inputs`` out of shape, or (for a run whose results.json predates ``inputs``)
+            data no longer where it was.
     """
     run_dir = Path(run_dir)
     out = Path(out) if out is not None else run_dir / "encoder.pt"
+    check_output_file(out, "--out", overwrite)
     results = _finished_results(run_dir)
     ckpt = _last_checkpoint(run_dir, results["rounds_completed"])
     record = results["recipe"]
@@ -171,4 +176,6 @@ def _write(out: Path, export: dict[str, Any]) -> None:
     """``torch.save`` of ``export``, with its digest (``content_digest``), to ``out`` atomically."""
     buffer = io.BytesIO()
     torch.save({**export, "sha256": content_digest(export)}, buffer)
+    if out.parent.is_dir():  # an earlier export of this file killed mid-write (SIGKILL) left its temporary file
+        remove_leftovers(out.parent, leftover_pattern(out.name))
     atomic_write_bytes(out, buffer.getvalue(), then="run fedlight export again (--out names another file)")

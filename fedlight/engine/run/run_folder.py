@@ -56,7 +56,6 @@ WAIT_FOR_IT = "wait for that run to end or stop it, or set run.dir elsewhere"
 NOT_A_RUN = {SWEEP_MANIFEST: "a sweep", ".git": "a git repository", ".hg": "a Mercurial repository",
              ".svn": "a Subversion checkout"}
 ANOTHER_RUN = {**dict.fromkeys((RESULTS, RECIPE, CHECKPOINT, CHECKPOINT + ".prev"), "another run"), **NOT_A_RUN}
-RUNS_BELOW = 3  # folder levels searched for another run: runs/<name>, <sweep out>/runs/<name>, and one more
 
 
 def has_checkpoint(path: Path) -> bool:
@@ -182,28 +181,35 @@ def _recover(path: Path) -> str | None:
 
 def _sub_folders(folder: Path) -> list[Path]:
     """The folders in ``folder`` by name, symbolic links left out (a replacement moves and deletes a link,
-    never what it points to); none where it cannot be read."""
+    never what it points to).
+
+    Raises:
+        OSError: ``folder`` cannot be read (a folder gone meanwhile has none).
+    """
     try:
         with os.scandir(folder) as entries:
             return sorted(Path(e.path) for e in entries if e.is_dir(follow_symlinks=False))
-    except OSError:
+    except FileNotFoundError:
         return []
 
 
 def _more_than_a_run(path: Path) -> str | None:
     """What in the run folder ``path`` is no part of its run, and replacing that run would delete with it:
-    a sweep's manifest or a repository, or another run up to ``RUNS_BELOW`` folders down (the run kept
-    in ``.fedlight-replaced`` is the folder's own); None when it holds one run at most."""
-    marks, folders = NOT_A_RUN, [path]  # the folder's own run's files mark it as a run folder: only below another
-    for depth in range(RUNS_BELOW + 1):
-        if depth:
-            marks = ANOTHER_RUN
-            folders = [sub for folder in folders for sub in _sub_folders(folder)
-                       if folder != path or sub.name not in BOOKKEEPING]
-        for folder in folders:
-            found = next((name for name in marks if os.path.lexists(folder / name)), None)
-            if found:
-                return f"{marks[found]} ('{folder / found}')"
+    a sweep's manifest or a repository, or another run in any folder below (the run kept in
+    ``.fedlight-replaced`` is the folder's own), or a folder below that cannot be read to tell; None when it
+    holds one run at most. Depth first, by name, stopping at the first found."""
+    marks, waiting = NOT_A_RUN, [path]  # the folder's own run's files mark it as a run folder: only below another
+    while waiting:
+        folder = waiting.pop()
+        found = next((name for name in marks if os.path.lexists(folder / name)), None)
+        if found:
+            return f"{marks[found]} ('{folder / found}')"
+        try:
+            subs = [sub for sub in _sub_folders(folder) if folder != path or sub.name not in BOOKKEEPING]
+        except OSError as exc:
+            return f"a folder it cannot read to rule out another run ('{folder}': {exc.strerror}; make it readable)"
+        waiting += reversed(subs)
+        marks = ANOTHER_RUN
     return None
 
 

@@ -1,8 +1,8 @@
-"""Whether ``--resume`` continues the same experiment: the recipe saved in the run folder,
-filled in with what a later fedlight added (its defaults keep the old behaviour), against the
-recipe given now, and the settings its method, server, backbone and plug-ins were built with
-(the ``resolved`` record) against what the installed code would build; only the keys that are
-not the experiment may differ.
+"""Whether ``--resume`` continues the same experiment: the recipe the run recorded (results.json's,
+not the recipe.yaml copy anyone may rewrite), filled in with what a later fedlight added (its
+defaults keep the old behaviour), against the recipe given now, and the settings its method,
+server, backbone and plug-ins were built with (the ``resolved`` record) against what the installed
+code would build; only the keys that are not the experiment may differ.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ CONSTRUCTOR_SECTIONS = ("method", "server", "plugins", "faults.attack_options")
 DP = "dp"  # the server record's differential-privacy options (``server.dp``), present where the run used them
 # a run's recipe.yaml is a copy of its resolved recipe, written again when the run resumes
 RECIPE_COPY_FIX = "it only records the run's recipe: delete it and rerun with --resume, which writes it again"
+RESULTS_FIX = "it is the run's own record: restore it from a backup, or start the run again with --overwrite"
 
 
 def with_later_defaults(saved: dict[str, Any]) -> dict[str, Any]:
@@ -62,24 +63,19 @@ def _differences(saved: dict[str, Any], recipe: dict[str, Any], ignore: tuple[st
 
 def check_same_experiment(path: Path, recipe: dict[str, Any]) -> None:
     """Refuse to resume the run in ``path`` with ``recipe`` (a ``run_record``) where it differs from the
-    saved one; where both hold a ``resolved`` record, the method, server and plug-in sections are
-    compared through it (with ``recipe`` holding none yet, ``preflight`` before torch loads, they are
-    left to ``fit``'s claim; so are the attack's options). A run folder written before the record existed
-    compares its recipe only."""
-    saved_path = path / RECIPE
-    if saved_path.is_file():
-        saved = read_yaml_mapping(saved_path, "the run's recipe", RECIPE_COPY_FIX)
-    else:  # deleted, as RECIPE_COPY_FIX says for a damaged copy: results.json records the same recipe
-        saved_path = path / RESULTS
-        saved = _recipe_in_results(saved_path)
-        if saved is None:  # neither: a run stopped inside its first round, with nothing to compare against
-            return
+    one the run recorded (``saved_recipe``); where both hold a ``resolved`` record, the method, server and
+    plug-in sections are compared through it (with ``recipe`` holding none yet, ``preflight`` before torch
+    loads, they are left to ``fit``'s claim; so are the attack's options). A run folder written before the
+    record existed compares its recipe only."""
+    found = saved_recipe(path)
+    if found is None:  # neither file: a run stopped inside its first round, with nothing to compare against
+        return
+    saved_path, saved, fix = found
     saved = with_later_defaults(saved)
     damage = _record_damage(saved[RESOLVED]) if RESOLVED in saved else None
     recorded, resolved = saved.pop(RESOLVED, None), recipe.get(RESOLVED)
     if damage:  # else a record replaced by text would skip the settings check as if there were none
-        raise UserError(f"the run's recipe '{saved_path}' has a damaged '{RESOLVED}' record ({damage}); "
-                        f"{RECIPE_COPY_FIX}")
+        raise UserError(f"the run's recipe '{saved_path}' has a damaged '{RESOLVED}' record ({damage}); {fix}")
     through_record = CONSTRUCTOR_SECTIONS if isinstance(recorded, dict) else ()
     changed = sorted(_differences(saved, recipe, (*NOT_THE_EXPERIMENT, RESOLVED, *through_record)))
     if changed:
@@ -89,18 +85,35 @@ def check_same_experiment(path: Path, recipe: dict[str, Any]) -> None:
         _check_same_settings(saved_path, recorded, resolved)
 
 
+def saved_recipe(path: Path) -> tuple[Path, dict[str, Any], str] | None:
+    """(the file, the recipe the run in ``path`` recorded, the fix for a damaged record), or None where it
+    recorded none. The run writes ``results.json`` after each round's checkpoint: its recipe is the record of
+    what trained. ``recipe.yaml`` is a copy anyone may rewrite (``fit --write-recipe``, an editor), read only
+    where the run saved no round (it resumes from round 0) or its results.json holds no readable recipe.
+
+    Raises:
+        UserError: the record is unreadable (recipe.yaml not YAML; no readable recipe in either file).
+    """
+    results = path / RESULTS
+    recorded = _recipe_in_results(results)
+    if recorded is not None:
+        return results, recorded, RESULTS_FIX
+    copy = path / RECIPE
+    if copy.is_file():
+        return copy, read_yaml_mapping(copy, "the run's recipe", RECIPE_COPY_FIX), RECIPE_COPY_FIX
+    if results.exists():
+        raise UserError(f"the run folder's recipe.yaml is gone and '{results}' holds no readable recipe to compare "
+                        "--resume against: restore either file from a backup, or start the run again with --overwrite")
+    return None
+
+
 def _recipe_in_results(path: Path) -> dict[str, Any] | None:
-    """The recipe ``results.json`` records (None where there is no results.json)."""
+    """The recipe ``results.json`` records (None where there is none, or no readable one)."""
     try:
         recipe = json.loads(path.read_text()).get("recipe")
-    except FileNotFoundError:
+    except (OSError, ValueError, AttributeError, RecursionError):
         return None
-    except (OSError, ValueError, AttributeError):
-        recipe = None
-    if not isinstance(recipe, dict):
-        raise UserError(f"the run folder's recipe.yaml is gone and '{path}' holds no readable recipe to compare "
-                        "--resume against: restore either file from a backup, or start the run again with --overwrite")
-    return recipe
+    return recipe if isinstance(recipe, dict) else None
 
 
 def _record_damage(record: Any) -> str | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from fedlight.attacks.attack import Attack, AttackContext
 from fedlight.engine.loop import client_attacks as attacks, client_faults as faults
@@ -44,12 +44,16 @@ class SimulatedFaults(FaultModel):
         attack: what an attacker sends (``faults.attack``; None: no attack).
         attack_settings: what ``attack`` is built with (``registry.attack_settings``: its name and
             options, defaults included): each attacker's ``faults.csv`` detail.
+        lateness: ``(round, client) -> why`` the virtual clock drops a client that its fault would not
+            (over-selected, or past the round's deadline: ``engine/parts/clock``), or None.
     """
 
     def __init__(self, options: faults.FaultOptions, seed: int, run_dir: Path, rank: int = 0,
                  clients: list[int] | None = None, attack: Attack | None = None,
-                 attack_settings: dict[str, Any] | None = None) -> None:
+                 attack_settings: dict[str, Any] | None = None,
+                 lateness: Callable[[int, int], str | None] | None = None) -> None:
         self.options, self.seed, self.run_dir, self.rank, self.clients = options, seed, run_dir, rank, clients or []
+        self.lateness = lateness
         self.attack = attack
         self.needs_payloads = attack is not None and attack.needs_benign
         settings = dict(attack_settings or {"name": options.attack})
@@ -74,6 +78,9 @@ class SimulatedFaults(FaultModel):
 
     def draw(self, round_: int, client: int) -> faults.ClientFault:
         fault = faults.draw_fault(self.options, self.seed, round_, client)
+        late = self.lateness and not fault.dropped and self.lateness(round_, client)
+        if late:
+            return replace(fault, dropped=True, reason=late)
         if client not in self.attackers(round_):
             return fault
         return replace(fault, attack=attacks.Attacker(round_, client))
@@ -106,7 +113,7 @@ class SimulatedFaults(FaultModel):
         rows, attacking = [], self.attackers(round_)
         for rep in reports:
             if rep["status"] == "dropped":
-                rows.append([round_ + 1, rep["client"], "dropped", ""])
+                rows.append([round_ + 1, rep["client"], "dropped", rep.get("detail", "")])
                 continue
             if rep["client"] in attacking:
                 rows.append([round_ + 1, rep["client"], "attacker", self.detail])

@@ -1,0 +1,28 @@
+"""TensorBoard's view of a run on the virtual clock (docs/time.md): each accuracy against virtual seconds as
+well as rounds, the clock's own scalars, and the staleness of the updates an asynchronous server applied."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+ACCURACIES = ("linear_probe_acc", "knn_acc", "test_acc")  # the evaluator's metrics (and their label fractions)
+TIME_TAG = "vs_virtual_seconds"  # tag group of the curves whose x axis (TensorBoard's step) is virtual seconds
+
+
+def log_time(logger: Any, row: dict[str, Any]) -> dict[str, float]:
+    """Draw ``row``'s accuracies at step = its virtual seconds (``TIME_TAG/<metric>``) and return the clock's
+    scalars for the round's step: virtual hours, the round's virtual seconds and the clients' idle share."""
+    seconds = int(round(row["virtual_seconds"]))
+    for key, value in row.items():
+        if key.startswith(ACCURACIES) and value is not None:
+            logger.experiment.add_scalar(f"{TIME_TAG}/{key}", value, seconds)
+    return {"clock/virtual_hours": row["virtual_seconds"] / 3600, "clock/idle_share": row["idle_share"],
+            **({"clock/round_virtual_seconds": row["round_virtual_seconds"]} if "round_virtual_seconds" in row else {})}
+
+
+def log_staleness(logger: Any, step: int, staleness: list[int]) -> None:
+    """The histogram of the staleness (model versions) of the updates a server step applied."""
+    if staleness:
+        logger.experiment.add_histogram("async/staleness", np.asarray(staleness, dtype=np.float64), step)

@@ -1,0 +1,129 @@
+"""From a recipe's ``clock`` and ``asynchrony`` sections to the parts that keep virtual time (docs/time.md).
+
+``timing_options`` checks, before anything is read or written, that the clock's settings hold and go with
+the rest of the recipe (a trace file is read and checked here too); ``build_timing`` makes the synchronous
+rounds' clock (``engine/parts/clock``) or the asynchronous server's schedule and held updates
+(``engine/loop/async_rounds.py``).
+
+Which servers can run asynchronously is declared by what they are: a server whose clients upload their
+model (``payload_is_state``) and that keeps one global model can be FedBuff's buffer rule; SCAFFOLD's
+control variates, FLESD's distillation, local-only, centralized and DP-FedAvg (whose accountant models a
+round's Poisson sampling) are refused in one line, as are methods whose split changes (LG-FedAvg) and
+attacks that see a round's benign payloads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from fedlight import registry
+from fedlight.clock.devices import ClockOptions, TripCost, build_devices
+from fedlight.clock.events import AsyncOptions, EventSchedule
+from fedlight.engine.loop.async_rounds import InFlight
+from fedlight.engine.loop.client_faults import FaultOptions, draw_fault
+from fedlight.engine.loop.interfaces import ClientSchedule
+from fedlight.engine.parts.clock.round_clock import RoundClock
+from fedlight.engine.state.client_state_files import state_bytes
+from fedlight.config.schema import Recipe
+from fedlight.errors import UserError
+from fedlight.methods.federated_module import FederatedModule
+from fedlight.server.aggregator import Aggregator
+
+UNTIMED_SCHEDULES = ("stream", "exchange")  # built-in schedules that cannot tell a client's steps beforehand
+
+
+@dataclass(frozen=True)
+class TimingOptions:
+    """The clock's and the asynchronous server's options."""
+
+    clock: ClockOptions
+    asynchrony: AsyncOptions
+
+
+def timing_options(recipe: Recipe, aggregator: Aggregator, schedule: str, population: int) -> TimingOptions:
+    """The recipe's ``clock`` and ``asynchrony`` options, checked alone and with the rest of the recipe
+    (``population``: the clients that train); raises a one-line UserError."""
+    c, a = recipe.clock, recipe.asynchrony
+    clock = ClockOptions(**{**asdict(c), "tiers": tuple(c.tiers)})
+    asynchrony = AsyncOptions(**asdict(a))
+    server = recipe.server["name"]
+    if clock.on:
+        if schedule in UNTIMED_SCHEDULES:
+            raise UserError(f"clock.devices={clock.devices} times a client's planned steps, which local.schedule="
+                            f"{schedule} cannot tell beforehand; drop clock.devices")
+        if aggregator.uses_public_set:
+            raise UserError(f"clock.devices times weight uploads; server.name={server} uploads similarities on a "
+                            "public set, which the clock does not time yet: drop clock.devices")
+        privacy_sampling = clock.availability != "always" or clock.over_selection or clock.deadline_s
+        if aggregator.accounts_privacy and privacy_sampling:
+            raise UserError(f"server.name={server}'s accountant models Poisson sampling of every client; "
+                            "clock.availability, clock.over_selection and clock.deadline_s change who takes part: "
+                            "drop them")
+        build_devices(clock, recipe.clients.num, recipe.seed)  # a trace file is read and checked now
+    if asynchrony.on:
+        check_asynchrony(asynchrony, clock, aggregator, server, population, recipe)
+    return TimingOptions(clock, asynchrony)
+
+
+def check_asynchrony(a: AsyncOptions, clock: ClockOptions, aggregator: Aggregator, server: str, population: int,
+                     recipe: Recipe) -> None:
+    """Raise the UserError for an asynchronous server that cannot run with the rest of the recipe."""
+    mode = f"asynchrony.mode={a.mode}"
+    if not clock.on:
+        raise UserError(f"{mode} orders updates by when they land: set clock.devices (e.g. fixed or lognormal)")
+    if clock.deadline_s is not None or clock.over_selection:
+        raise UserError(f"clock.deadline_s and clock.over_selection shape synchronous rounds; {mode} has none: "
+                        "drop them")
+    if a.concurrency > population:
+        raise UserError(f"asynchrony.concurrency={a.concurrency} is above the {population} clients that train; "
+                        f"lower it to at most {population}")
+    why = (not aggregator.communicates and "its clients send nothing"
+           or aggregator.keeps_models_local and "every client keeps its own model"
+           or aggregator.pools_clients and "it pools every client into one"
+           or aggregator.uses_public_set and "it distils similarities on a public set in synchronous rounds"
+           or not aggregator.payload_is_state and "its clients upload more than their model (control variates)"
+           or aggregator.accounts_privacy and "its accountant models a synchronous round's Poisson sampling")
+    if why:
+        raise UserError(f"{mode} cannot run server.name={server}: {why}; use a weight-averaging server "
+                        "(e.g. fedavg, fedadam, median) or asynchrony.mode=sync")
+    if a.mode == "fedasync" and server != "fedavg":
+        raise UserError(f"asynchrony.mode=fedasync mixes each update into the model itself (Xie et al. 2019), with "
+                        f"no room for server.name={server}: use server.name=fedavg, or asynchrony.mode=fedbuff")
+    if recipe.new_device.rotation is not None:
+        raise UserError(f"new_device.rotation joins a device in a synchronous round; {mode} has none: drop one")
+    f = recipe.faults
+    attack = registry.build_attack(f.attack, f.attack_options, f.attack_scale)
+    if attack is not None and attack.needs_benign:
+        raise UserError(f"faults.attack={f.attack} crafts its payload from a synchronous round's benign ones; {mode} "
+                        "applies updates as they land: choose an attack that needs none (e.g. sign_flip)")
+
+
+def check_timed_method(module: FederatedModule, options: TimingOptions) -> None:
+    """Refuse an asynchronous server for a method whose shared / private split changes between rounds."""
+    if options.asynchrony.on and hasattr(module, "update_split"):
+        raise UserError(f"asynchrony.mode={options.asynchrony.mode} cannot run method.name="
+                        f"{type(module).__name__}, whose shared layers change between rounds (LG-FedAvg); use "
+                        "asynchrony.mode=sync")
+
+
+def build_timing(options: TimingOptions, module: FederatedModule, aggregator: Aggregator, schedule: ClientSchedule,
+                 faults: FaultOptions, batch_size: int, clients: int, trainable: list[int],
+                 seed: int) -> RoundClock | InFlight | None:
+    """The part that keeps the run's virtual time: the synchronous rounds' clock, the asynchronous server's
+    held updates and schedule, or None without ``clock.devices``."""
+    clock, asynchrony = options.clock, options.asynchrony
+    if not clock.on:
+        return None
+    if schedule.planned_steps(trainable[0]) is None:
+        raise UserError("clock.devices times a client's planned steps, which this run's local.schedule cannot "
+                        "tell beforehand (ClientSchedule.planned_steps is None); drop clock.devices")
+    moved = state_bytes(module.shared_state()) if aggregator.communicates else 0
+    up = (moved if aggregator.payload_is_state else state_bytes(module.payload())) if aggregator.communicates else 0
+    cost = TripCost(build_devices(clock, clients, seed), schedule.planned_steps, batch_size,
+                    lambda r, c: draw_fault(faults, seed, r, c).work, moved, up)
+    dropped = lambda r, c: draw_fault(faults, seed, r, c).dropped  # noqa: E731
+    if not asynchrony.on:
+        return RoundClock(clock, cost, trainable, seed, dropped,
+                          track_bytes=aggregator.payload_is_state and aggregator.communicates)
+    events = EventSchedule(asynchrony, trainable, seed, cost.devices.availability, cost, dropped)
+    return InFlight(events, asynchrony, aggregator)
