@@ -28,6 +28,17 @@ def one_round(tmp_path: Path) -> tuple[list[str], Path]:
     return args, tmp_path / "run"
 
 
+def edit_record(run: Path, change) -> None:
+    """Apply ``change`` to the run's record of its recipe: results.json's, which ``--resume`` compares, and
+    the recipe.yaml copy (as an older fedlight, or a later release's code, would have written both)."""
+    saved = yaml.safe_load((run / "recipe.yaml").read_text())
+    change(saved)
+    (run / "recipe.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    results = json.loads((run / "results.json").read_text())
+    change(results["recipe"])
+    (run / "results.json").write_text(json.dumps(results, indent=2))
+
+
 def error_line(capsys) -> str:
     err = capsys.readouterr().err
     assert "Traceback" not in err, err
@@ -72,9 +83,7 @@ def test_resume_refuses_in_one_line_when_a_default_changed_in_code(one_round, ca
 
 def test_a_run_folder_without_the_record_resumes_silently(one_round, capsys, monkeypatch) -> None:
     args, run = one_round
-    saved = yaml.safe_load((run / "recipe.yaml").read_text())
-    del saved["resolved"], saved["plugins"]  # as fedlight wrote it before it recorded them
-    (run / "recipe.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    edit_record(run, lambda saved: (saved.pop("resolved"), saved.pop("plugins")))  # before they were recorded
     later = list(SimCLR.__init__.__defaults__)
     later[later.index(0.5)] = 0.7
     monkeypatch.setattr(SimCLR.__init__, "__defaults__", tuple(later))  # nothing recorded to compare it with
@@ -92,9 +101,7 @@ def test_resume_still_names_a_changed_recipe_key(one_round, capsys) -> None:
 
 def test_a_backbone_that_builds_otherwise_is_named(one_round, capsys) -> None:
     args, run = one_round
-    saved = yaml.safe_load((run / "recipe.yaml").read_text())
-    saved["resolved"]["backbone"]["parameters"] = 1000  # as if small_cnn's widths had changed since
-    (run / "recipe.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    edit_record(run, lambda saved: saved["resolved"]["backbone"].update(parameters=1000))  # small_cnn changed since
     assert main([*args, "--resume", "rounds=2"]) == 2
     line = error_line(capsys)
     assert "model.backbone.parameters=1000" in line and "model.backbone.parameters=93472" in line

@@ -82,14 +82,15 @@ def _damage_checkpoints(run: Path) -> None:
 
 
 def _damage_record(section: str | None) -> Callable[[Path], None]:
-    """Replace the run's ``resolved`` record (or one ``section`` of it) in recipe.yaml by text."""
+    """Replace the run's ``resolved`` record (or one ``section`` of it) in results.json, the run's own
+    record of its recipe, by text."""
     def damage(run: Path) -> None:
-        saved = yaml.safe_load((run / "recipe.yaml").read_text())
+        results = json.loads((run / "results.json").read_text())
         if section is None:
-            saved["resolved"] = "simclr"
+            results["recipe"]["resolved"] = "simclr"
         else:
-            saved["resolved"][section] = "simclr"
-        (run / "recipe.yaml").write_text(yaml.safe_dump(saved))
+            results["recipe"]["resolved"][section] = "simclr"
+        (run / "results.json").write_text(json.dumps(results))
     return damage
 
 
@@ -158,6 +159,66 @@ def test_overwrite_of_a_folder_of_runs_is_refused_and_every_run_survives(used, f
     with pytest.raises(UserError, match="which replacing the run there would delete"):
         claim_run_dir(folder, {}, resume=False, overwrite=True)
     assert snapshot(folder) == kept
+
+
+def _deep_sweep(folder: Path, finished: Path) -> None:
+    """A sweep four folders below (``P/2026/12/07/sweep``): the old search stopped at three."""
+    _sweep(folder / "2026/12/07/sweep", finished)
+
+
+def _deep_run(folder: Path, finished: Path) -> None:
+    """A run seven folders below, with no sweep around it."""
+    shutil.copytree(finished, folder / "a/b/c/d/e/f/run")
+
+
+@pytest.mark.parametrize("layout,named", [(_deep_sweep, "a sweep ('{folder}/2026/12/07/sweep/manifest.json')"),
+                                          (_deep_run, "another run ('{folder}/a/b/c/d/e/f/run/results.json')")],
+                         ids=["sweep-four-down", "run-seven-down"])
+def test_overwrite_finds_a_run_or_a_sweep_at_any_depth(finished, tmp_path: Path, layout, named) -> None:
+    """It deleted a finished sweep four folders below the run folder (three down was refused)."""
+    folder = tmp_path / "P"
+    layout(folder, finished)
+    kept = snapshot(folder)
+    for check in (rundir.check_run_dir, claim_run_dir):  # fit's look before torch loads, and its claim
+        with pytest.raises(UserError, match="which replacing the run there would delete") as refusal:
+            check(folder, {}, resume=False, overwrite=True)
+        assert named.format(folder=folder) in str(refusal.value)
+    assert snapshot(folder) == kept
+
+
+def test_overwrite_refuses_a_folder_below_that_it_cannot_read(finished, tmp_path: Path, monkeypatch) -> None:
+    """A folder it cannot list may hold a run: refused, naming it (it was taken for an empty one). Simulated:
+    the tests run as root, who reads any folder."""
+    folder = tmp_path / "P"
+    shutil.copytree(finished, folder / "old/run")
+    shut = folder / "old"
+    scandir = os.scandir
+
+    def no_permission(path=".", *rest):
+        if Path(path) == shut:
+            raise PermissionError(13, "Permission denied", str(path))
+        return scandir(path, *rest)
+
+    monkeypatch.setattr(os, "scandir", no_permission)
+    kept = snapshot(folder)
+    with pytest.raises(UserError, match=f"cannot read to rule out another run \\('{shut}': Permission denied"):
+        claim_run_dir(folder, {}, resume=False, overwrite=True)
+    assert snapshot(folder) == kept
+
+
+def test_resume_compares_with_the_runs_own_record_not_a_rewritten_recipe_yaml(used, capsys) -> None:
+    """recipe.yaml is a copy anyone can rewrite (fit --write-recipe, an editor): rewritten with another
+    temperature and no resolved record, a --resume at that temperature trained round 3 with it. The run's
+    results.json records what trained."""
+    args, run = used
+    saved = yaml.safe_load((run / "recipe.yaml").read_text())
+    saved["method"]["temperature"] = 0.7  # as --write-recipe writes it: the recipe, no resolved record
+    del saved["resolved"]
+    (run / "recipe.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    kept = snapshot(run)
+    line = refused([*args, "--resume", "rounds=3", "method.temperature=0.7"], capsys, "method.temperature")
+    assert f"'{run / 'results.json'}'" in line and "method.temperature=0.5" in line, line
+    assert snapshot(run) == kept
 
 
 def test_a_write_probe_a_kill_left_does_not_make_a_folder_used(tmp_path: Path) -> None:
@@ -412,6 +473,9 @@ def test_a_run_saved_before_a_new_option_existed_resumes(used) -> None:
     saved = yaml.safe_load((run / "recipe.yaml").read_text())
     del saved["local"]["schedule"]  # an option added after the run was written
     (run / "recipe.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    results = json.loads((run / "results.json").read_text())
+    del results["recipe"]["local"]["schedule"]  # and the record results.json keeps, which --resume compares
+    (run / "results.json").write_text(json.dumps(results))
     assert main([*args, "--resume", "rounds=3"]) == 0
     assert json.loads((run / "results.json").read_text())["rounds_completed"] == 3
 
