@@ -70,8 +70,6 @@ class AsyncOptions:
         if self.mode == "fedasync" and self.buffer not in (None, 1):
             raise UserError(f"asynchrony.buffer={self.buffer}: asynchrony.mode=fedasync applies every update as it "
                             "lands (a buffer of 1); drop asynchrony.buffer, or use mode=fedbuff")
-        if self.mode == "sync" and self.buffer is not None:
-            raise UserError("asynchrony.buffer is FedBuff's; set asynchrony.mode=fedbuff or drop asynchrony.buffer")
 
 
 def staleness_weight(options: AsyncOptions, tau: int) -> float:

@@ -6,7 +6,9 @@ trips land, and the step applies the updates that land in it: FedBuff's buffer t
 aggregator, or FedAsync's mixing (``fedlight.server.asynchronous``). A held update that lands in the same
 step it trained in is the client's model itself; one that lands later is kept as its change from the
 version it started from (``y - x_v``), to be rebased on the server's model when it lands (FedAsync keeps the
-model: it mixes models, not changes). What is held, the event schedule's state and the clock are in every
+model: it mixes models, not changes). Only the model's parameters are changes; its statistics (BatchNorm's
+running mean and variance, its batch count) are the client's own, as a synchronous round averages them:
+a variance rebased on a model whose variance is lower can fall below zero. What is held, the event schedule's state and the clock are in every
 checkpoint, so a resumed run lands the same updates at the same virtual seconds.
 """
 
@@ -30,10 +32,12 @@ class InFlight(RoundPlugin):
         schedule: the event schedule (who trains from which version, what lands when).
         options: the asynchronous settings (mode, server learning rate, staleness function).
         aggregator: FedBuff's buffer rule.
+        parameters: the names of the model's parameters in its state (what a held change is taken of).
     """
 
-    def __init__(self, schedule: EventSchedule, options: AsyncOptions, aggregator: Aggregator) -> None:
-        self.schedule, self.options, self.aggregator = schedule, options, aggregator
+    def __init__(self, schedule: EventSchedule, options: AsyncOptions, aggregator: Aggregator,
+                 parameters: set[str]) -> None:
+        self.schedule, self.options, self.aggregator, self.parameters = schedule, options, aggregator, parameters
         self.held: dict[int, Held] = {}  # trip seq -> its update
         self.step: Step | None = None
         self.staleness: list[int] = []  # the versions behind of each update the last step applied
@@ -53,8 +57,8 @@ class InFlight(RoundPlugin):
             if trip.client in kept:
                 weight, model = kept[trip.client]
                 as_change = trip.seq not in lands_now and self.options.mode == "fedbuff"
-                self.held[trip.seq] = (weight, {k: model[k] - on_cpu[k] for k in model} if as_change else model,
-                                       as_change)
+                self.held[trip.seq] = (weight, {k: v - on_cpu[k] if k in self.parameters else v
+                                                for k, v in model.items()} if as_change else model, as_change)
         landed = [(trip, self.held.pop(trip.seq)) for trip in step.applied if trip.seq in self.held]
         self.staleness = [version - trip.version for trip, _ in landed]
         self.schedule.commit()
@@ -63,7 +67,8 @@ class InFlight(RoundPlugin):
                 global_state = mix(global_state, model, self.options.alpha * staleness_weight(self.options, tau))
             return global_state
         updates = [Landed(trip.client, weight, staleness_weight(self.options, tau),
-                          {k: on_cpu[k] + v for k, v in model.items()} if as_change else model)
+                          {k: on_cpu[k] + v if k in self.parameters else v for k, v in model.items()}
+                          if as_change else model)
                    for (trip, (weight, model, as_change)), tau in zip(landed, self.staleness)]
         return apply_buffer(self.aggregator, global_state, updates, self.options.server_lr)
 

@@ -126,4 +126,4 @@ def build_timing(options: TimingOptions, module: FederatedModule, aggregator: Ag
         return RoundClock(clock, cost, trainable, seed, dropped,
                           track_bytes=aggregator.payload_is_state and aggregator.communicates)
     events = EventSchedule(asynchrony, trainable, seed, cost.devices.availability, cost, dropped)
-    return InFlight(events, asynchrony, aggregator)
+    return InFlight(events, asynchrony, aggregator, {name for name, _ in module.named_parameters()})
