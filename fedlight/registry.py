@@ -42,6 +42,8 @@ __all__ = ["ATTACKS", "BACKBONES", "METHODS", "PLUGINS", "SCHEDULES", "SERVERS",
 
 # the server a method needs when the recipe's server does not fit it
 REQUIRED_SERVER = {"scaffold": "scaffold"}
+# the method a server needs: SCAFFOLD's server without its clients' control variates is FedAvg's weighted mean
+REQUIRED_METHOD = {"scaffold": "scaffold"}
 
 # constructor arguments fedlight passes itself where a class's constructor names them, by recipe section, with
 # where each value comes from: a recipe that sets one is refused (its value would be overwritten)
@@ -154,6 +156,11 @@ def validate(method: dict[str, Any], server: dict[str, Any], num_clients: int,
     if needed and server.get("name") != needed:
         raise UserError(f"method.name={method['name']} needs server.name={needed} (got {server.get('name')!r}); "
                         f"set server.name={needed}")
+    needs = REQUIRED_METHOD.get(server.get("name"))
+    if needs and method.get("name") != needs:
+        raise UserError(f"server.name={server['name']} needs method.name={needs} (got {method.get('name')!r}): without "
+                        f"its clients it runs FedAvg's weighted mean; set method.name={needs} (a sweep's arm: "
+                        f"method:{needs} beside server:{server['name']})")
     if public_client is not None and not 0 <= public_client < num_clients:
         raise UserError(f"partition.public_client={public_client} is not a client id (0..{num_clients - 1}); fix it")
     if aggregator.uses_public_set and public_client is None:

@@ -79,6 +79,7 @@ BAD = [
     (["partition.public_client=9"], "partition.public_client"),
     (["server.name=flesd"], "partition.public_client"),
     (["method.name=scaffold"], "server.name=scaffold"),
+    (["server.name=scaffold"], "server.name=scaffold needs method.name=scaffold"),  # it ran FedAvg, labelled scaffold
     (["method={name: fedprox, objective: fedprox}"], "method.objective"),
     (["name=.."], "recipe key 'name'"),  # runs/.. : the working folder, which --overwrite would replace whole
 ]

@@ -95,6 +95,10 @@ def test_arms_carry_settings_and_grid_only_the_arms_that_take_a_key(tmp_path: Pa
     (["--arm", "a", "--grid", "method.mu=1,5"], "--grid method.mu: no arm's method takes 'mu'"),
     (["--arm", "a", "--grid", "arm=x,y"], "--grid key 'arm' is set by the sweep"),
     (["--arm", "a=rounds=2", "rounds=3"], "override 'rounds=2' of arm 'a' sets 'rounds', which the sweep sets"),
+    # ran both arms at seed 5: the first arm's recipe gives the sweep its seeds
+    (["--arm", "a=seed=5", "--arm", "b"], "--arm 'a=seed=5': an arm cannot set the seed"),
+    # ran FedAvg labelled scaffold: SCAFFOLD's server without its clients' control variates is a weighted mean
+    (["--arm", "a=server:scaffold"], "server.name=scaffold needs method.name=scaffold (got 'supervised')"),
 ])
 def test_arm_mistakes_are_one_line_and_nothing_written(tmp_path: Path, capsys, arms: list[str], message: str) -> None:
     out = tmp_path / "sweep"

@@ -104,7 +104,9 @@ def parse_arm(text: str, base: str | None) -> Arm:
                 raise UserError(f"{where}: '{item}' must name a setting of {' or '.join(GROUPS)}, e.g. ~method.mu")
             drops.append(item[1:])
         elif "=" in item:
-            parse_override(item)
+            if parse_override(item)[0] == "seed":  # it set the first seed of every arm (the sweep's come from it)
+                raise UserError(f"{where}: an arm cannot set the seed: every arm runs the sweep's seeds, paired by "
+                                "seed; drop it (seed=S after the sweep's flags starts every arm's seeds at S)")
             overrides.append(item)
         elif ":" in item and "/" not in item.partition(":")[0]:
             choices.append(parse_choice(item, where))
