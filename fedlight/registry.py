@@ -196,8 +196,9 @@ def build_method(method: dict[str, Any], backbone: str, channels: int, image_siz
 
 
 def check_declared(module: FederatedModule) -> None:
-    """Raise the UserError for a method whose state is not all declared shared, private or transient, or
-    that still defines the old method hook ``on_round_start``."""
+    """Raise the UserError for a method whose state is not all declared shared, private or transient, that
+    keeps state in non-persistent buffers outside its transient modules, or that still defines the old
+    method hook ``on_round_start``."""
     if hasattr(module, "on_round_start"):  # a method hook before issue 43: the loop would never call it
         raise UserError(f"{type(module).__name__} defines on_round_start, which fedlight no longer calls on a method; "
                         "rename it update_split (fedlight.engine.loop.interfaces.ChangingSplit, docs/method_contract.md)")
@@ -208,6 +209,13 @@ def check_declared(module: FederatedModule) -> None:
                         f"({undeclared[0]}, ...); add {'them' if len(modules) > 1 else 'it'} to the class's "
                         "private_modules (kept by each client), shared_modules (averaged by the server) or "
                         "transient_modules (rebuilt every round)")
+    unsaved = module.unsaved_state()
+    if unsaved:
+        raise UserError(f"{type(module).__name__} keeps state in non-persistent buffers ({', '.join(unsaved[:3])}"
+                        f"{', ...' if len(unsaved) > 3 else ''}), which every client would share and --resume lose; "
+                        "register them again as persistent (memory.register_buffer('bank', memory.bank) for a lightly "
+                        "memory bank) and declare their module in private_modules, or "
+                        "declare it in transient_modules if it is rebuilt every round (docs/method_contract.md)")
 
 
 def check_method_state(method: dict[str, Any], backbone: str) -> FederatedModule | None:

@@ -7,7 +7,9 @@ import torch
 from fedlight.methods.barlow_twins import BarlowTwins
 from fedlight.methods.byol import BYOL
 from fedlight.methods.dino import DINO
-from fedlight.methods.federated_module import OptimizerSpec
+from fedlight.catalog import BACKBONES
+from fedlight.errors import UserError
+from fedlight.methods.federated_module import FederatedModule, OptimizerSpec
 from fedlight.methods.moco import MoCo
 from fedlight.methods.simclr import SimCLR, info_nce
 from fedlight.methods.simsiam import SimSiam
@@ -190,3 +192,45 @@ def test_the_contract_page_names_every_hook_and_the_base_class_carries_no_paper_
         assert having == set(re.findall(r"`(\w+)`", methods)), hook
     assert not hasattr(FederatedModule, "on_round_start")  # LG's former name for update_split
     assert {n.strip("`") for n in _names("Constructor arguments the engine fills")} == set(registry.SUPPLIED["method"])
+
+
+class NaiveNNCLR(FederatedModule):
+    """NNCLR as the docs' "Write a method" would lead one to write it: lightly's support set (a memory bank
+    of non-persistent buffers) beside the shared backbone and projection head."""
+
+    shared_modules = ("backbone", "projection")
+
+    def __init__(self, backbone: torch.nn.Module, persistent: bool = False, declared: tuple[str, ...] = ()) -> None:
+        from lightly.models.modules import NNMemoryBankModule
+
+        super().__init__(backbone)
+        self.projection = torch.nn.Linear(backbone.feature_dim, 8)
+        self.memory = NNMemoryBankModule(size=(16, 8))
+        if persistent:  # the fix the refusal names
+            self.memory.register_buffer("bank", self.memory.bank)
+            self.memory.register_buffer("bank_ptr", self.memory.bank_ptr)
+        self.private_modules = declared
+
+
+def test_state_in_non_persistent_buffers_is_refused_in_one_line_with_the_fix() -> None:
+    """It passed the undeclared-state check (state_dict leaves such buffers out), so every client shared one
+    support set and --resume lost it."""
+    from fedlight.registry import check_declared
+
+    backbone = BACKBONES["tiny_cnn"](1, 28)
+    with pytest.raises(UserError, match=r"NaiveNNCLR keeps state in non-persistent buffers \(memory.bank, "
+                                        r"memory.bank_ptr\).*declare their module in private_modules") as caught:
+        check_declared(NaiveNNCLR(backbone))
+    assert "\n" not in str(caught.value)
+    fixed = NaiveNNCLR(backbone, persistent=True, declared=("memory",))
+    check_declared(fixed)  # kept by each client, saved in its checkpoint like any private state
+    assert set(fixed.private_state()) == {"memory.bank", "memory.bank_ptr"}
+
+
+@pytest.mark.parametrize("method", [{"name": "simclr"}, {"name": "fedprox", "objective": "simclr"}])
+def test_an_empty_memory_bank_and_fedproxs_anchors_are_no_unsaved_state(method: dict) -> None:
+    """SimCLR's loss holds a memory bank of size 0 (nothing kept); FedProx's anchors are copied again as each
+    client starts (a transient module)."""
+    from fedlight.registry import check_method_state
+
+    assert check_method_state(method, "small_cnn").unsaved_state() == []

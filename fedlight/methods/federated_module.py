@@ -132,6 +132,23 @@ class FederatedModule(L.LightningModule):
         declared = {**self.shared_state(), **self.private_state(), **self.transient_state()}
         return sorted(set(self.state_dict()) - set(declared))
 
+    def unsaved_state(self) -> list[str]:
+        """Non-persistent buffers (``register_buffer(..., persistent=False)``) outside ``transient_modules``:
+        left out of ``state_dict``, so no client would keep its own copy and no checkpoint would save them
+        (lightly's memory banks: a naive NNCLR's support set). Buffers of no elements, and a memory bank of
+        size 0 (lightly's, an empty ``bank`` beside its pointer), keep nothing and are not listed."""
+        transient = tuple(f"{name}." for name in self.transient_modules)
+        found = []
+        for prefix, module in self.named_modules():
+            bank = getattr(module, "bank", None)
+            if isinstance(bank, torch.Tensor) and bank.numel() == 0:
+                continue
+            for name in module._non_persistent_buffers_set:  # noqa: SLF001 (torch keeps no public list of them)
+                key, buffer = f"{prefix}.{name}" if prefix else name, module._buffers.get(name)  # noqa: SLF001
+                if buffer is not None and buffer.numel() and not key.startswith(transient):
+                    found.append(key)
+        return sorted(found)
+
     def payload(self) -> dict[str, torch.Tensor]:
         """What the client uploads after local training (default: its shared state)."""
         return self.shared_state()

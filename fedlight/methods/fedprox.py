@@ -36,6 +36,7 @@ class FedProx(ObjectiveWrapper):
         self.anchors = nn.Module()
         for name, p in self.trainable_shared():
             self.anchors.register_buffer(name.replace(".", "__"), torch.empty_like(p), persistent=False)
+        self.transient_modules = (*self.transient_modules, "anchors")  # copied again as each client starts
 
     def _anchored_params(self) -> list[torch.Tensor]:
         own = dict(self.named_parameters())
