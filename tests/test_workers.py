@@ -125,11 +125,13 @@ def test_sigterm_stops_both_workers_between_clients_and_resume_ends_where_a_stra
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     args = [*FOUR, "clients.num=6", "rounds=2", "fabric.workers=2", f"server.name={server}"]
     fit(load_recipe(tiny_recipe, [*args, f"run.dir={tmp_path / 'straight'}"]))
-    calls = []
+    calls, counting = [], threading.Lock()
 
     def train_then_signal(*a, **kw):  # SIGTERM while the second round's first clients train
-        calls.append(1)
-        if len(calls) == 8:
+        with counting:  # each call its own number: both workers' threads call it (unlocked, two could skip 8)
+            calls.append(1)
+            nth = len(calls)
+        if nth == 8:
             os.kill(os.getpid(), signal.SIGTERM)
         return train_client(*a, **kw)
 
