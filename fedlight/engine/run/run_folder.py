@@ -179,36 +179,48 @@ def _recover(path: Path) -> str | None:
     return None
 
 
-def _sub_folders(folder: Path) -> list[Path]:
-    """The folders in ``folder`` by name, symbolic links left out (a replacement moves and deletes a link,
-    never what it points to).
+def _listing(folder: Path) -> tuple[set[str], list[str]]:
+    """(the names in ``folder``, those of its folders in order), symbolic links not taken for folders (a
+    replacement moves and deletes a link, never what it points to).
 
     Raises:
-        OSError: ``folder`` cannot be read (a folder gone meanwhile has none).
+        OSError: ``folder`` cannot be read (a folder gone meanwhile has nothing).
     """
     try:
         with os.scandir(folder) as entries:
-            return sorted(Path(e.path) for e in entries if e.is_dir(follow_symlinks=False))
+            found = list(entries)
     except FileNotFoundError:
-        return []
+        return set(), []
+    return {e.name for e in found}, sorted(e.name for e in found if e.is_dir(follow_symlinks=False))
+
+
+def _first_mark(folder: Path, names: set[str], marks: dict[str, str]) -> str | None:
+    """The first of ``marks`` (a name, or a path such as ``checkpoints/last.pt``) in ``folder``, whose
+    entries are ``names``."""
+    for mark in marks:
+        first = mark.split("/")[0]
+        if first in names and (first == mark or os.path.lexists(folder / mark)):
+            return mark
+    return None
 
 
 def _more_than_a_run(path: Path) -> str | None:
     """What in the run folder ``path`` is no part of its run, and replacing that run would delete with it:
     a sweep's manifest or a repository, or another run in any folder below (the run kept in
     ``.fedlight-replaced`` is the folder's own), or a folder below that cannot be read to tell; None when it
-    holds one run at most. Depth first, by name, stopping at the first found."""
+    holds one run at most. Depth first, by name, stopping at the first found: one listing a folder
+    (``benchmarks/nested_runs.py``)."""
     marks, waiting = NOT_A_RUN, [path]  # the folder's own run's files mark it as a run folder: only below another
     while waiting:
         folder = waiting.pop()
-        found = next((name for name in marks if os.path.lexists(folder / name)), None)
-        if found:
-            return f"{marks[found]} ('{folder / found}')"
         try:
-            subs = [sub for sub in _sub_folders(folder) if folder != path or sub.name not in BOOKKEEPING]
+            names, subs = _listing(folder)
         except OSError as exc:
             return f"a folder it cannot read to rule out another run ('{folder}': {exc.strerror}; make it readable)"
-        waiting += reversed(subs)
+        found = _first_mark(folder, names, marks)
+        if found:
+            return f"{marks[found]} ('{folder / found}')"
+        waiting += [folder / sub for sub in reversed(subs) if folder != path or sub not in BOOKKEEPING]
         marks = ANOTHER_RUN
     return None
 
