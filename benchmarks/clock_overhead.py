@@ -1,0 +1,88 @@
+"""Host cost of the virtual clock and the asynchronous loop: CPU seconds of round training per client trained,
+synchronous FedAvg without a clock against the same with the clock, and FedBuff with 100 clients in flight.
+
+The cross-device workload (``workloads/cross_device_fmnist.yaml``: 1,000 clients of 20 images, 100 a round)
+with lognormal devices. Sides, each built as a run builds it (``assemble.build_federation``) and timed over
+its training steps only (``round_training.train_rounds``: planning, dealing, training, landing, aggregating;
+no evaluation, checkpoint or log):
+
+* ``sync``: synchronous FedAvg, no clock (today's runs);
+* ``sync+clock``: the same with ``clock.devices=lognormal`` (trip lengths, columns);
+* ``fedbuff K=100`` / ``fedbuff K=10``: ``asynchrony.mode=fedbuff``, 100 in flight, a buffer of 100 or 10
+  (each step plans the events, holds the trained updates, rebases the stale ones and applies the buffer).
+
+Sides take turns within each repeat; each is timed in the process's CPU seconds (``time.process_time``, both
+threads), which another job on a shared machine inflates far less than wall seconds (medians, and ratios
+of medians).
+
+    python benchmarks/clock_overhead.py --clients 300 --repeats 3 --json clock_overhead.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from fedlight import registry
+from fedlight.config import load_recipe
+from fedlight.engine.run.assemble import build_federation
+from fedlight.engine.run.fit import build_module, make_fabric, prepare_data
+
+from round_training import train_rounds
+
+REPO = Path(__file__).resolve().parents[1]
+CLOCK = ["clock.devices=lognormal", "clock.seconds_per_sample=0.01"]
+SIDES = {
+    "sync": [],
+    "sync+clock": CLOCK,
+    "fedbuff K=100": [*CLOCK, "asynchrony.mode=fedbuff", "asynchrony.concurrency=100", "asynchrony.buffer=100"],
+    "fedbuff K=10": [*CLOCK, "asynchrony.mode=fedbuff", "asynchrony.concurrency=100", "asynchrony.buffer=10"],
+}
+
+
+def seconds_per_client(overrides: list[str], clients: int, threads: int) -> float:
+    """Round training CPU seconds per client trained, over rounds that train about ``clients`` clients."""
+    recipe = load_recipe(REPO / "benchmarks/workloads/cross_device_fmnist.yaml",
+                         ["fabric.accelerator=cpu", f"fabric.threads={threads}", "eval.projector_samples=0",
+                          *overrides])
+    data, parts = prepare_data(recipe)
+    fabric = make_fabric(recipe)
+    fed = build_federation(fabric, recipe, data, parts, build_module(recipe, data),
+                           registry.build_server(recipe.server, recipe.clients.num), Path(tempfile.mkdtemp()))
+    per_round = 10 if "asynchrony.buffer=10" in overrides else 100
+    started = time.process_time()
+    rounds = train_rounds(fed, max(1, clients // per_round))
+    spent = time.process_time() - started
+    trained = sum(rep["status"] == "ok" for _, reports in rounds for rep in reports)
+    return spent / trained
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=300, help="clients trained per side and repeat")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    timings: dict[str, list[float]] = {side: [] for side in SIDES}
+    for repeat in range(args.repeats):
+        order = list(SIDES) if repeat % 2 == 0 else list(SIDES)[::-1]
+        for side in order:
+            timings[side].append(seconds_per_client(SIDES[side], args.clients, args.threads))
+            print(f"repeat {repeat + 1} {side}: {timings[side][-1] * 1000:.2f} ms a client", flush=True)
+    base = statistics.median(timings["sync"])
+    summary = {side: {"ms_per_client": statistics.median(t) * 1000, "ratio_to_sync": statistics.median(t) / base,
+                      "runs_ms": [x * 1000 for x in t]} for side, t in timings.items()}
+    for side, s in summary.items():
+        print(f"{side:14s} {s['ms_per_client']:.2f} ms a client (median of {args.repeats}), "
+              f"{s['ratio_to_sync']:.3f}x sync")
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()
