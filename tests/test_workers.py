@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import torch
 
 from fedlight.config import load_recipe
 from fedlight.engine.loop.local_loop import train_client
+from fedlight.engine.loop import preemption
 from fedlight.engine.loop.preemption import Preempted
 from fedlight.engine.loop.workers import Workers, sum_states
 from fedlight.engine.parts.fedavg import epoch_schedule as epochs
@@ -133,6 +135,11 @@ def test_sigterm_stops_both_workers_between_clients_and_resume_ends_where_a_stra
             nth = len(calls)
         if nth == 8:
             os.kill(os.getpid(), signal.SIGTERM)
+            # Python runs the handler in the main thread, later: had the other worker passed its last check
+            # between clients by then, with this worker on its last client, round 2 (the last) just finished
+            deadline = time.monotonic() + 60
+            while not preemption.received() and time.monotonic() < deadline:
+                time.sleep(0.001)
         return train_client(*a, **kw)
 
     monkeypatch.setattr(epochs, "train_client", train_then_signal)
