@@ -360,3 +360,12 @@ def test_a_synchronous_clock_resumes_where_it_stopped(tmp_path: Path, tiny_recip
     _fit(tiny_recipe, tmp_path / "split", "rounds=1", *clocked)
     _fit(tiny_recipe, tmp_path / "split", "rounds=3", *clocked, resume=True)
     assert _history(tmp_path / "straight") == _history(tmp_path / "split")
+
+
+def test_a_trace_that_ends_stops_the_run_in_one_line(tmp_path: Path, tiny_recipe: Path, capsys) -> None:
+    trace = _trace(tmp_path, [{"client": c, "online": [[0, 0.5]]} for c in range(6)])
+    run = tmp_path / "run"
+    code = main(["fit", "--recipe", str(tiny_recipe), "clients.num=6", "rounds=3", *QUICK_EVAL, *SMALL_RUN,
+                 f"run.dir={run}", "clock.devices=fixed", "clock.availability=trace", f"clock.trace={trace}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and "none comes online again" in err[-1]

@@ -20,6 +20,7 @@ from typing import Any, Callable
 from fedlight.clock.devices import ClockOptions, TripCost
 from fedlight.engine.loop.interfaces import Report, RoundPlugin, State
 from fedlight.engine.output.virtual_time import log_time
+from fedlight.errors import UserError
 from fedlight.seeding import numpy_rng
 
 
@@ -69,6 +70,10 @@ class RoundClock(RoundPlugin):
         online = [c for c in self.clients if availability.online(c, self.start)]
         if not online:
             self.start = min(availability.next_online(c, self.start) for c in self.clients)
+            if math.isinf(self.start):
+                raise UserError(f"round {self.round_ + 1}: no client is online at virtual second {self.now:.0f} "
+                                "and none comes online again: the availability trace ends; lengthen its windows "
+                                "or lower rounds")
             online = [c for c in self.clients if availability.online(c, self.start)]
         return online
 
