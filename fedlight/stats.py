@@ -15,6 +15,8 @@ Everything here is a Student-t statement about ``mean(d)``; the seeds are the sa
   verdict keeps its raw one only where the adjusted p-value is below ``alpha``.
 - ``rounds_sign_test``: rounds to reach a target when some seeds never reach it (censored): an
   exact sign test on which arm got there first, which needs no value for a censored seed.
+- ``times_sign_test``: the same for virtual times, where each run stops looking at its own time (a
+  censored seed is only ordered where the other arm got there before it stopped looking).
 - ``lift`` / ``trained``: a row's gain over its own random-init value, seed by seed.
 - ``seeds_needed``: the seeds whose interval reaches a half-width wanted (a precision target, not a
   power calculation), from an upper confidence bound on a pilot's sd.
@@ -184,6 +186,39 @@ def rounds_sign_test(a: Sequence[float], b: Sequence[float]) -> SignTest:
     untied = a_first + b_first
     p = float(stats.binomtest(a_first, untied, 0.5).pvalue) if untied else 1.0
     return SignTest(a_first, b_first, len(a) - untied, p)
+
+
+@dataclass(frozen=True)
+class TimeSignTest(SignTest):
+    """``SignTest`` on times that each run censors at its own horizon.
+
+    Attributes:
+        unordered: seeds that say nothing about which arm was first (both censored, or one censored
+            before the other's time), left out of the test like ties.
+    """
+
+    unordered: int = 0
+
+
+def times_sign_test(a: Sequence[float], b: Sequence[float], a_censored: Sequence[bool],
+                    b_censored: Sequence[bool]) -> TimeSignTest:
+    """Times to reach a target per seed for arms A and B (each shape (S,)), where ``*_censored`` marks a
+    run that never reached it and its time is where it stopped looking (its last evaluation: it would
+    have needed more). A seed counts for A where A reached it and earlier than B (B's time, or B's
+    horizon where B never did: ``a <= b`` then suffices); for B likewise; equal reached times tie; the
+    rest are unordered. With one horizon for every run (rounds) this is ``rounds_sign_test``, except
+    that a seed neither reached is unordered rather than a tie; no time is invented for a censored seed."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    ca, cb = np.asarray(a_censored, dtype=bool), np.asarray(b_censored, dtype=bool)
+    if a.ndim != 1 or not a.shape == b.shape == ca.shape == cb.shape:
+        raise ValueError(f"need four equal-length 1-d arrays of per-seed times and flags, got {a.shape}, {b.shape}, "
+                         f"{ca.shape} and {cb.shape}")
+    a_first = int((~ca & ((~cb & (a < b)) | (cb & (a <= b)))).sum())
+    b_first = int((~cb & ((~ca & (b < a)) | (ca & (b <= a)))).sum())
+    ties = int((~ca & ~cb & (a == b)).sum())
+    untied = a_first + b_first
+    p = float(stats.binomtest(a_first, untied, 0.5).pvalue) if untied else 1.0
+    return TimeSignTest(a_first, b_first, ties, p, len(a) - untied - ties)
 
 
 def sign_verdict(s: SignTest, sign: int, alpha: float = 0.05) -> Test:
