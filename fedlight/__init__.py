@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedlight.local_only import keep_local
+from fedlight.stays_local import keep_local
 
-keep_local()  # telemetry off, the optional dependencies' caches out of $HOME (fedlight/local_only.py)
+keep_local()  # telemetry off, the optional dependencies' caches out of $HOME (fedlight/stays_local.py)
 
 __version__ = "0.1.0"
 

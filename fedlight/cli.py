@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from fedlight import __version__, installed_entry_points, local_only
+from fedlight import __version__, installed_entry_points, stays_local
 from fedlight.engine.run import launch
 from fedlight.errors import INTERRUPTED_EXIT, PREEMPTED_EXIT, USER_ERROR_EXIT, UserError, one_line
 from fedlight.invocation import fedlight_command
@@ -344,5 +344,5 @@ def run() -> None:
         sys.exit(code)
     logging.shutdown()
     sys.stderr.flush()
-    local_only.clean_up()  # atexit's own call is skipped by the quick exit
+    stays_local.clean_up()  # atexit's own call is skipped by the quick exit
     os._exit(0)

@@ -14,7 +14,7 @@ A resumed run drops what was logged after its checkpoint (TensorBoard's ``purge_
 and MLflow's later rows) and goes on in the same files, W&B run id and MLflow run. Nothing leaves the machine:
 W&B runs offline (``wandb sync <run folder>/wandb/offline-run-*`` uploads it later) and MLflow's
 store is a folder (``mlflow ui --backend-store-uri <run folder>/mlruns``); their telemetry is off and
-their caches are in fedlight's cache folder, not ``$HOME`` (``fedlight/local_only.py``).
+their caches are in fedlight's cache folder, not ``$HOME`` (``fedlight/stays_local.py``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from lightning.fabric.loggers import Logger, TensorBoardLogger
 from lightning.pytorch.loggers import CSVLogger, MLFlowLogger, WandbLogger
 from matplotlib.figure import Figure
 
-from fedlight import local_only
+from fedlight import stays_local
 from fedlight.atomic_files import atomic_write_bytes
 
 PROJECT = "fedlight"  # the W&B project and the MLflow experiment of every run
@@ -175,7 +175,7 @@ def _csv_text(header: list[str], rows: list[dict[str, str]]) -> bytes:
 def wandb_logger(run_dir: Path, rounds_done: int) -> Logger:
     """An offline W&B run under ``wandb/``; a resumed run goes on under the same run id (a new
     ``offline-run-*`` folder, merged into one run by ``wandb sync``)."""
-    with local_only.temporary_files_in_cache():  # W&B's import-time temporary folders (fedlight/local_only.py)
+    with stays_local.temporary_files_in_cache():  # W&B's import-time temporary folders (fedlight/stays_local.py)
         import wandb
 
     earlier = sorted((run_dir / "wandb").glob("offline-run-*"))

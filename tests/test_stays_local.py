@@ -1,5 +1,5 @@
 """Nothing leaves the machine and nothing lands in ``$HOME``: a run with every logger, in a process whose
-home, XDG folders and temporary folder are fresh, writes only its run folder (fedlight/local_only.py)."""
+home, XDG folders and temporary folder are fresh, writes only its run folder (fedlight/stays_local.py)."""
 
 from __future__ import annotations
 
