@@ -26,7 +26,7 @@ from fedlight.server.asynchronous import Landed, apply_buffer, mix
 from fedlight.server.fedavg import FedAvg
 from fedlight.server.median import Median
 
-CLOCK_COLUMNS = ("virtual_seconds", "round_virtual_seconds", "idle_share")
+CLOCK_COLUMNS = ("virtual_seconds", "round_virtual_seconds", "idle_share", "updates_applied", "updates_total")
 
 
 def _global(run: Path) -> dict[str, torch.Tensor]:
@@ -247,6 +247,15 @@ def test_the_clock_alone_changes_no_number_and_adds_virtual_time(tmp_path: Path,
     rows = _history(tmp_path / "clock")
     assert [r["virtual_seconds"] for r in rows] == pytest.approx(np.cumsum([r["round_virtual_seconds"] for r in rows]))
     assert all(0 <= r["idle_share"] < 1 for r in rows)
+    assert [r["updates_total"] for r in rows] == list(np.cumsum([r["answered"] for r in rows]))
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "clock" / "tensorboard"))
+    events.Reload()
+    knn = events.Scalars("vs_virtual_seconds/knn_acc")
+    assert [e.step for e in knn] == [round(r["virtual_seconds"]) for r in rows]
+    assert [e.step for e in events.Scalars("vs_updates_applied/knn_acc")] == [r["updates_total"] for r in rows]
+    assert {"clock/virtual_hours", "clock/idle_share"} <= set(events.Tags()["scalars"])
 
 
 def test_a_deadline_drops_late_clients_and_over_selection_keeps_the_first_to_land(tmp_path: Path,
@@ -271,8 +280,7 @@ def test_fedbuff_with_a_full_buffer_of_equal_trips_is_synchronous_fedavg_bit_for
     _fit(tiny_recipe, tmp_path / "buff", *equal, "asynchrony.mode=fedbuff", "asynchrony.concurrency=3",
          "asynchrony.buffer=3")
     assert _same_model(tmp_path / "sync", tmp_path / "buff")
-    async_only = ("updates_applied", "staleness", "staleness_mean", "staleness_max", "round_virtual_seconds",
-                  "idle_share")
+    async_only = ("staleness", "staleness_mean", "staleness_max", "round_virtual_seconds", "idle_share")
     assert _history(tmp_path / "sync", async_only) == _history(tmp_path / "buff", async_only)
     assert all(r["staleness"] == [0, 0, 0] for r in _history(tmp_path / "buff"))
 

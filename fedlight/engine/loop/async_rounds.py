@@ -18,7 +18,7 @@ from typing import Any
 
 from fedlight.clock.events import AsyncOptions, EventSchedule, Step, staleness_weight
 from fedlight.engine.loop.interfaces import Report, RoundPlugin, State
-from fedlight.engine.output.virtual_time import log_staleness, log_time
+from fedlight.engine.output.virtual_time import log_staleness, log_time, updates_total
 from fedlight.server.aggregator import Aggregator
 from fedlight.server.asynchronous import Landed, apply_buffer, mix
 
@@ -79,7 +79,8 @@ class InFlight(RoundPlugin):
         line, taus = self.schedule.timeline, self.staleness
         busy = line.busy + sum(max(0.0, line.now - trip.start) for trip in line.flying)
         return {"virtual_seconds": line.now, "idle_share": 1 - busy / line.slot_seconds if line.slot_seconds else 0.0,
-                "updates_applied": len(taus), "staleness": list(taus),
+                "updates_applied": len(taus), "updates_total": updates_total(history, len(taus)),
+                "staleness": list(taus),
                 "staleness_mean": sum(taus) / len(taus) if taus else None, "staleness_max": max(taus, default=None)}
 
     def log_round(self, logger: Any, row: dict[str, Any]) -> dict[str, float]:

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from fedlight.clock.devices import ClockOptions, TripCost
 from fedlight.engine.loop.interfaces import Report, RoundPlugin, State
-from fedlight.engine.output.virtual_time import log_time
+from fedlight.engine.output.virtual_time import log_time, updates_total
 from fedlight.errors import UserError
 from fedlight.seeding import numpy_rng
 
@@ -94,7 +94,8 @@ class RoundClock(RoundPlugin):
 
     def columns(self, round_: int, reports: list[Report], ledger_rows: list[list],
                 history: list[dict[str, Any]]) -> dict[str, Any]:
-        """The round's virtual seconds, the run's so far, and the idle share of the answering clients' time."""
+        """The round's virtual seconds, the run's so far, the idle share of the answering clients' time, and the
+        client updates the round applied (its answering clients) and the run so far."""
         landed = [self.trips.get(rep["client"]) or self.cost(rep["client"], round_) for rep in reports
                   if rep["status"] != "dropped"]  # (a later part may have added a client)
         missed = any(reason.startswith("late") for reason in self.late.values())
@@ -105,8 +106,10 @@ class RoundClock(RoundPlugin):
         self.waited += sum(length - s for s in landed)
         self.now = self.start + length
         spent = self.busy + self.waited
+        applied = sum(rep["status"] == "ok" for rep in reports)
         return {"virtual_seconds": self.now, "round_virtual_seconds": length,
-                "idle_share": self.waited / spent if spent else 0.0}
+                "idle_share": self.waited / spent if spent else 0.0, "updates_applied": applied,
+                "updates_total": updates_total(history, applied)}
 
     def log_round(self, logger: Any, row: dict[str, Any]) -> dict[str, float]:
         return log_time(logger, row)
