@@ -112,6 +112,9 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--margin", type=float, default=None, metavar="M",
                         help="also read each difference as equivalent or not within +-M percentage points "
                              "(TOST; fix M before the runs)")
+    report.add_argument("--target", action="append", default=None, metavar="METRIC=PERCENT",
+                        help="runs with a virtual clock: the accuracy whose virtual hours to reach are reported and "
+                             "compared (repeatable, e.g. knn_acc=45); default: the reference arm's mean final value")
     methods = sub.add_parser("methods", help="list every method, aggregator, backbone, client schedule and round "
                              "plug-in, fedlight's and those other packages add through entry points")
     methods.add_argument("name", nargs="?", metavar="NAME", help="show the whole description of this one")
@@ -179,7 +182,7 @@ def _report(args: argparse.Namespace) -> int:
 
     out = args.out or (args.paths[0] if len(args.paths) == 1 else "report")
     group_by = None if args.group_by is None else [k.strip() for k in args.group_by.split(",") if k.strip()]
-    written = write_report(args.paths, out, group_by, args.metric, args.reference, args.margin)
+    written = write_report(args.paths, out, group_by, args.metric, args.reference, args.margin, args.target)
     print(f"wrote {len(written)} files:\n" + "\n".join(f"  {path}" for path in written))
     print("\n" + written[1].read_text(), end="")  # compare.md: the paired comparison, on the console too
     return 0

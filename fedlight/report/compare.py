@@ -15,11 +15,19 @@ seed an arm ran without a finite value (NaN, not measured) is named as such. Eac
 own test at 5%, and beside it the same reading after Holm's adjustment over every test the file
 prints (``stats.adjusted_verdicts``): the family is the file, since no comparison in it was named
 in advance.
+
+Where the reference's runs have a virtual clock (``fedlight.report.timing``), each metric's table is followed
+by one of virtual hours to reach a target (``--target METRIC=PERCENT``, else the reference's mean final
+value): per arm with a clock, paired by seed, an exact sign test on which arm got there first
+(``stats.times_sign_test``: a seed censored before the other arm's time orders nothing, and no time is
+invented for it) and the median over the seeds both reached of the ratio arm / reference; each sign test
+joins the file's Holm family.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,8 +36,10 @@ from fedlight.errors import UserError
 from fedlight.eval import metric_names
 from fedlight.report.arm_groups import ABSENT, ARM, Group, group_label, mixed_groups
 from fedlight.report.tables import Cell, finite, markdown_table, metric_cell, seed_means, without_value
+from fedlight.report.timing import Reach, Target, group_clocked, reach_cell, seed_reaches
 
 VERDICT = {stats.HOLDS: "ahead", stats.FAILS: "behind", stats.OPEN: "can't tell"}
+FIRST = {stats.HOLDS: "first", stats.FAILS: "later", stats.OPEN: "can't tell"}  # a time test's verdict
 Block = tuple[str, list[int], int]  # (the cell it holds fixed, '' for none; its groups; the reference among them)
 
 
@@ -201,9 +211,113 @@ def metric_section(arms: list[Arm], ref: int, metric: str, margin: float | None,
             *(f"- {note}" for note in notes), *([""] if notes else [])]
 
 
+def reach_targets(groups: list[Group], keys: list[str], metrics: list[str], reference: str | None,
+                  given: dict[str, float] | None = None) -> dict[str, list[Target | None]]:
+    """Each metric's time-to-reach target per group: ``given`` (``--target``), else the mean final value over
+    the seeds of the reference the group is compared with (its cell's, for arms over a grid); None where
+    neither exists."""
+    given = given or {}
+    names = [group_label(keys, values) for values, _ in groups]
+    blocks, _ = comparison_blocks(groups, keys, names, reference)
+    out: dict[str, list[Target | None]] = {}
+    for metric in metrics:
+        fixed = Target(given[metric], "`--target`") if metric in given else None
+        targets: list[Target | None] = [fixed] * len(groups)
+        for _, members, ref in blocks:
+            values = list(seed_means(groups[members[ref]][1], metric).values())
+            if fixed is None and values:
+                for i in members:
+                    targets[i] = Target(sum(values) / len(values), f"`{names[members[ref]]}`'s mean final")
+        out[metric] = targets
+    return out
+
+
+@dataclass(frozen=True)
+class TimeArm:
+    """One group's virtual hours to reach a target, by seed (none without a clock)."""
+
+    name: str
+    clocked: bool
+    reaches: dict[int, Reach]
+
+    @classmethod
+    def of(cls, name: str, group: Group, metric: str, target: Target) -> TimeArm:
+        clocked = group_clocked(group)
+        return cls(name, clocked, seed_reaches(group[1], metric, target.value) if clocked else {})
+
+
+@dataclass(frozen=True)
+class Timed:
+    """An arm's time to reach against the reference's: the sign test, its verdict after Holm, the median ratio."""
+
+    sign: stats.TimeSignTest
+    test: stats.Test
+    after_holm: str
+    ratio: str
+
+
+def time_test(arm: TimeArm, ref: TimeArm) -> tuple[stats.TimeSignTest, stats.Test, str] | None:
+    """The sign test of ``arm`` against ``ref`` over the seeds both have a time of, its verdict (holds: the
+    arm got there first) and the median ratio of the seeds both reached; None without a pair."""
+    seeds = sorted(set(arm.reaches) & set(ref.reaches))
+    if not seeds:
+        return None
+    a, b = [arm.reaches[s] for s in seeds], [ref.reaches[s] for s in seeds]
+    sign = stats.times_sign_test([r.hours for r in a], [r.hours for r in b], [r.censored for r in a],
+                                 [r.censored for r in b])
+    ratios = [x.hours / y.hours for x, y in zip(a, b) if not (x.censored or y.censored) and y.hours > 0]
+    ratio = (f"{statistics.median(ratios):.2f} ({len(ratios)} seed{'s' if len(ratios) > 1 else ''} both reached)"
+             if ratios else "-")
+    return sign, stats.sign_verdict(sign, +1), ratio
+
+
+def time_section(arms: list[TimeArm], ref: int, metric: str, target: Target, timed: dict[str, Timed | None],
+                 cell: str = "") -> list[str]:
+    """One metric's table of virtual hours to reach ``target``, the reference first, and its notes."""
+    header = ["arm", "seeds", "hours to reach", "pairs", "first / later / tied / unordered", "sign test p",
+              "verdict", "after Holm", "median ratio (arm / reference)"]
+    reference = arms[ref]
+    rows = [[reference.name, str(len(reference.reaches)), reach_cell(reference.reaches), "reference",
+             *[""] * (len(header) - 4)]]
+    notes = []
+    for i, arm in enumerate(arms):
+        if i == ref:
+            continue
+        if not arm.clocked:
+            notes.append(f"`{arm.name}` has no virtual clock (some run has no `virtual_seconds`): no time to compare.")
+            continue
+        found = timed[arm.name]
+        pairs = len(set(arm.reaches) & set(reference.reaches))
+        if found is None:
+            rows.append([arm.name, str(len(arm.reaches)), reach_cell(arm.reaches), "0", *[""] * (len(header) - 4)])
+            notes.append(f"`{arm.name}`: no seed with a time in both it and `{reference.name}`.")
+            continue
+        s = found.sign
+        rows.append([arm.name, str(len(arm.reaches)), reach_cell(arm.reaches), str(pairs),
+                     f"{s.a_first} / {s.b_first} / {s.ties} / {s.unordered}", f"{s.p:.2g}", FIRST[found.test.verdict],
+                     FIRST[found.after_holm], found.ratio])
+    where = f": {cell}" if cell else ""
+    return [f"### {metric_names.title(metric)}{where}: virtual hours to reach {target.text()} ({target.source})", "",
+            *markdown_table(header, rows), "", *(f"- {note}" for note in notes), *([""] if notes else [])]
+
+
+def untimed_references(groups: list[Group], names: list[str], blocks: list[Block],
+                       timed_metrics: list[str] | None) -> list[str]:
+    """A note for each reference without a virtual clock among groups that have one: nothing is compared on time."""
+    if not timed_metrics:
+        return []
+    return [f"`{names[members[ref]]}` has no virtual clock: no arm's time to reach is compared with it "
+            "(`--reference` chooses a group whose runs have one)"
+            for _, members, ref in blocks if not group_clocked(groups[members[ref]])
+            and any(group_clocked(groups[i]) for i in members)]
+
+
 def compare_text(groups: list[Group], keys: list[str], metrics: list[str], reference: str | None = None,
-                 margin: float | None = None) -> str:
-    """``compare.md``: every group against the reference one (``--reference``, default the first), per metric."""
+                 margin: float | None = None, targets: dict[str, float] | None = None,
+                 timed_metrics: list[str] | None = None) -> str:
+    """``compare.md``: every group against the reference one (``--reference``, default the first), per metric;
+    with a clock, the virtual hours to reach each of ``timed_metrics`` (those with a history) beside it, at
+    ``targets`` (``--target``, fractions) or the reference's mean final value."""
     check_margin(margin)
     names = [group_label(keys, values) for values, _ in groups]
     blocks, left_out = comparison_blocks(groups, keys, names, reference)
@@ -211,13 +325,26 @@ def compare_text(groups: list[Group], keys: list[str], metrics: list[str], refer
     if len(groups) < 2:
         return "\n".join(lines + [f"One group ({names[0] if names else 'no finished run'}): nothing to compare; "
                                   "give runs of two arms, or --group-by a key that varies."]) + "\n"
+    layout = [(metric, cell, members, ref) for metric in metrics for cell, members, ref in blocks]
     sections = [(metric, cell, [Arm.of(names[i], groups[i], metric) for i in members], ref)
-                for metric in metrics for cell, members, ref in blocks]
+                for metric, cell, members, ref in layout]
     found = [{a.name: paired_tests(a, arms[ref], margin) for a in compared(arms, ref)} for _, _, arms, ref in sections]
     family = [t for section in found for pair in section.values() if pair for t in pair[1]]
+    # a table of time per section whose reference has a clock and a target, on a metric with a history
+    goals = reach_targets(groups, keys, metrics, reference, targets)
+    timing: dict[int, tuple[Target, list[TimeArm]]] = {}
+    for k, (metric, _, members, ref) in enumerate(layout):
+        target = goals[metric][members[ref]]
+        if metric in (timed_metrics or []) and target is not None and group_clocked(groups[members[ref]]):
+            timing[k] = target, [TimeArm.of(names[i], groups[i], metric, target) for i in members]
+    time_found = {k: {a.name: time_test(a, arms[layout[k][3]]) for i, a in enumerate(arms)
+                      if i != layout[k][3] and a.clocked} for k, (_, arms) in timing.items()}
+    family += [pair[1] for section in time_found.values() for pair in section.values() if pair]
     adjusted = iter(stats.adjusted_verdicts(family))
     tested = [{name: pair and Tested(*pair, [next(adjusted) for _ in pair[1]]) for name, pair in section.items()}
               for section in found]
+    timed = {k: {name: pair and Timed(pair[0], pair[1], next(adjusted), pair[2]) for name, pair in section.items()}
+             for k, section in time_found.items()}
     cell, members, ref = blocks[0]
     against = (f"`{names[members[ref]]}`" if not cell else
                f"`{reference}` at the same {', '.join(f'`{k}`' for k in keys if k != ARM)}, a table per value")
@@ -228,14 +355,23 @@ def compare_text(groups: list[Group], keys: list[str], metrics: list[str], refer
               "with about how many seeds would decide it if the differences' mean and sd stayed as measured."
               + ("" if margin is None else f" `within ±{margin:g}`: TOST at 5% (the 90% interval lies inside "
                  f"±{margin:g} points; `not within`: the 95% interval lies outside).")
+              + (" Virtual time: below a metric's table, where the reference's runs have a clock, the virtual hours "
+                 "each arm took to reach a target (its first evaluation at or above it; `> X`: never, censored at its "
+                 "last evaluation, X hours), paired by seed: an exact sign test on which arm got there first "
+                 "(`first` / `later` where p < 0.05; a seed censored before the other arm's time is `unordered` and, "
+                 "like a tie, left out; no time is invented for it) and the median over the seeds both reached of "
+                 "the arm's hours over the reference's." if timing else "")
               + f" Each reading is its own test at 5%; `after Holm` keeps it only where its Holm-adjusted p over "
-              f"all {len(family)} tests of this file (every arm, metric{', cell' if cell else ''} and reading) is "
+              f"all {len(family)} tests of this file (every arm, metric{', cell' if cell else ''} and reading"
+              f"{', and each sign test on time' if timing else ''}) is "
               "below 0.05, else `can't tell`: among many rows some raw verdicts are chance, so read that column, "
               "or judge only a comparison fixed before the runs, on seeds no earlier look used.", ""]
-    notes = [*mixed_groups(groups, keys), *left_out]
+    notes = [*mixed_groups(groups, keys), *left_out, *untimed_references(groups, names, blocks, timed_metrics)]
     lines += [f"- {note}" for note in notes] + ([""] if notes else [])
-    for (metric, cell, arms, ref), section in zip(sections, tested):
+    for k, ((metric, cell, arms, ref), section) in enumerate(zip(sections, tested)):
         lines += metric_section(arms, ref, metric, margin, section, cell)
+        if k in timing:
+            lines += time_section(timing[k][1], ref, metric, timing[k][0], timed[k], cell)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

@@ -1,11 +1,13 @@
-"""Plots of a report, each as PNG and SVG: for every metric, accuracy vs round and accuracy vs bytes.
+"""Plots of a report, each as PNG and SVG: for every metric, accuracy vs round and accuracy vs bytes, and,
+where some group's runs have a virtual clock, accuracy vs virtual hours (those groups only).
 
 One line per group, named by its keys' values as a reader says them (``alpha = 0.1``, the
 key's last part unless two keys share it; an arm by its name: ``fedlight.report.arm_groups``):
 the mean over the group's seeds (the shaded band: ± one sample standard deviation, n - 1,
 where there are two or more seeds, as the legend says) at the rounds every seed evaluated,
 starting from round 0, the random-init model (``results.json``'s ``baseline``, 0 bytes sent).
-The x of the bytes plot is the mean cumulative bytes sent by that round. Round ticks are
+The x of the bytes plot is the mean cumulative bytes sent by that round, of the hours plot the mean
+virtual hours at its end (``virtual_seconds``; round 0 at 0 hours). Round ticks are
 integers; the legend sits outside the axes, right of the data, so no curve hides behind it.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import io
 import warnings
 from pathlib import Path
+from typing import Any, Callable
 
 import matplotlib
 
@@ -26,8 +29,10 @@ from fedlight.atomic_files import atomic_write_bytes  # noqa: E402
 from fedlight.eval import metric_names  # noqa: E402
 from fedlight.report.arm_groups import Group, group_label  # noqa: E402
 from fedlight.report.runs import Run  # noqa: E402
+from fedlight.report.timing import HOUR, group_clocked  # noqa: E402
 
 KINDS = ("round", "bytes")
+HOURS = "hours"  # the third kind, where some group has a virtual clock
 FORMATS = ("png", "svg")  # a picture for report.md, a vector drawing for papers
 BAND = "band: ± 1 std over seeds"
 REMAKE = "run fedlight report again"  # what a failed write of the report asks of its user
@@ -45,10 +50,22 @@ def curve(runs: list[Run], metric: str) -> tuple[np.ndarray, np.ndarray, np.ndar
     evaluated, round 0 (the random-init baseline, no bytes) included where every run has it. A seed run
     twice (on two devices) counts once, as its runs' mean, as in the report's tables; a seed's NaN (it
     diverged) is left out of its rounds' means instead of cutting the group's line short."""
+    return _mean_curve(runs, metric, lambda history: np.cumsum(
+        [sum(v for k, v in row.items() if k.startswith("bytes_")) for row in history]))
+
+
+def hours_curve(runs: list[Run], metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``curve`` with the mean virtual hours at each round's end for x (the runs need a clock)."""
+    return _mean_curve(runs, metric, lambda history: [row["virtual_seconds"] / HOUR for row in history])
+
+
+def _mean_curve(runs: list[Run], metric: str, xs: Callable[[list[dict[str, Any]]], Any]
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``curve`` with ``xs(history)`` (an x per row, 0 at round 0) for the bytes."""
     per_run = []
     for r in runs:
         history = r.results["history"]
-        cumulative = np.cumsum([sum(v for k, v in row.items() if k.startswith("bytes_")) for row in history])
+        cumulative = xs(history)
         points = {row["round"]: (float(b), value) for row, b in zip(history, cumulative)
                   if (value := r.named(row).get(metric)) is not None}
         start = r.named(r.results.get("baseline")).get(metric)
@@ -73,27 +90,40 @@ def plotted_metrics(groups: list[Group], metrics: list[str]) -> list[str]:
             if any(r.named(row).get(m) is not None for _, g in groups for r in g for row in r.results["history"])]
 
 
+def plot_kinds(groups: list[Group]) -> tuple[str, ...]:
+    """``KINDS``, and ``HOURS`` where some group's runs have a virtual clock."""
+    return (*KINDS, HOURS) if any(group_clocked(g) for g in groups) else KINDS
+
+
 def plot_files(groups: list[Group], metrics: list[str]) -> list[str]:
     """The files ``write_plots`` writes, in its order, named before any is."""
-    return [plot_file(metric, kind, suffix) for metric in plotted_metrics(groups, metrics) for kind in KINDS
-            for suffix in FORMATS]
+    return [plot_file(metric, kind, suffix) for metric in plotted_metrics(groups, metrics)
+            for kind in plot_kinds(groups) for suffix in FORMATS]
+
+
+XLABEL = {"round": "round (0 = random init)", "bytes": "MB communicated (cumulative)",
+          HOURS: "virtual hours (0 = random init)"}
 
 
 def write_plots(groups: list[Group], keys: list[str], metrics: list[str], out: Path) -> list[str]:
-    """Two plots per metric with a history into ``out``, each as PNG and SVG; returns their file names."""
+    """Two plots per metric with a history into ``out`` (three with a clock), each as PNG and SVG; returns
+    their file names."""
     files = []
     banded = any(len({r.seed for r in runs}) > 1 for _, runs in groups)
     for metric in plotted_metrics(groups, metrics):
-        figures = {kind: plt.subplots(figsize=(7.5, 4)) for kind in KINDS}
+        figures = {kind: plt.subplots(figsize=(7.5, 4)) for kind in plot_kinds(groups)}
         for values, runs in groups:
             name = group_label(keys, values)
             rounds, sent, acc, std = curve(runs, metric)
-            for kind, x in (("round", rounds), ("bytes", sent / 1e6)):
+            lines = [("round", rounds, acc, std), ("bytes", sent / 1e6, acc, std)]
+            if HOURS in figures and group_clocked((values, runs)):
+                lines.append((HOURS, *(hours_curve(runs, metric)[1:])))
+            for kind, x, y, sd in lines:
                 ax = figures[kind][1]
-                ax.plot(x, 100 * acc, marker="o", markersize=3, label=name)
-                ax.fill_between(x, 100 * (acc - std), 100 * (acc + std), alpha=0.2)
+                ax.plot(x, 100 * y, marker="o", markersize=3, label=name)
+                ax.fill_between(x, 100 * (y - sd), 100 * (y + sd), alpha=0.2)
         for kind, (fig, ax) in figures.items():
-            ax.set_xlabel("round (0 = random init)" if kind == "round" else "MB communicated (cumulative)")
+            ax.set_xlabel(XLABEL[kind])
             if kind == "round":
                 ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_ylabel(f"{metric_names.title(metric)} (%)")

@@ -122,11 +122,25 @@ def _metrics_problem(row: dict[str, Any], where: str) -> str | None:
     return None if bad is None else f"{where}'s {bad} is {row[bad]!r}, not a number"
 
 
+def _clock_problem(row: dict[str, Any], where: str) -> str | None:
+    """A virtual clock's column (``virtual_seconds``, ``idle_share``, ``staleness``) that is not what the clock
+    writes; a row without them has no clock."""
+    bad = next((k for k in ("virtual_seconds", "idle_share") if row.get(k) is not None and not _is_number(row[k])),
+               None)
+    if bad:
+        return f"{where}'s {bad} is {row[bad]!r}, not a number"
+    taus = row.get("staleness")
+    if taus is not None and not (isinstance(taus, list) and all(isinstance(t, int) and not isinstance(t, bool)
+                                                                for t in taus)):
+        return f"{where}'s staleness is {taus!r}, not a list of server steps"
+    return None
+
+
 def results_problem(results: Any) -> str | None:
     """What a hand-edited or foreign ``results.json`` lacks that a report reads, or None.
 
     A report reads the recipe (a mapping, an int seed), ``rounds_completed``, each history row's
-    round, bytes and accuracies, the final accuracies and the byte totals.
+    round, bytes, accuracies and virtual clock, the final accuracies and the byte totals.
     """
     if not isinstance(results, dict):
         return f"a {type(results).__name__}, not a mapping"
@@ -146,7 +160,7 @@ def results_problem(results: Any) -> str | None:
         missing = next((k for k in ("round", *BYTES) if not _is_number(row.get(k))), None)
         if missing:
             return f"history[{i}] has no number {missing}"
-        problem = _metrics_problem(row, f"history[{i}]")
+        problem = _metrics_problem(row, f"history[{i}]") or _clock_problem(row, f"history[{i}]")
         if problem:
             return problem
     final, comm = results.get("final"), results.get("comm")

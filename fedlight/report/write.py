@@ -8,7 +8,9 @@ its seeds, in percent, beside the random-init value (flagged where the group end
 and the bytes communicated per run (up + down + device to device + LG-FedAvg's new-test
 upload, mean over seeds), in MB (10^6 bytes); see ``fedlight.report.tables``. Below, in ``report.md``: one row
 per run (with the git commits its code was at), and the plots (``fedlight.report.plots``). In
-``compare.md``: every group against a reference one, paired by seed (``fedlight.report.compare``).
+``compare.md``: every group against a reference one, paired by seed (``fedlight.report.compare``). Runs with a
+virtual clock add a section on virtual time (hours, idle share, staleness, hours to reach a target:
+``fedlight.report.timing``), a table of time to reach per metric in ``compare.md`` and ``_vs_hours`` plots.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ from fedlight.atomic_files import atomic_write_bytes
 from fedlight.config.files import output_folder_problem
 from fedlight.errors import UserError
 from fedlight.eval import metric_names
-from fedlight.report.compare import compare_text
+from fedlight.report.compare import compare_text, reach_targets
 from fedlight.report.arm_groups import ABSENT, group_runs, grouping_keys, mixed_groups
 from fedlight.report.plots import REMAKE, plot_files, write_plots
 from fedlight.report.runs import Run, find_runs
 from fedlight.report.tables import Cell, GroupTable, markdown_table, md_cell, metric_cell
+from fedlight.report.timing import group_clocked, parse_targets, time_lines, tracked
 
 REPORT = "report.md"
 COMPARE = "compare.md"  # the groups paired by seed against a reference: fedlight.report.compare
@@ -50,9 +53,9 @@ def mean_std(values: list[float]) -> str:
 
 
 def render(runs: list[Run], sources: list[str], table: GroupTable, plots: list[str], out: Path,
-           notes: list[str]) -> str:
+           notes: list[str], timing: list[str] | None = None) -> str:
     """The markdown text of the report (run folders relative to ``out``, where it is written), ``notes``
-    below its table."""
+    below its table, then ``timing``'s lines (virtual time, where runs have a clock)."""
     done = [r for r in runs if r.finished]
     keys, metrics = table.keys, table.metrics
     lines = ["# fedlight report", "",
@@ -65,7 +68,7 @@ def render(runs: list[Run], sources: list[str], table: GroupTable, plots: list[s
              "measured, left out of the mean); probe and kNN headers name the labels they "
              "were fit on. Bytes: sent per run (up + down + device to device), mean over seeds, in MB (10^6 bytes). "
              "The same table: `report.csv`, `report.tex`.", ""]
-    lines += table.markdown() + [""] + [f"- {note}" for note in notes] + ([""] if notes else [])
+    lines += table.markdown() + [""] + [f"- {note}" for note in notes] + ([""] if notes else []) + (timing or [])
     if len(table.rows) > 1:
         lines += [f"Each group against a reference, seed by seed (difference, 95% interval, verdict, and verdict "
                   f"after Holm over the file): `{COMPARE}`.", ""]
@@ -90,10 +93,11 @@ def render(runs: list[Run], sources: list[str], table: GroupTable, plots: list[s
 
 def write_report(paths: list[str], out: str | Path, group_by: list[str] | None = None,
                  metrics: list[str] | None = None, reference: str | None = None,
-                 margin: float | None = None) -> list[Path]:
+                 margin: float | None = None, targets: list[str] | None = None) -> list[Path]:
     """Read the runs under ``paths``; write the report, its comparison (each group against ``reference``,
-    the first group's label by default, equivalence within ``margin`` points where given), tables and plots
-    into ``out``; returns every file written, report.md and compare.md first."""
+    the first group's label by default, equivalence within ``margin`` points where given; with a virtual
+    clock, the hours to reach ``targets``, ``METRIC=PERCENT``, else the reference's mean final values), tables
+    and plots into ``out``; returns every file written, report.md and compare.md first."""
     out = Path(out)
     blocked = output_folder_problem(out)
     if blocked:
@@ -106,7 +110,13 @@ def write_report(paths: list[str], out: str | Path, group_by: list[str] | None =
     keys = grouping_keys(done, group_by)
     groups = group_runs(done, keys)
     table = GroupTable.build(groups, keys, metric_keys(done, metrics))
-    comparison = compare_text(groups, keys, table.metrics, reference, margin)
+    timed = tracked(groups, table.metrics) if any(group_clocked(g) for g in groups) else []
+    if targets and not timed:
+        raise UserError("--target: no finished run has a virtual clock with an evaluation history "
+                        "(clock.devices: none); leave --target out, or report runs made with clock.devices set")
+    given = parse_targets(targets, timed)
+    comparison = compare_text(groups, keys, table.metrics, reference, margin, given, timed)
+    goals = reach_targets(groups, keys, timed, reference, given)
     targets = [*plot_files(groups, table.metrics), *TABLES, COMPARE, REPORT]
     in_the_way = next((out / name for name in targets if (out / name).exists() and not (out / name).is_file()), None)
     if in_the_way is not None:  # before any file is written: a report is whole or not written
@@ -116,7 +126,8 @@ def write_report(paths: list[str], out: str | Path, group_by: list[str] | None =
     plots = write_plots(groups, keys, table.metrics, out)
     texts = {name: write(table) for name, write in TABLES.items()}
     texts[COMPARE] = comparison
-    texts[REPORT] = render(runs, [str(p) for p in paths], table, plots, out, mixed_groups(groups, keys))
+    texts[REPORT] = render(runs, [str(p) for p in paths], table, plots, out, mixed_groups(groups, keys),
+                           time_lines(groups, keys, goals))
     for name, text in texts.items():  # each file is the old one or the new one, never half of one
         atomic_write_bytes(out / name, text.encode(), then=REMAKE)
     return [out / name for name in (REPORT, COMPARE, *TABLES, *plots)]
