@@ -157,8 +157,7 @@ class Windows(Availability):
     def _at(self, client: int, t: float) -> int:
         """The index of the first window of ``client`` that ends after ``t``."""
         self._extend(client, t)
-        ends = [end for _, end in self.windows[client]]
-        return bisect.bisect_right(ends, t)
+        return bisect.bisect_right(self.windows[client], t, key=lambda window: window[1])
 
     def online(self, client: int, t: float) -> bool:
         i, spans = self._at(client, t), self.windows[client]
