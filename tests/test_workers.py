@@ -134,9 +134,11 @@ def test_sigterm_stops_both_workers_between_clients_and_resume_ends_where_a_stra
             calls.append(1)
             nth = len(calls)
         if nth == 8:
-            os.kill(os.getpid(), signal.SIGTERM)
-            # Python runs the handler in the main thread, later: had the other worker passed its last check
-            # between clients by then, with this worker on its last client, round 2 (the last) just finished
+            # to the main thread, which runs Python's handlers: a signal to the process may be taken by a worker
+            # thread, and the main thread, waiting for the workers, ran the handler only after round 2 (the last)
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+            # and before this client trains: had the other worker passed its last check between clients first,
+            # with this one on its last client, the round would end unstopped too
             deadline = time.monotonic() + 60
             while not preemption.received() and time.monotonic() < deadline:
                 time.sleep(0.001)
