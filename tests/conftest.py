@@ -19,6 +19,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["OMP_NUM_THREADS"] = str(_threads)
     torch.set_num_threads(_threads)
 
+# the suite loads the machine on purpose: no run warns that it is busy (tests/test_cpus.py checks the line)
+os.environ["FEDLIGHT_NO_LOAD_WARNING"] = "1"
+
 REPO = Path(__file__).resolve().parents[1]
 
 TINY = """

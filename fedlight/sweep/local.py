@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable, IO
 
 import fedlight
+from fedlight.cpus import QUIET, usable_cpus
 from fedlight.engine.run.run_folder import has_checkpoint
 from fedlight.engine.state.run_files import RESULTS
 
@@ -103,11 +104,15 @@ def fit_command(task: LocalTask, python: str = sys.executable) -> list[str]:
     return [python, "-m", "fedlight", "fit", "--recipe", str(task.recipe), resume_flag(task.run_dir)]
 
 
-def task_environment() -> dict[str, str]:
-    """This environment, with one OpenMP thread per task unless set (as the array script does) and
-    this fedlight importable from any working folder (a source checkout is not on ``sys.path`` there)."""
+def task_environment(parallel: int = 1) -> dict[str, str]:
+    """This environment, with each of the ``parallel`` tasks' share of this process's CPUs as its OpenMP
+    threads unless ``OMP_NUM_THREADS`` is set (as the array script does: ``SLURM_CPUS_PER_TASK``), no
+    busy-machine line (the tasks load the machine on purpose), and this fedlight importable from any
+    working folder (a source checkout is not on ``sys.path`` there). One task at a time gets every CPU, as
+    ``fedlight fit`` does, so its seed 0 is the same run as the same ``fit``."""
     env = os.environ.copy()
-    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("OMP_NUM_THREADS", str(max(1, usable_cpus() // max(1, parallel))))
+    env.setdefault(QUIET, "1")
     source = str(Path(fedlight.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), source) if p)  # theirs first
     return env
@@ -122,7 +127,7 @@ def run_local(tasks: list[LocalTask], parallel: int, echo: Callable[[str], None]
     passes it on as that SIGTERM.
     """
     waiting, running, failed, starts = list(tasks), {}, [], {}
-    env = task_environment()
+    env = task_environment(parallel)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         while waiting or running:

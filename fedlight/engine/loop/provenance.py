@@ -72,12 +72,12 @@ def device_text(device: torch.device) -> str:
 
 
 def new_segment(device: str, processes: int, package_dir: Path = PACKAGE) -> Segment:
-    """The record of a run (or a resumption) starting now on ``device`` with ``processes`` ranks
-    (torch's version names its build: ``2.14.1+cu130``)."""
+    """The record of a run (or a resumption) starting now on ``device`` with ``processes`` ranks of
+    ``threads`` torch threads each (torch's version names its build: ``2.14.1+cu130``)."""
     now = utc_now()
     return {"start": now, "end": now, "fedlight": __version__, **git_source(package_dir),
             "torch": str(torch.__version__), "lightning": lightning.__version__, "python": platform.python_version(),
-            "device": device, "processes": processes}
+            "device": device, "processes": processes, "threads": torch.get_num_threads()}
 
 
 def ended_now(segments: list[Segment]) -> list[Segment]:

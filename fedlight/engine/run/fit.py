@@ -15,6 +15,7 @@ from lightning.fabric import Fabric
 from fedlight import registry
 from fedlight.catalog import NO_ATTACK, check_name
 from fedlight.config.schema import Recipe
+from fedlight.cpus import busy_machine, default_threads
 from fedlight.data.locate import data_on_disk
 from fedlight.data.partition import partition
 from fedlight.data.public_set import balanced_outside_subset
@@ -338,8 +339,8 @@ def _run(fabric: Fabric, recipe: Recipe, data: ImageData, parts: list, module: F
         # the GIL held.
         os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
         threads = torch.get_num_threads()  # the caller's, given back: fit() leaves its process as it found it
-        if recipe.fabric.threads:
-            torch.set_num_threads(recipe.fabric.threads)
+        # the recipe's, else this process's CPUs (affinity, cgroup quota) over the ranks on this machine
+        torch.set_num_threads(recipe.fabric.threads or default_threads(recipe.fabric.devices))
         try:
             run_dir = Path(recipe.run_dir)
             federation = build_federation(fabric, recipe, data, parts, module, server, run_dir, record=record)
@@ -348,8 +349,9 @@ def _run(fabric: Fabric, recipe: Recipe, data: ImageData, parts: list, module: F
                     federation.restore()  # a damaged checkpoint or too few rounds: refused before anything is written
                 if folder is not None:
                     write_yaml(run_dir / RECIPE, record)
-                    for text in clamped:
-                        print(f"fedlight: warning: {text}", file=sys.stderr)
+                    for text in [*clamped, busy_machine()]:
+                        if text:
+                            print(f"fedlight: warning: {text}", file=sys.stderr)
                 return federation.run()
             finally:
                 federation.workers.close()
