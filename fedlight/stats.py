@@ -17,7 +17,10 @@ Everything here is a Student-t statement about ``mean(d)``; the seeds are the sa
   exact sign test on which arm got there first, which needs no value for a censored seed.
 - ``times_sign_test``: the same for virtual times, where each run stops looking at its own time (a
   censored seed is only ordered where the other arm got there before it stopped looking).
-- ``lift`` / ``trained``: a row's gain over its own random-init value, seed by seed.
+- ``lift`` / ``trained``: a row's gain over its own random-init value, seed by seed; ``MIN_LIFT``, the
+  least gain rule v3 lets a row count as trained with, is what ``fedlight report`` asks of every arm.
+- ``plateau_gain`` / ``at_plateau``: rule v3's plateau rule (MOON's R): a mean curve that gains under
+  ``PLATEAU_GAIN`` points over the last fifth of its rounds has stopped rising.
 - ``seeds_needed``: the seeds whose interval reaches a half-width wanted (a precision target, not a
   power calculation), from an upper confidence bound on a pilot's sd.
 
@@ -36,6 +39,12 @@ from scipy import stats
 MIN_SEEDS = 3  # a paired interval from fewer seeds is an error, not a verdict
 MIN_PILOT_SEEDS = 5  # rule v3 sizes n only from pilots of at least this many seeds
 HOLDS, FAILS, OPEN = "holds", "does not hold", "inconclusive"
+# rule v3's least min_lift (points): a row trained only where the lower end of its lift's 95% interval is
+# at least this (a block may fix a larger one from its pilot; fedlight report has no pilot and uses this)
+MIN_LIFT = 2.0
+# rule v3's plateau rule (REPRODUCTION.md, "v3 MOON pilot"): a mean curve that gains under this many points
+# over the last fifth of its rounds (at least one round) has stopped rising
+PLATEAU_GAIN = 1.0
 
 
 @dataclass(frozen=True)
@@ -233,10 +242,31 @@ def lift(values: Sequence[float], floors: Sequence[float] | float, level: float 
     return paired(values, floors, level)
 
 
-def trained(values: Sequence[float], floors: Sequence[float] | float, min_lift: float, level: float = 0.95) -> bool:
+def trained(values: Sequence[float], floors: Sequence[float] | float, min_lift: float = MIN_LIFT,
+            level: float = 0.95) -> bool:
     """Whether a row the paper expects to learn did: the lower end of its lift's interval is at
     least ``min_lift`` points (a number fixed before the runs, not the runs' own spread)."""
     return lift(values, floors, level).low >= min_lift
+
+
+def plateau_gain(curve: dict[int, float]) -> tuple[int, int, float] | None:
+    """The plateau rule's look back on a mean curve (round -> value in points, round 0 the random init):
+    ``(start, end, gain)`` from the last round at or before ``end - max(1, end // 5)`` (the last fifth of
+    the ``end`` rounds) to the last round ``end``; None without a round that far back."""
+    if not curve:
+        return None
+    end = max(curve)
+    earlier = [r for r in curve if r <= end - max(1, end // 5)]
+    if not earlier:
+        return None
+    start = max(earlier)
+    return start, end, curve[end] - curve[start]
+
+
+def at_plateau(gain: float, sign: int = 1) -> bool:
+    """Whether a curve that gained ``gain`` points over its last fifth has stopped rising: under
+    ``PLATEAU_GAIN`` in the better direction (``sign`` -1 where lower is better)."""
+    return sign * gain < PLATEAU_GAIN
 
 
 def sd_upper(sd: float, n: int, confidence: float = 0.8) -> float:

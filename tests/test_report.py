@@ -469,21 +469,22 @@ def test_paired_comparison_by_hand(tmp_path: Path, capsys) -> None:
     assert main(["report", str(runs), "--metric", "knn_acc", "--margin", "5"]) == 0
     text = (runs / "compare.md").read_text()
     assert text in capsys.readouterr().out  # printed too
-    assert ("| arm | seeds | mean ± sd over seeds (%) | pairs | difference (points) | 95% interval | verdict | "
-            "after Holm | within ±5 | after Holm | seeds to decide |") in text
-    assert "| base | 3 | 42.00 ± 2.00 (init 10.00) | reference |  |  |  |  |  |  |  |" in text
-    assert f"| ahead | 3 | 45.00 ± 3.00 (init 10.00) | 3 | +3.00 | [+{3 - HALF:.2f}, +{3 + HALF:.2f}] | ahead" in text
+    assert ("| arm | seeds | mean ± sd over seeds (%) | MB up / down | pairs | difference (points) | 95% interval | "
+            "verdict | after Holm | within ±5 | after Holm | seeds to decide |") in text
+    assert "| base | 3 | 42.00 ± 2.00 (init 10.00) | 0.00 / 0.00 | reference |  |  |  |  |  |  |  |" in text
+    assert (f"| ahead | 3 | 45.00 ± 3.00 (init 10.00) | 0.00 / 0.00 | 3 | +3.00 | [+{3 - HALF:.2f}, +{3 + HALF:.2f}] "
+            "| ahead") in text
     # 6 tests in the file (3 arms x directional and TOST), the smallest p 0.035 (below): Holm keeps none
-    assert ("| ahead | 3 | 45.00 ± 3.00 (init 10.00) | 3 | +3.00 | [+0.52, +5.48] | ahead | can't tell | within ±5 | "
-            "can't tell |  |") in text
-    assert ("| behind | 3 | 39.00 ± 1.00 (init 10.00) | 3 | -3.00 | [-5.48, -0.52] | behind | can't tell | within ±5 | "
-            "can't tell |  |") in text
+    assert ("| ahead | 3 | 45.00 ± 3.00 (init 10.00) | 0.00 / 0.00 | 3 | +3.00 | [+0.52, +5.48] | ahead | can't tell | "
+            "within ±5 | can't tell |  |") in text
+    assert ("| behind | 3 | 39.00 ± 1.00 (init 10.00) | 0.00 / 0.00 | 3 | -3.00 | [-5.48, -0.52] | behind | can't tell | "
+            "within ±5 | can't tell |  |") in text
     # mean 1, sd 2: 1 +- 2 x 2.484; the 90% interval 1 +- 2 x 2.920 / sqrt(3) = [-2.37, 4.37] is inside +-5.
     # Seeds to decide: the first n with t(0.975, n - 1) x 2 / sqrt(n) <= 1: t(16 df) = 2.120 > sqrt(17) / 2 = 2.062,
     # t(17 df) = 2.110 <= sqrt(18) / 2 = 2.121, so 18, 15 more than the 3 pairs
-    assert ("| unsure | 3 | 43.00 ± 3.46 (init 10.00) | 3 | +1.00 | [-3.97, +5.97] | can't tell | can't tell | "
-            "within ±5 | can't tell | about 18 (15 more) |") in text
-    assert "| short | 3 | 50.00 ± 0.00 (init 10.00) | 2 |  |  | too few pairs |  |  |  |  |" in text
+    assert ("| unsure | 3 | 43.00 ± 3.46 (init 10.00) | 0.00 / 0.00 | 3 | +1.00 | [-3.97, +5.97] | can't tell | "
+            "can't tell | within ±5 | can't tell | about 18 (15 more) |") in text
+    assert "| short | 3 | 50.00 ± 0.00 (init 10.00) | 0.00 / 0.00 | 2 |  |  | too few pairs |  |  |  |  |" in text
     assert "- `short`: left out of the pairing: seed 7 only in `short`; seed 2 only in `base`" in text
     assert "- `short`: 2 pairs with `base`, fewer than the 3 a paired interval needs: run more seeds of both" in text
     assert "- `ahead`: seed 0 ran more than once; each counts once, as the mean of its runs" in text
@@ -495,15 +496,15 @@ def test_a_margin_the_interval_lies_outside_and_another_reference(tmp_path: Path
     runs = _arms(tmp_path)
     assert main(["report", str(runs), "--metric", "knn_acc", "--margin", "0.2", "--reference", "ahead"]) == 0
     text = (runs / "compare.md").read_text()
-    assert "| ahead | 3 | 45.00 ± 3.00 (init 10.00) | reference |" in text
+    assert "| ahead | 3 | 45.00 ± 3.00 (init 10.00) | 0.00 / 0.00 | reference |" in text
     # base - ahead: -2, -3, -4; its 95% interval [-5.48, -0.52] lies wholly outside +-0.2
-    assert ("| base | 3 | 42.00 ± 2.00 (init 10.00) | 3 | -3.00 | [-5.48, -0.52] | behind | can't tell | "
-            "not within ±0.2 | can't tell |  |") in text
+    assert ("| base | 3 | 42.00 ± 2.00 (init 10.00) | 0.00 / 0.00 | 3 | -3.00 | [-5.48, -0.52] | behind | "
+            "can't tell | not within ±0.2 | can't tell |  |") in text
     # unsure - ahead: -1, -4, -1 (mean -2, sd sqrt(3)): -2 +- t(0.975, 2 df) x sqrt(3) / sqrt(3) = [-6.30, +2.30];
     # TOST at 0.2 cannot tell either. Seeds to decide: t(4 df) x sqrt(3) / sqrt(5) = 2.150 > 2, t(5 df) x sqrt(3) /
     # sqrt(6) = 1.818 <= 2: 6
-    assert ("| unsure | 3 | 43.00 ± 3.46 (init 10.00) | 3 | -2.00 | [-6.30, +2.30] | can't tell | can't tell | "
-            "can't tell | can't tell | about 6 (3 more) |") in text
+    assert ("| unsure | 3 | 43.00 ± 3.46 (init 10.00) | 0.00 / 0.00 | 3 | -2.00 | [-6.30, +2.30] | can't tell | "
+            "can't tell | can't tell | can't tell | about 6 (3 more) |") in text
 
 
 def test_holm_over_the_file_keeps_only_the_strong_verdicts(tmp_path: Path) -> None:
@@ -516,7 +517,7 @@ def test_holm_over_the_file_keeps_only_the_strong_verdicts(tmp_path: Path) -> No
         for seed, value in enumerate(knn):
             _write_run(tmp_path / f"runs/{arm}{seed}", 0.1, seed, 0.5, value, 1000, arm=arm)
     assert main(["report", str(tmp_path / "runs"), "--metric", "knn_acc", "--reference", "base"]) == 0
-    rows = {r.split(" | ")[0].strip("| "): r.split(" | ")[6:8] for r in
+    rows = {r.split(" | ")[0].strip("| "): r.split(" | ")[7:9] for r in
             (tmp_path / "runs/compare.md").read_text().splitlines() if r.startswith("| ") and "---" not in r}
     assert rows["far"] == ["ahead", "ahead"] and rows["ahead"] == ["ahead", "can't tell"]
     assert rows["unsure"] == ["can't tell", "can't tell"]
@@ -563,7 +564,7 @@ def test_lower_is_better_on_an_adversarys_auc_and_spreads_are_no_metric(tmp_path
     assert main(["report", str(tmp_path / "runs"), "--reference", "noadv"]) == 0
     text = (tmp_path / "runs/compare.md").read_text()
     # fair - noadv: -43, -46, -43 points, all on the better side
-    assert "| fair | 3 | 52.00 ± 2.00 (init 60.00) | 3 | -44.00 |" in text and "| ahead |" in text
+    assert "| fair | 3 | 52.00 ± 2.00 (init 60.00) | 0.00 / 0.00 | 3 | -44.00 |" in text and "| ahead |" in text
     assert "- Lower is better on adv_auc: `ahead` is a difference below 0." in text
     assert "`after Holm` keeps it only where its Holm-adjusted p over all 3 tests of this file" in text  # 3 metrics
     assert "; below init)" not in (tmp_path / "runs/report.md").read_text()
@@ -642,18 +643,18 @@ def test_an_arm_as_reference_over_a_grid_is_compared_cell_by_cell(tmp_path: Path
     assert "Each arm against `base` at the same `partition.alpha`, a table per value (`--reference` chooses)" in text
     at_01 = text.split("## kNN, 100% labels: alpha = 0.1")[1].split("##")[0]
     assert "| base, alpha = 0.1 | 3 |" in at_01
-    assert "| new, alpha = 0.1 | 3 | 44.33 ± 1.53 (init 10.00) | 3 | +3.00 |" in at_01
+    assert "| new, alpha = 0.1 | 3 | 44.33 ± 1.53 (init 10.00) | 0.00 / 0.00 | 3 | +3.00 |" in at_01
     assert "alpha = 1.0" not in at_01
     at_1 = text.split("## kNN, 100% labels: alpha = 1.0")[1]
-    assert "| new, alpha = 1.0 | 3 | 70.33 ± 1.53 (init 10.00) | 3 | -1.00 |" in at_1
+    assert "| new, alpha = 1.0 | 3 | 70.33 ± 1.53 (init 10.00) | 0.00 / 0.00 | 3 | -1.00 |" in at_1
     assert "- no `base` runs at alpha = 0.5: its groups are not compared" in text
     assert "## kNN, 100% labels: alpha = 0.5" not in text
     # the arm need not be the first key to group by
     assert main(["report", str(tmp_path / "runs"), "--metric", "knn_acc", "--reference", "base",
                  "--group-by", "partition.alpha,arm"]) == 0
     text = (tmp_path / "runs/compare.md").read_text()
-    assert "| alpha = 0.1, new | 3 | 44.33 ± 1.53 (init 10.00) | 3 | +3.00 |" in text
-    assert "| alpha = 1.0, new | 3 | 70.33 ± 1.53 (init 10.00) | 3 | -1.00 |" in text
+    assert "| alpha = 0.1, new | 3 | 44.33 ± 1.53 (init 10.00) | 0.00 / 0.00 | 3 | +3.00 |" in text
+    assert "| alpha = 1.0, new | 3 | 70.33 ± 1.53 (init 10.00) | 0.00 / 0.00 | 3 | -1.00 |" in text
 
 
 def test_an_arm_reference_over_a_grid_one_arm_lacks_is_refused_not_empty(tmp_path: Path) -> None:

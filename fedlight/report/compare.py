@@ -16,6 +16,12 @@ own test at 5%, and beside it the same reading after Holm's adjustment over ever
 prints (``stats.adjusted_verdicts``): the family is the file, since no comparison in it was named
 in advance.
 
+Each arm's row also gives its bytes up and down per run (MB, mean over its runs), and the package's own
+checks (``fedlight.report.sanity``, rule v3's): an arm, or a reference, that ``did not train`` on a metric
+(its lift over its random-init value not above ``stats.MIN_LIFT`` points) gets no verdict there, and its
+tests leave the Holm family; an arm still rising over its last evaluations is flagged ``not at a plateau``.
+A ``checks`` column and a note with the numbers appear only where a check fires.
+
 Where the reference's runs have a virtual clock (``fedlight.report.timing``), each metric's table is followed
 by one of virtual hours to reach a target (``--target METRIC=PERCENT``, else the reference's mean final
 value): per arm with a clock, paired by seed, an exact sign test on which arm got there first
@@ -35,6 +41,7 @@ from fedlight import stats
 from fedlight.errors import UserError
 from fedlight.eval import metric_names
 from fedlight.report.arm_groups import ABSENT, ARM, Group, group_label, mixed_groups
+from fedlight.report.sanity import Checks, group_checks
 from fedlight.report.tables import Cell, finite, markdown_table, metric_cell, seed_means, without_value
 from fedlight.report.timing import Reach, Target, group_clocked, reach_cell, seed_reaches
 
@@ -54,6 +61,8 @@ class Arm:
         unmeasured: seeds the group ran without a finite value (a NaN, or a metric some of its runs lack;
             none where no run of the group measures the metric).
         cell: mean ± sd over the seeds, in percent, with the random-init value.
+        checks: the package's checks on the metric (did it train, is it at a plateau).
+        mb: bytes up and down per run, in MB (10^6 bytes), the mean over the group's runs.
     """
 
     name: str
@@ -61,13 +70,20 @@ class Arm:
     repeated: list[int]
     unmeasured: list[int]
     cell: Cell
+    checks: Checks = Checks(None, None)
+    mb: tuple[float, float] = (0.0, 0.0)
 
     @classmethod
     def of(cls, name: str, group: Group, metric: str) -> Arm:
         runs = group[1]
         seeds = [r.seed for r in runs if finite(r.final.get(metric))]
+        mb = tuple(statistics.fmean(r.sent(k) for r in runs) / 1e6 for k in ("bytes_up", "bytes_down"))
         return cls(name, seed_means(runs, metric), sorted({s for s in seeds if seeds.count(s) > 1}),
-                   without_value(runs, metric), metric_cell(runs, metric))
+                   without_value(runs, metric), metric_cell(runs, metric), group_checks(runs, metric), mb)
+
+    def mb_cell(self) -> str:
+        """``'1.25 / 1.25'``: MB up / down per run."""
+        return f"{self.mb[0]:.2f} / {self.mb[1]:.2f}"
 
     @property
     def measured(self) -> bool:
@@ -146,12 +162,22 @@ class Tested:
     after_holm: list[str]
 
 
+def untrained(arm: Arm, ref: Arm) -> str | None:
+    """Why a comparison of ``arm`` with ``ref`` gets no verdict: one of them did not train; else None."""
+    if arm.checks.untrained:
+        return "did not train"
+    return "reference did not train" if ref.checks.untrained else None
+
+
 def paired_tests(arm: Arm, ref: Arm, margin: float | None) -> tuple[stats.Paired, list[stats.Test]] | None:
-    """``arm - ref`` over the seeds both have a value of, with its tests; None with too few pairs."""
+    """``arm - ref`` over the seeds both have a value of, with its tests (none where one of them did not
+    train); None with too few pairs."""
     seeds = sorted(set(arm.by_seed) & set(ref.by_seed))
     if len(seeds) < stats.MIN_SEEDS:
         return None
     d = stats.paired([100 * arm.by_seed[s] for s in seeds], [100 * ref.by_seed[s] for s in seeds])
+    if untrained(arm, ref):
+        return d, []
     return d, [stats.directional(d, -1 if ref.cell.lower_is_better else +1),
                *([stats.equivalence(d, margin)] if margin is not None else [])]
 
@@ -162,7 +188,7 @@ def arm_row(arm: Arm, ref: Arm, margin: float | None, tested: Tested | None) -> 
     pairs = len(set(arm.by_seed) & set(ref.by_seed))
     alone = [*_unpaired(ref, arm), *_unpaired(arm, ref)]
     notes = [f"`{arm.name}`: left out of the pairing: {'; '.join(alone)}"] if alone else []
-    head = [arm.name, str(len(arm.by_seed)), arm.cell.with_init(), str(pairs)]
+    head = [arm.name, str(len(arm.by_seed)), arm.cell.with_init(), arm.mb_cell(), str(pairs)]
     if tested is None:
         fix = ("run more seeds of both" if not (arm.unmeasured or ref.unmeasured) else
                "seeds without a finite value cannot be paired; see why those runs have none")
@@ -173,8 +199,11 @@ def arm_row(arm: Arm, ref: Arm, margin: float | None, tested: Tested | None) -> 
                            stats.OPEN: "can't tell"}] if margin is not None else [])]
     readings = [w[v] for w, test, after in zip(words, tested.tests, tested.after_holm) for v in (test.verdict, after)]
     d = tested.d
+    void = untrained(arm, ref)
+    if void:
+        readings = [void] * (2 + 2 * (margin is not None))
     return head + [f"{d.mean:+.2f}", f"[{d.low:+.2f}, {d.high:+.2f}]", *readings,
-                   seeds_to_decide(d) if tested.tests[0].verdict == stats.OPEN else ""], notes
+                   seeds_to_decide(d) if not void and tested.tests[0].verdict == stats.OPEN else ""], notes
 
 
 def compared(arms: list[Arm], ref: int) -> list[Arm]:
@@ -187,12 +216,12 @@ def metric_section(arms: list[Arm], ref: int, metric: str, margin: float | None,
                    cell: str = "") -> list[str]:
     """One metric's table (at one ``cell`` of the grid keys, where arms are compared cell by cell), the
     reference first, and its notes; ``tested``: each compared arm's tests, by name."""
-    header = ["arm", "seeds", "mean ± sd over seeds (%)", "pairs", "difference (points)", "95% interval",
-              "verdict", "after Holm", *([f"within ±{margin:g}", "after Holm"] if margin is not None else []),
-              "seeds to decide"]
+    header = ["arm", "seeds", "mean ± sd over seeds (%)", "MB up / down", "pairs", "difference (points)",
+              "95% interval", "verdict", "after Holm",
+              *([f"within ±{margin:g}", "after Holm"] if margin is not None else []), "seeds to decide"]
     reference, title = arms[ref], metric_names.title(metric)
-    rows = [[reference.name, str(len(reference.by_seed)), reference.cell.with_init(), "reference",
-             *[""] * (len(header) - 4)]]
+    rows = [[reference.name, str(len(reference.by_seed)), reference.cell.with_init(), reference.mb_cell(),
+             "reference", *[""] * (len(header) - 5)]]
     notes = [f"`{a.name}`: {_seeds(a.repeated)} ran more than once; each counts once, as the mean of its runs"
              for a in arms if a.repeated]
     if reference.cell.lower_is_better:
@@ -203,10 +232,16 @@ def metric_section(arms: list[Arm], ref: int, metric: str, margin: float | None,
     if not reference.measured:
         notes.append(f"No run of the reference `{reference.name}` measures {title}: nothing is compared on it "
                      "(`--reference` chooses another).")
-    for arm in compared(arms, ref):
+    shown = [reference, *compared(arms, ref)]
+    for arm in shown[1:]:
         row, arm_notes = arm_row(arm, reference, margin, tested[arm.name])
         rows.append(row)
         notes += arm_notes
+    if any(a.checks.flags() for a in shown):  # a column only where a check fires
+        header.append("checks")
+        for row, arm in zip(rows, shown):
+            row.append("; ".join(arm.checks.flags()))
+            notes += arm.checks.notes(arm.name, metric)
     return [f"## {title}{f': {cell}' if cell else ''}", "", *markdown_table(header, rows), "",
             *(f"- {note}" for note in notes), *([""] if notes else [])]
 
@@ -271,9 +306,10 @@ def time_test(arm: TimeArm, ref: TimeArm) -> tuple[stats.TimeSignTest, stats.Tes
     return sign, stats.sign_verdict(sign, +1), ratio
 
 
-def time_section(arms: list[TimeArm], ref: int, metric: str, target: Target, timed: dict[str, Timed | None],
+def time_section(arms: list[TimeArm], ref: int, metric: str, target: Target, timed: dict[str, Timed | str | None],
                  cell: str = "") -> list[str]:
-    """One metric's table of virtual hours to reach ``target``, the reference first, and its notes."""
+    """One metric's table of virtual hours to reach ``target``, the reference first, and its notes; ``timed``:
+    each arm's test, or why it has none (it or the reference did not train)."""
     header = ["arm", "seeds", "hours to reach", "pairs", "first / later / tied / unordered", "sign test p",
               "verdict", "after Holm", "median ratio (arm / reference)"]
     reference = arms[ref]
@@ -288,6 +324,10 @@ def time_section(arms: list[TimeArm], ref: int, metric: str, target: Target, tim
             continue
         found = timed[arm.name]
         pairs = len(set(arm.reaches) & set(reference.reaches))
+        if isinstance(found, str):
+            rows.append([arm.name, str(len(arm.reaches)), reach_cell(arm.reaches), str(pairs), "", "", found, found,
+                         ""])
+            continue
         if found is None:
             rows.append([arm.name, str(len(arm.reaches)), reach_cell(arm.reaches), "0", *[""] * (len(header) - 4)])
             notes.append(f"`{arm.name}`: no seed with a time in both it and `{reference.name}`.")
@@ -337,14 +377,18 @@ def compare_text(groups: list[Group], keys: list[str], metrics: list[str], refer
         target = goals[metric][members[ref]]
         if metric in (timed_metrics or []) and target is not None and group_clocked(groups[members[ref]]):
             timing[k] = target, [TimeArm.of(names[i], groups[i], metric, target) for i in members]
-    time_found = {k: {a.name: time_test(a, arms[layout[k][3]]) for i, a in enumerate(arms)
-                      if i != layout[k][3] and a.clocked} for k, (_, arms) in timing.items()}
-    family += [pair[1] for section in time_found.values() for pair in section.values() if pair]
+    # an arm or reference that did not train on the metric gets no sign test either: the reason instead
+    time_found = {k: {a.name: untrained(sections[k][2][i], sections[k][2][layout[k][3]])
+                      or time_test(a, arms[layout[k][3]])
+                      for i, a in enumerate(arms) if i != layout[k][3] and a.clocked}
+                  for k, (_, arms) in timing.items()}
+    family += [pair[1] for section in time_found.values() for pair in section.values() if isinstance(pair, tuple)]
     adjusted = iter(stats.adjusted_verdicts(family))
     tested = [{name: pair and Tested(*pair, [next(adjusted) for _ in pair[1]]) for name, pair in section.items()}
               for section in found]
-    timed = {k: {name: pair and Timed(pair[0], pair[1], next(adjusted), pair[2]) for name, pair in section.items()}
-             for k, section in time_found.items()}
+    timed = {k: {name: Timed(pair[0], pair[1], next(adjusted), pair[2]) if isinstance(pair, tuple) else pair
+                 for name, pair in section.items()} for k, section in time_found.items()}
+    checked = any(a.checks.flags() for _, _, arms, _ in sections for a in arms)
     cell, members, ref = blocks[0]
     against = (f"`{names[members[ref]]}`" if not cell else
                f"`{reference}` at the same {', '.join(f'`{k}`' for k in keys if k != ARM)}, a table per value")
@@ -361,6 +405,12 @@ def compare_text(groups: list[Group], keys: list[str], metrics: list[str], refer
                  "(`first` / `later` where p < 0.05; a seed censored before the other arm's time is `unordered` and, "
                  "like a tie, left out; no time is invented for it) and the median over the seeds both reached of "
                  "the arm's hours over the reference's." if timing else "")
+              + (" Checks (the package's own, as rule v3 makes them; docs/sweeps.md): an arm or reference whose "
+                 f"lift over its random-init value is under {stats.MIN_LIFT:g} points at the lower end of its 95% "
+                 "interval `did not train` on that metric: no verdict there, and its tests leave the Holm family; an "
+                 f"arm whose mean moved {stats.PLATEAU_GAIN:g} point or more over the last fifth of its rounds is "
+                 "`not at a plateau`: its verdict may change with more rounds." if checked else "")
+              + " MB up / down: bytes sent per run, mean over the arm's runs, in MB (10^6 bytes)."
               + f" Each reading is its own test at 5%; `after Holm` keeps it only where its Holm-adjusted p over "
               f"all {len(family)} tests of this file (every arm, metric{', cell' if cell else ''} and reading"
               f"{', and each sign test on time' if timing else ''}) is "

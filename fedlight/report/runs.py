@@ -95,6 +95,10 @@ class Run:
                                   for seg in (segments if isinstance(segments, list) else [])
                                   if isinstance(seg, dict) and isinstance(seg.get("commit"), str)))
 
+    def sent(self, key: str) -> int:
+        """One ledger direction's bytes over the run (``bytes_up``, ``bytes_down``); 0 where none is recorded."""
+        return int((self.results.get("comm") or {}).get(key, 0))
+
     @property
     def total_bytes(self) -> int:
         """Bytes communicated over the run: every ledger direction (up, down, device to device,

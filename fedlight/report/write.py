@@ -8,7 +8,9 @@ its seeds, in percent, beside the random-init value (flagged where the group end
 and the bytes communicated per run (up + down + device to device + LG-FedAvg's new-test
 upload, mean over seeds), in MB (10^6 bytes); see ``fedlight.report.tables``. Below, in ``report.md``: one row
 per run (with the git commits its code was at), and the plots (``fedlight.report.plots``). In
-``compare.md``: every group against a reference one, paired by seed (``fedlight.report.compare``). Runs with a
+``compare.md``: every group against a reference one, paired by seed (``fedlight.report.compare``). Below the
+table, a note for each group and metric where one of the package's checks fires (``fedlight.report.sanity``:
+did not train, not at a plateau). Runs with a
 virtual clock add a section on virtual time (hours, idle share, staleness, hours to reach a target:
 ``fedlight.report.timing``), a table of time to reach per metric in ``compare.md`` and ``_vs_hours`` plots.
 """
@@ -23,7 +25,8 @@ from fedlight.config.files import output_folder_problem
 from fedlight.errors import UserError
 from fedlight.eval import metric_names
 from fedlight.report.compare import compare_text, reach_targets
-from fedlight.report.arm_groups import ABSENT, group_runs, grouping_keys, mixed_groups
+from fedlight.report.arm_groups import ABSENT, Group, group_label, group_runs, grouping_keys, mixed_groups
+from fedlight.report.sanity import group_checks
 from fedlight.report.plots import REMAKE, plot_files, write_plots
 from fedlight.report.runs import Run, find_runs
 from fedlight.report.tables import Cell, GroupTable, markdown_table, md_cell, metric_cell
@@ -45,6 +48,12 @@ def metric_keys(runs: list[Run], wanted: list[str] | None = None) -> list[str]:
     if unknown:
         raise UserError(f"--metric {unknown[0]}: no finished run measured it; choose from {', '.join(present) or 'none'}")
     return [k for k in present if any(metric_names.matches(k, w) for w in wanted)]
+
+
+def check_notes(groups: list[Group], keys: list[str], metrics: list[str]) -> list[str]:
+    """A note per group and metric where one of the package's checks fires (did not train, not at a plateau)."""
+    return [note for metric in metrics for values, runs in groups
+            for note in group_checks(runs, metric).notes(group_label(keys, values), metric)]
 
 
 def mean_std(values: list[float]) -> str:
@@ -126,8 +135,8 @@ def write_report(paths: list[str], out: str | Path, group_by: list[str] | None =
     plots = write_plots(groups, keys, table.metrics, out)
     texts = {name: write(table) for name, write in TABLES.items()}
     texts[COMPARE] = comparison
-    texts[REPORT] = render(runs, [str(p) for p in paths], table, plots, out, mixed_groups(groups, keys),
-                           time_lines(groups, keys, goals))
+    notes = mixed_groups(groups, keys) + check_notes(groups, keys, table.metrics)
+    texts[REPORT] = render(runs, [str(p) for p in paths], table, plots, out, notes, time_lines(groups, keys, goals))
     for name, text in texts.items():  # each file is the old one or the new one, never half of one
         atomic_write_bytes(out / name, text.encode(), then=REMAKE)
     return [out / name for name in (REPORT, COMPARE, *TABLES, *plots)]
