@@ -66,7 +66,7 @@ the code is `src/$name/$kind.py`, its test `tests/test_$name.py`.
 
     pip install -e .        # fedlight finds it by its entry point; `fedlight methods` lists it
     pytest                  # $tested
-    fedlight fit --recipe quickstart_fmnist $usage
+    fedlight fit --recipe quickstart_fmnist name=$name $usage
 
 fedlight's docs/new_package.md says what fedlight asks of it.
 ''')

@@ -37,7 +37,7 @@ from typing import Any
 from fedlight.atomic_files import remove_leftovers
 from fedlight.config.files import SWEEP_MANIFEST, length_problem, output_folder_problem
 from fedlight.engine.run.folder_lock import FolderLock, held_below, not_writable
-from fedlight.engine.run.same_experiment import check_same_experiment
+from fedlight.engine.run.same_experiment import RESOLVED, check_same_experiment, saved_recipe
 from fedlight.engine.state.run_files import CHECKPOINT, RECIPE, RESULTS
 from fedlight.errors import UserError
 
@@ -252,13 +252,55 @@ def _plan(path: Path, recipe: dict[str, Any], resume: bool, overwrite: bool) -> 
         # a run killed before its first checkpoint saved only its recipe: it starts again from round 0
         plan = has_checkpoint(path), not has_checkpoint(path)
     elif used and not overwrite:
-        raise UserError(f"run folder '{path}' is not empty; pass --resume to continue it, "
-                        f"--overwrite to replace it, or set run.dir elsewhere{_kept_aside(path)}")
+        raise UserError(_used_folder(path, recipe))
     else:
         plan = False, used
     if plan[1]:  # what it holds goes: nothing but a run may
         _refuse_more_than_a_run(path)
     return plan
+
+
+def _used_folder(path: Path, recipe: dict[str, Any]) -> str:
+    """The refusal of the used run folder ``path`` without a flag: another folder first (the run there
+    is kept), then ``--resume`` where it takes that run, then ``--overwrite`` and what it deletes."""
+    results = _results(path)
+    what = f"a run ({_progress(results)})" if results else "a run"
+    free = _free_name(path, recipe)
+    elsewhere = f"name={free} or run.dir=PATH" if free else "run.dir=PATH"
+    resume = _resume_hint(path, recipe)
+    entries = sorted(p.name for p in _run_entries(path))
+    doomed = ", ".join(entries[:6]) + (", ..." if len(entries) > 6 else "")
+    return (f"run folder '{path}' is not empty{_kept_aside(path)}: it holds {what}; to keep that run, give this "
+            f"one its own folder with {elsewhere}{resume}; or pass --overwrite to replace it, which deletes "
+            f"what the folder holds ({doomed}) once this run finishes")
+
+
+def _free_name(path: Path, recipe: dict[str, Any]) -> str | None:
+    """A ``name`` whose ``runs/<name>`` is free beside ``path``, or None where ``run.dir`` picks the folder."""
+    name = recipe.get("name")
+    if not isinstance(name, str) or (recipe.get("run") or {}).get("dir"):
+        return None
+    return next(f"{name}_{i}" for i in range(2, 10**6) if not os.path.lexists(path.parent / f"{name}_{i}"))
+
+
+def _resume_hint(path: Path, recipe: dict[str, Any]) -> str:
+    """What ``--resume`` with ``recipe`` would do with the run in ``path``, as the refusal's words; empty
+    where it would be refused (another experiment, no checkpoint beside results.json) or there is none."""
+    saved_only = not has_checkpoint(path) and (path / RECIPE).is_file() and _results(path) is None
+    if not recipe or not (has_checkpoint(path) or saved_only):
+        return ""
+    try:
+        check_same_experiment(path, recipe)
+        saved = saved_recipe(path)
+        done = finished_results(path, recipe) is not None
+    except UserError:
+        return ""
+    if RESOLVED not in recipe and saved is not None:  # before torch (preflight) the sections' raw text decides
+        if any(saved[1].get(k) != recipe.get(k) for k in ("method", "server", "plugins", "faults")):
+            return ""
+    if saved_only:
+        return "; pass --resume to start it again from round 0 (it saved no round)"
+    return "; raise rounds and pass --resume to train it further" if done else "; pass --resume to continue it"
 
 
 def _kept_aside(path: Path) -> str:
