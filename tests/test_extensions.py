@@ -77,7 +77,7 @@ def test_the_readme_method_trains_through_fedlight_fit(tmp_path: Path, tiny_reci
     listed = fedlight(site, "methods")
     assert listed.returncode == 0, listed.stderr
     line = next(l for l in listed.stdout.splitlines() if l.strip().startswith(name + " "))
-    assert "Barlow Twins" in line and target in line
+    assert "Decoupled Contrastive Learning" in line and target in line
     assert re.search(r"^\s+simclr\s+\S", listed.stdout, re.M)  # the built-ins are listed too
 
     done = fedlight(site, "fit", "--recipe", str(tiny_recipe), f"method={{name: {name}, hidden_dim: 32, output_dim: 32}}",
@@ -87,7 +87,7 @@ def test_the_readme_method_trains_through_fedlight_fit(tmp_path: Path, tiny_reci
     assert results["recipe"]["method"]["name"] == name and results["rounds_completed"] == 1
     assert results["history"][0]["answered"] == 2 and results["final"]["knn_acc"] is not None
 
-    wrong = fedlight(site, "fit", "--recipe", str(tiny_recipe), "method={name: barlw}", f"run.dir={tmp_path / 'new'}")
+    wrong = fedlight(site, "fit", "--recipe", str(tiny_recipe), "method={name: dlc}", f"run.dir={tmp_path / 'new'}")
     assert wrong.returncode == 2 and f"{name}, " in wrong.stderr and "simclr" in wrong.stderr  # listed among the valid
 
 
