@@ -24,7 +24,7 @@ __all__ = [
     "State", "TrimmedMean", "UpdateAttack", "UserError", "WEIGHT_KEY", "at_least", "bulyan_select", "cast_like",
     "closest_to_median_mean", "coordinate_median", "decay", "dp_epsilon", "finish_average", "flatten_states",
     "float_keys", "fraction", "krum_scores", "krum_select", "load_encoder", "load_local_parts", "non_empty",
-    "non_negative", "percent", "positive", "probabilities", "probability", "stack_states", "train_client",
+    "non_negative", "percent", "positive", "probabilities", "probability", "probe_encoder", "stack_states", "train_client",
     "trimmed_mean", "unflatten_state", "update_norm", "weighted_average", "weighted_sum",
 ]
 

@@ -1,7 +1,7 @@
 """fedlight's public surface: what a package that adds a method, an aggregator, a backbone, a client
 schedule, a round plug-in or an attack imports (``from fedlight import FederatedModule``), the built-in aggregators
 and the state-dict math they are made of (``from fedlight import Median, flatten_states``), and what
-rebuilds an exported encoder (``fedlight.load_encoder``).
+rebuilds and scores an exported encoder (``fedlight.load_encoder``, ``fedlight.probe_encoder``).
 
 ``import fedlight`` stays cheap: ``fedlight/__init__.py`` names these in its ``__all__`` and
 imports this module (and torch with it) only when one of them is first asked for. Every other
@@ -17,6 +17,7 @@ from fedlight.engine.loop.interfaces import (ClientSchedule, ClientWork, FaultMo
                                     ScheduleContext)
 from fedlight.engine.loop.local_loop import LocalResult, train_client
 from fedlight.errors import UserError
+from fedlight.eval.encoder_probe import probe_encoder
 from fedlight.methods.federated_module import Batch, FederatedModule, OptimizerSpec
 from fedlight.methods.wrapper import ObjectiveWrapper
 from fedlight.models.encoder_file import load_encoder, load_local_parts
@@ -64,4 +65,6 @@ __all__ = [
     "UserError",
     # a trained encoder that ``fedlight export RUN_DIR`` wrote, rebuilt without its recipe
     "load_encoder", "load_local_parts",
+    # its kNN and linear probe, as its run scored them (or with another protocol: a downstream probe)
+    "probe_encoder",
 ]

@@ -11,7 +11,7 @@ with ``torch.load(weights_only=True)`` and runs no code::
      "state_dict": {key: tensor},                 # the global model's backbone tensors
      "local_parts": {client: {key: tensor}},      # backbone tensors each client keeps (LG-FedAvg, FedBN)
      "fedlight_version": str, "run": {"dir", "rounds_completed", "method", "data", "commit", "dirty",
-                                      "trained_with", "final"},
+                                      "trained_with", "final", "evaluation"},  # fedlight.probe_encoder's protocol
      "sha256": str}                               # content_digest of the rest (files exported since 2026-11-28)
 """
 

@@ -27,6 +27,7 @@ from fedlight.engine.state import client_state_files as files
 from fedlight.engine.state.checkpoint import read_checkpoint
 from fedlight.engine.state.run_files import CHECKPOINT, RESULTS
 from fedlight.errors import UserError
+from fedlight.eval.encoder_probe import evaluation_record
 from fedlight.invocation import fedlight_command
 from fedlight.models.encoder_file import FORMAT, FORMAT_VERSION, State, content_digest
 
@@ -68,7 +69,8 @@ def export_encoder(run_dir: str | Path, out: str | Path | None = None,
         "run": {"dir": str(run_dir.resolve()), "rounds_completed": results["rounds_completed"],
                 "method": record["method"]["name"], "data": record["data"]["name"],
                 "commit": provenance.get("commit"), "dirty": provenance.get("dirty"),
-                "trained_with": provenance.get("fedlight"), "final": results.get("final")},
+                "trained_with": provenance.get("fedlight"), "final": results.get("final"),
+                "evaluation": evaluation_record(record)},  # what fedlight.probe_encoder scores it with
     }
     _write(out, export)
     return out, export
