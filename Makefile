@@ -2,11 +2,14 @@
 # scripts/setup.sh for what each installs. PYTHON=<interpreter> uses an existing one instead
 # (`make test PYTHON=python3`), TORCH=cpu installs a CPU-only PyTorch, PYTEST_ARGS picks tests,
 # PYTEST_WORKERS sets how many pytest-xdist workers share the tests (0: one process, no workers).
+# `make docs` serves the documentation site at http://127.0.0.1:8000 as you edit docs/ (MkDocs, installed as
+# `make test` installs it); `make docs MKDOCS=build` writes it to site/ instead, warnings as errors.
 VENV ?= .venv
 PYTHON ?= $(VENV)/bin/python
 TORCH ?= default
 PYTEST_ARGS ?= tests
 PYTEST_WORKERS ?= 2
+MKDOCS ?= serve
 SETUP = VENV=$(VENV) PYTHON=$(PYTHON) TORCH=$(TORCH) bash scripts/setup.sh
 # a wrong PYTHON or TORCH is one line as make starts, before anything runs
 SETUP_PROBLEM := $(shell $(SETUP) check 2>&1)
@@ -19,7 +22,7 @@ ifeq ($(PYTHON),$(VENV)/bin/python)
 ACTIVATE = @echo "fedlight and tensorboard are in $(VENV)/bin: run 'source $(VENV)/bin/activate' to put them on PATH in this shell"
 endif
 
-.PHONY: setup quickstart test
+.PHONY: setup quickstart test docs
 
 setup:
 	$(SETUP) quickstart
@@ -33,3 +36,7 @@ quickstart:
 test:
 	$(SETUP) test
 	$(PYTHON) -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+
+docs:
+	$(SETUP) test
+	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs $(MKDOCS)$(if $(filter build,$(MKDOCS)), --strict)
