@@ -70,7 +70,8 @@ def test_a_used_folder_is_refused_with_another_folder_first_and_overwrite_last(t
     assert said.index("name=quickstart_fmnist_3 or run.dir=PATH") < said.index("--overwrite")
     assert said.endswith("--overwrite to replace it, which deletes what the folder holds (checkpoints, results.json) "
                          "once this run finishes")
-    assert ("raise rounds and pass --resume to train it further" if finished else "pass --resume to continue it") in said
+    resume = "raise rounds and pass --resume to train it further" if finished else "pass --resume to continue it"
+    assert resume in said
     other = {**recipe, "method": {"name": "byol"}}  # another experiment: --resume would be refused
     with pytest.raises(UserError, match=r"^(?!.*--resume).*run\.dir=PATH; or pass --overwrite"):
         check_run_dir(run, other, resume=False, overwrite=False)
