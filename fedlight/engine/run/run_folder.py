@@ -280,7 +280,8 @@ def _free_name(path: Path, recipe: dict[str, Any]) -> str | None:
     name = recipe.get("name")
     if not isinstance(name, str) or (recipe.get("run") or {}).get("dir"):
         return None
-    return next(f"{name}_{i}" for i in range(2, 10**6) if not os.path.lexists(path.parent / f"{name}_{i}"))
+    runs = Path(*path.parts[:len(path.parts) - len(Path(name).parts)])  # runs/ of runs/<name>, name=exp1/seed0 too
+    return next(f"{name}_{i}" for i in range(2, 10**6) if not os.path.lexists(runs / f"{name}_{i}"))
 
 
 def _resume_hint(path: Path, recipe: dict[str, Any]) -> str:
