@@ -70,7 +70,8 @@ class Workers:
         if self._pool is None:
             return [fn(self.modules[0], jobs[0])]
         futures = [self._pool.submit(fn, m, job) for m, job in zip(self.modules, jobs)]
-        wait(futures)
+        while wait(futures, timeout=0.2).not_done:  # the main thread wakes to run a signal's handler (SIGTERM:
+            pass  # the workers stop between clients), which an untimed wait left for the round's end
         return [f.result() for f in futures]
 
     def each(self, fn: Callable[[FederatedModule], T]) -> list[T]:
