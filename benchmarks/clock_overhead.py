@@ -11,9 +11,12 @@ no evaluation, checkpoint or log):
 * ``fedbuff K=100`` / ``fedbuff K=10``: ``asynchrony.mode=fedbuff``, 100 in flight, a buffer of 100 or 10
   (each step plans the events, holds the trained updates, rebases the stale ones and applies the buffer).
 
-Sides take turns within each repeat; each is timed in the process's CPU seconds (``time.process_time``, both
-threads), which another job on a shared machine inflates far less than wall seconds (medians, and ratios
-of medians).
+Sides take turns within each repeat; each is timed in the process's CPU seconds (``time.process_time``),
+which another job on a shared machine inflates less than wall seconds (medians, and ratios of medians).
+On a loaded machine even those move by tens of percent between identical sides, so each side also
+reports the share of its own training time spent in the clock's and the asynchronous server's code
+(planning the events, the trips' lengths, holding and rebasing updates, the columns), timed inside the
+same rounds: a ratio that the load moves far less.
 
     python benchmarks/clock_overhead.py --clients 300 --repeats 3 --json clock_overhead.json
 """
@@ -28,7 +31,12 @@ import time
 from pathlib import Path
 
 from fedlight import registry
+from fedlight.clock.devices import TripCost
+from fedlight.clock.events import EventSchedule
 from fedlight.config import load_recipe
+from fedlight.engine.loop.async_rounds import InFlight
+from fedlight.engine.parts.clock.round_clock import RoundClock
+from fedlight.server import asynchronous
 from fedlight.engine.run.assemble import build_federation
 from fedlight.engine.run.fit import build_module, make_fabric, prepare_data
 
@@ -44,8 +52,32 @@ SIDES = {
 }
 
 
-def seconds_per_client(overrides: list[str], clients: int, threads: int) -> float:
-    """Round training CPU seconds per client trained, over rounds that train about ``clients`` clients."""
+CLOCK_CODE = [(EventSchedule, "plan"), (EventSchedule, "commit"), (InFlight, "land"), (InFlight, "columns"),
+              (RoundClock, "participants"), (RoundClock, "columns"), (TripCost, "__call__")]
+INSIDE = [(asynchronous, "apply_buffer")]  # the buffer's aggregation, which a synchronous round does too
+
+
+def timed_clock_code() -> tuple[list[float], list[tuple[object, str, object]]]:
+    """Wrap the clock's methods to add their CPU seconds (less the aggregation inside ``land``) to a counter."""
+    spent, patched = [0.0], []
+    for owner, name in CLOCK_CODE + INSIDE:
+        original = getattr(owner, name)
+        sign = -1.0 if (owner, name) in INSIDE else 1.0
+
+        def wrapper(*args, _original=original, _sign=sign, **kwargs):
+            start = time.process_time()
+            try:
+                return _original(*args, **kwargs)
+            finally:
+                spent[0] += _sign * (time.process_time() - start)
+        setattr(owner, name, wrapper)
+        patched.append((owner, name, original))
+    return spent, patched
+
+
+def seconds_per_client(overrides: list[str], clients: int, threads: int) -> tuple[float, float]:
+    """Round training CPU seconds per client trained, over rounds that train about ``clients`` clients, and
+    the share of them spent in the clock's code."""
     recipe = load_recipe(REPO / "benchmarks/workloads/cross_device_fmnist.yaml",
                          ["fabric.accelerator=cpu", f"fabric.threads={threads}", "eval.projector_samples=0",
                           *overrides])
@@ -54,11 +86,16 @@ def seconds_per_client(overrides: list[str], clients: int, threads: int) -> floa
     fed = build_federation(fabric, recipe, data, parts, build_module(recipe, data),
                            registry.build_server(recipe.server, recipe.clients.num), Path(tempfile.mkdtemp()))
     per_round = 10 if "asynchrony.buffer=10" in overrides else 100
+    in_clock, patched = timed_clock_code()
     started = time.process_time()
-    rounds = train_rounds(fed, max(1, clients // per_round))
+    try:
+        rounds = train_rounds(fed, max(1, clients // per_round))
+    finally:
+        for owner, name, original in patched:
+            setattr(owner, name, original)
     spent = time.process_time() - started
     trained = sum(rep["status"] == "ok" for _, reports in rounds for rep in reports)
-    return spent / trained
+    return spent / trained, in_clock[0] / spent
 
 
 def main() -> None:
@@ -69,17 +106,22 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     timings: dict[str, list[float]] = {side: [] for side in SIDES}
+    shares: dict[str, list[float]] = {side: [] for side in SIDES}
     for repeat in range(args.repeats):
         order = list(SIDES) if repeat % 2 == 0 else list(SIDES)[::-1]
         for side in order:
-            timings[side].append(seconds_per_client(SIDES[side], args.clients, args.threads))
-            print(f"repeat {repeat + 1} {side}: {timings[side][-1] * 1000:.2f} ms a client", flush=True)
+            per_client, share = seconds_per_client(SIDES[side], args.clients, args.threads)
+            timings[side].append(per_client)
+            shares[side].append(share)
+            print(f"repeat {repeat + 1} {side}: {per_client * 1000:.2f} ms a client, {share:.3%} in the clock's code",
+                  flush=True)
     base = statistics.median(timings["sync"])
     summary = {side: {"ms_per_client": statistics.median(t) * 1000, "ratio_to_sync": statistics.median(t) / base,
-                      "runs_ms": [x * 1000 for x in t]} for side, t in timings.items()}
+                      "clock_share": statistics.median(shares[side]), "runs_ms": [x * 1000 for x in t]}
+               for side, t in timings.items()}
     for side, s in summary.items():
         print(f"{side:14s} {s['ms_per_client']:.2f} ms a client (median of {args.repeats}), "
-              f"{s['ratio_to_sync']:.3f}x sync")
+              f"{s['ratio_to_sync']:.3f}x sync, {s['clock_share']:.3%} of it in the clock's code")
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2))
 
