@@ -77,12 +77,13 @@ def check_asynchrony(a: AsyncOptions, clock: ClockOptions, aggregator: Aggregato
     if a.concurrency > population:
         raise UserError(f"asynchrony.concurrency={a.concurrency} is above the {population} clients that train; "
                         f"lower it to at most {population}")
-    why = (not aggregator.communicates and "its clients send nothing"
-           or aggregator.keeps_models_local and "every client keeps its own model"
-           or aggregator.pools_clients and "it pools every client into one"
-           or aggregator.uses_public_set and "it distils similarities on a public set in synchronous rounds"
-           or not aggregator.payload_is_state and "its clients upload more than their model (control variates)"
-           or aggregator.accounts_privacy and "its accountant models a synchronous round's Poisson sampling")
+    reasons = [(not aggregator.communicates, "its clients send nothing"),
+               (aggregator.keeps_models_local, "every client keeps its own model"),
+               (aggregator.pools_clients, "it pools every client into one"),
+               (aggregator.uses_public_set, "it distils similarities on a public set in synchronous rounds"),
+               (not aggregator.payload_is_state, "its clients upload more than their model (control variates)"),
+               (aggregator.accounts_privacy, "its accountant models a synchronous round's Poisson sampling")]
+    why = next((reason for refused, reason in reasons if refused), None)
     if why:
         raise UserError(f"{mode} cannot run server.name={server}: {why}; use a weight-averaging server "
                         "(e.g. fedavg, fedadam, median) or asynchrony.mode=sync")
