@@ -199,7 +199,7 @@ def check_declared(module: FederatedModule) -> None:
     """Raise the UserError for a method whose state is not all declared shared, private or transient, that
     keeps state in non-persistent buffers outside its transient modules, or that still defines the old
     method hook ``on_round_start``."""
-    if hasattr(module, "on_round_start"):  # a method hook before issue 43: the loop would never call it
+    if hasattr(module, "on_round_start"):  # an old method hook (now update_split): the loop would never call it
         raise UserError(f"{type(module).__name__} defines on_round_start, which fedlight no longer calls on a method; "
                         "rename it update_split (fedlight.engine.loop.interfaces.ChangingSplit, docs/method_contract.md)")
     undeclared = module.undeclared_state()

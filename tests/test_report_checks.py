@@ -1,4 +1,4 @@
-"""The package's own checks in `fedlight report` (issue 60): an arm that did not train gets no verdict and
+"""The package's own checks in `fedlight report`: an arm that did not train gets no verdict and
 leaves the Holm family, a rising arm is flagged, bytes up / down stand beside each arm; hand-made results.json."""
 
 from __future__ import annotations

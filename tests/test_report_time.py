@@ -1,4 +1,4 @@
-"""Virtual time in `fedlight report` (issue 58): hours, idle share, staleness and hours to reach a target, in
+"""Virtual time in `fedlight report`: hours, idle share, staleness and hours to reach a target, in
 report.md and compare.md, on hand-made results.json files; reports of runs without a clock unchanged."""
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ def test_a_sign_test_joins_the_holm_family(tmp_path: Path) -> None:
 def test_runs_without_a_clock_give_the_same_report_byte_for_byte(tmp_path: Path, fixture: str, margin) -> None:
     """tests/data/report_unclocked holds report.md and compare.md of test_report.py's fixtures as written
     before the clock (the folder they were written in replaced by TMP), rewritten once since, on purpose, when
-    compare.md gained its `MB up / down` column and both files the checks' notes (issue 60: the fixtures' probe
+    compare.md gained its `MB up / down` column and both files the checks' notes (the fixtures' probe
     rises 10 points in their last round, so every group is `not at a plateau` on it)."""
     from test_report import _arms as arms, _sweep as sweep
 
