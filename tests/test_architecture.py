@@ -65,6 +65,48 @@ def test_sklearn_is_imported_where_it_is_used() -> None:
     assert at_top == []
 
 
+def _module(path: Path) -> str:
+    """``fedlight/data/sources.py`` -> ``fedlight.data.sources``; a package's ``__init__.py`` -> the package."""
+    parts = path.relative_to(PKG.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Each module of fedlight -> the modules of fedlight it imports, at its top or inside a function
+    (``from fedlight.data import sources`` imports ``fedlight.data.sources``, not the package)."""
+    paths = {_module(p): p for p in PKG.rglob("*.py")}
+    graph = {}
+    for name, path in paths.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in paths else node.module
+                          for a in node.names}
+        graph[name] = (found & paths.keys()) - {name}
+    return graph
+
+
+def test_no_modules_import_each_other_in_a_circle() -> None:
+    """Following a module's imports never leads back to it: what two modules both need lives in a
+    third (``data/image_data.py``, which ``sources.py`` and ``tabular.py`` both build on), not in one
+    of them with the other imported inside a function to dodge the circle."""
+    graph, done, circles = _import_graph(), set(), []
+
+    def visit(name: str, path: list[str]) -> None:
+        if name in path:
+            circles.append(" -> ".join([*path[path.index(name):], name]))
+        elif name not in done:
+            for imported in sorted(graph[name]):
+                visit(imported, [*path, name])
+            done.add(name)
+
+    for name in sorted(graph):
+        visit(name, [])
+    assert circles == []
+
+
 ENGINE = PKG / "engine"
 # the engine's rooms, and the rooms each may import (itself included): run -> parts -> loop -> state, output
 MAY_IMPORT = {

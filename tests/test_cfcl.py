@@ -16,8 +16,8 @@ from lightning.fabric import Fabric
 import cli_process
 from fedlight.cli import main
 from fedlight.config import load_recipe
+from fedlight.data.image_data import ImageData
 from fedlight.data.partition import class_counts
-from fedlight.data.sources import ImageData
 from fedlight.engine.parts.cfcl.exchange_schedule import EXCHANGE, ExchangeOptions, ExchangeSchedule
 from fedlight.engine.parts.cfcl.iteration_loop import train_client_iterations
 from fedlight.engine.run import fit as fit_module

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torchvision.transforms.functional import rotate
 
-from fedlight.data.sources import ImageData
+from fedlight.data.image_data import ImageData
 from fedlight.errors import UserError
 from fedlight.seeding import torch_generator
 

@@ -6,7 +6,6 @@ views are made from them in batches (``fedlight.data.views``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -14,49 +13,12 @@ import numpy as np
 import torch
 
 from fedlight.data.idx import read_idx
+from fedlight.data.image_data import ImageData
 from fedlight.data.locate import (IDX_FILES, check_root_length, download_failed, expected_layout, find_idx,
                                   missing_idx, not_found)
+from fedlight.data.tabular import diabetes
 from fedlight.errors import UserError, warnings_if_it_works
 from fedlight.seeding import torch_generator
-
-
-@dataclass
-class ImageData:
-    """A labelled image dataset held as tensors.
-
-    Attributes:
-        train_x: (N, C, H, W) uint8 training images.
-        train_y: (N,) int64 training labels.
-        test_x: (M, C, H, W) uint8 test images.
-        test_y: (M,) int64 test labels.
-        num_classes: number of classes.
-        train_a: (N,) int64 protected attribute (0 / 1), for datasets that carry one (fair LG-FedAvg).
-        test_a: (M,) int64 protected attribute of the test samples.
-        public_x: (P, C, H, W) uint8 images that replace the public client's share as FLESD's public
-            set, drawn outside ``train_x`` (``partition.public_balanced``); None: the share itself.
-    """
-
-    train_x: torch.Tensor
-    train_y: torch.Tensor
-    test_x: torch.Tensor
-    test_y: torch.Tensor
-    num_classes: int
-    train_a: torch.Tensor | None = None
-    test_a: torch.Tensor | None = None
-    public_x: torch.Tensor | None = None
-
-    @property
-    def channels(self) -> int:
-        return self.train_x.shape[1]
-
-    @property
-    def image_size(self) -> int:
-        return self.train_x.shape[-1]
-
-    def mean_std(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-channel mean and std of the training images in [0, 1], shapes (C,)."""
-        x = self.train_x[:10000].float().div_(255)
-        return x.mean(dim=(0, 2, 3)), x.std(dim=(0, 2, 3))
 
 
 def _fashion_mnist(root: Path, download: bool, mnist: bool = False) -> ImageData:
@@ -180,8 +142,6 @@ def synthetic(seed: int = 0, train: int = 1200, test: int = 300, classes: int = 
 
 def load_dataset(name: str, root: str, download: bool, seed: int = 0) -> ImageData:
     """Load dataset ``name`` (``data.name``) from ``root`` (``data.root``)."""
-    from fedlight.data.tabular import diabetes  # tabular.py builds on ImageData
-
     check_root_length(name, root)
     loaders: dict[str, Callable[[], ImageData]] = {
         "fashion_mnist": lambda: _fashion_mnist(Path(root), download),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedlight.data.sources import ImageData
+from fedlight.data.image_data import ImageData
 from fedlight.optional import require_sklearn
 from fedlight.seeding import numpy_rng
 

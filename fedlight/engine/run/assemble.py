@@ -22,8 +22,8 @@ from lightning.fabric import Fabric
 from fedlight import registry
 from fedlight.catalog import check_name
 from fedlight.config.schema import Recipe
+from fedlight.data.image_data import ImageData
 from fedlight.data.rotated import add_rotated_device
-from fedlight.data.sources import ImageData
 from fedlight.data.views import ViewMaker, ViewParams, views_on_device
 from fedlight.engine.loop.async_federation import AsyncFederation
 from fedlight.engine.loop.async_rounds import InFlight

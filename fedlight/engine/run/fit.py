@@ -16,11 +16,12 @@ from fedlight import registry
 from fedlight.catalog import NO_ATTACK, check_name
 from fedlight.config.schema import Recipe
 from fedlight.cpus import busy_machine, default_threads
+from fedlight.data.image_data import ImageData
 from fedlight.data.locate import data_on_disk
 from fedlight.data.partition import partition
 from fedlight.data.public_set import balanced_outside_subset
 from fedlight.data.rotated import check_device_fits
-from fedlight.data.sources import ImageData, empty_of_shape, load_dataset, take_subset
+from fedlight.data.sources import empty_of_shape, load_dataset, take_subset
 from fedlight.engine.loop import preemption
 from fedlight.engine.loop.aggregation import check_payload_budget
 from fedlight.engine.loop.batched_clients import batch_refusal, refused

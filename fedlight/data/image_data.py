@@ -1,0 +1,50 @@
+"""The dataset every source becomes: uint8 image tensors (N, C, H, W) plus int64 labels.
+
+Its own module so that each source (``sources.py``, ``tabular.py``, ``rotated.py``) builds on it
+without importing another source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class ImageData:
+    """A labelled image dataset held as tensors.
+
+    Attributes:
+        train_x: (N, C, H, W) uint8 training images.
+        train_y: (N,) int64 training labels.
+        test_x: (M, C, H, W) uint8 test images.
+        test_y: (M,) int64 test labels.
+        num_classes: number of classes.
+        train_a: (N,) int64 protected attribute (0 / 1), for datasets that carry one (fair LG-FedAvg).
+        test_a: (M,) int64 protected attribute of the test samples.
+        public_x: (P, C, H, W) uint8 images that replace the public client's share as FLESD's public
+            set, drawn outside ``train_x`` (``partition.public_balanced``); None: the share itself.
+    """
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    num_classes: int
+    train_a: torch.Tensor | None = None
+    test_a: torch.Tensor | None = None
+    public_x: torch.Tensor | None = None
+
+    @property
+    def channels(self) -> int:
+        return self.train_x.shape[1]
+
+    @property
+    def image_size(self) -> int:
+        return self.train_x.shape[-1]
+
+    def mean_std(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-channel mean and std of the training images in [0, 1], shapes (C,)."""
+        x = self.train_x[:10000].float().div_(255)
+        return x.mean(dim=(0, 2, 3)), x.std(dim=(0, 2, 3))
