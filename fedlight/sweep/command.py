@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import shlex
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -125,19 +125,50 @@ def run_sweep(recipe: str | list[str], grid: list[str], seeds: int, out: str, op
 
     ``recipe``: one recipe, or several (an arm each); ``arms``: ``--arm NAME[=ITEM,...]`` options
     (``fedlight.sweep.arms``)."""
+    source = _recipes(recipe, arms)
+    out_dir, overrides, local = Path(out).resolve(), list(overrides), options.executor == "local"
+    extra_sbatch, axes = _check_command(out_dir, options, grid, overrides, seeds, source.arms)
+    plan = _plan(source, axes, seeds, out_dir, overrides)
+    script_text = _ready_to_write(plan, options)
+    with mf.locked(out_dir):  # a second sweep into --out waits here, then sees this one's entries
+        finished, chosen = _choose(plan, options, echo)
+        _write_files(plan, finished, script_text)
+        echo(f"sweep {out_dir}: {summary(plan.manifest, finished, chosen, 'run' if local else 'submit')}")
+        submission = _submit(plan, chosen, options, extra_sbatch, echo)
+    if submission is None:
+        return SweepOutcome(plan.manifest, [])
+    if local:  # outside the lock: another sweep may record its own runs meanwhile
+        return _run_here(out_dir, plan.names, chosen, options.parallel, plan.manifest, echo)
+    echo(f"submitted array job {submission['job_id']} ({len(chosen)} tasks); logs in {out_dir / 'logs'}")
+    echo(next_steps(out_dir))
+    return SweepOutcome(plan.manifest, [])
+
+
+@dataclass(frozen=True)
+class _Recipes:
+    """Where a sweep's tasks' recipes come from: one recipe (``base``), or its arms (``--arm``)."""
+
+    base: Path
+    arms: list[Arm]
+
+    def load(self, arm: str | None, extra: list[str]) -> Recipe:
+        """The recipe of a task of ``arm`` (None: the sweep has no arms) with the ``extra`` overrides."""
+        return load_recipe(self.base, extra) if arm is None else {a.name: a for a in self.arms}[arm].load(extra)
+
+
+def _recipes(recipe: str | list[str], arms: list[str]) -> _Recipes:
+    """The sweep's ``--recipe`` (one, or several: an arm each) and ``--arm`` options, parsed."""
     recipes = [recipe] if isinstance(recipe, str) else list(recipe)
     arm_list = parse_arms(recipes, list(arms))
     if not recipes and not arm_list:
         raise UserError("give the sweep a recipe: --recipe RECIPE (or --arm NAME=RECIPE,...)")
-    base = Path(arm_list[0].recipe if arm_list else recipes[0]).resolve()
-    by_name = {arm.name: arm for arm in arm_list}
+    return _Recipes(Path(arm_list[0].recipe if arm_list else recipes[0]).resolve(), arm_list)
 
-    def load(arm: str | None, extra: list[str]) -> Recipe:
-        """The recipe of a task of ``arm`` (None: the sweep has no arms) with the ``extra`` overrides."""
-        return load_recipe(base, extra) if arm is None else by_name[arm].load(extra)
 
-    out_dir = Path(out).resolve()
-    overrides = list(overrides)
+def _check_command(out_dir: Path, options: SweepOptions, grid: list[str], overrides: list[str], seeds: int,
+                   arms: list[Arm]) -> tuple[list[str], list[Axis]]:
+    """Refuse the command's own mistakes before any recipe is read; returns the extra ``sbatch``
+    arguments (``--slurm-args``) and the grid's axes."""
     blocked = output_folder_problem(out_dir)
     if blocked:
         raise UserError(f"--out {blocked}; choose another --out")
@@ -146,82 +177,118 @@ def run_sweep(recipe: str | list[str], grid: list[str], seeds: int, out: str, op
         raise UserError(problem)
     extra_sbatch = split_slurm_args(options.slurm_args)
     axes = parse_grid(grid)
-    check_overrides(overrides, axes, arm_list)
+    check_overrides(overrides, axes, arms)
     if seeds < 1:
         raise UserError(f"--seeds {seeds}: give at least 1")
-    first = load(arm_list[0].name if arm_list else None, overrides)
+    return extra_sbatch, axes
+
+
+@dataclass
+class _Plan:
+    """A sweep's tasks, each resolved and put through ``fit``'s checks, and the manifest that records them."""
+
+    out_dir: Path
+    job_name: str  # the SLURM array job's name
+    tasks: list[Task]
+    names: dict[int, str]  # task index -> its run's name
+    entries: list[dict[str, Any]] = field(default_factory=list)  # the manifest's tasks
+    texts: dict[int, tuple[str, int]] = field(default_factory=dict)  # task index -> (its recipe's text, rounds)
+    plain: dict[int, dict[str, Any]] = field(default_factory=dict)  # task index -> its recipe as a dict
+    clamped: dict[str, list[Task]] = field(default_factory=dict)  # a warning for clamped sizes -> its tasks
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+
+def _plan(source: _Recipes, axes: list[Axis], seeds: int, out_dir: Path, overrides: list[str]) -> _Plan:
+    """Every task of the grid x seeds (x arms), resolved and checked, and its manifest: all before
+    anything is written."""
+    first = source.load(source.arms[0].name if source.arms else None, overrides)
     seed_list = [first.seed + i for i in range(seeds)]  # the (first) recipe's seed, then the next ones
-    tasks = expand(axes, seed_list, arm_axes(arm_list, axes, overrides))
+    tasks = expand(axes, seed_list, arm_axes(source.arms, axes, overrides))
     old = mf.read_manifest(out_dir)
     version = mf.FORMAT if old is None else old["fedlight_sweep"]
     names, hparams = run_names(tasks), f"run.hparams=[{','.join(hparam_keys(tasks))}]"  # before the overrides
     if old is not None:  # a sweep keeps the run names it was made with (a format-1 sweep's: '0003')
         names.update({t["index"]: Path(t["run_dir"]).name for t in old["tasks"]})
-    entries, texts, plain, problems, clamped = [], {}, {}, {}, {}
-    loader = cached_loader()
-    for task in tasks:
-        run_dir = mf.run_path(out_dir, names[task.index])
+    plan = _Plan(out_dir, f"fedlight-{first.name}", tasks, names)
+    _check_tasks(plan, source, [hparams, *overrides])
+    grid_record = [{"key": a.key, "values": list(a.raw)} for a in axes]
+    plan.manifest = mf.new_manifest(source.base, overrides, grid_record, seed_list, plan.entries, version)
+    if source.arms:
+        plan.manifest["arms"] = [arm.record() for arm in source.arms]
+    if old is not None:
+        mf.check_same_sweep(old, plan.manifest, out_dir, plan.plain)
+        plan.manifest["submissions"] = old.get("submissions", [])
+    return plan
+
+
+def _check_tasks(plan: _Plan, source: _Recipes, overrides: list[str]) -> None:
+    """Resolve each task's recipe (``overrides``, the task's own, its run folder) into ``plan`` and
+    check it as ``fit`` would, unless its run is finished; one line for each problem, naming its tasks."""
+    problems, loader = {}, cached_loader()
+    for task in plan.tasks:
+        run_dir = mf.run_path(plan.out_dir, plan.names[task.index])
         try:  # what fit would refuse, each task refuses here, before anything is written
-            resolved = load(task.arm, [hparams, *overrides, *task.overrides, f"run.dir={run_dir}"])
+            resolved = source.load(task.arm, [*overrides, *task.overrides, f"run.dir={run_dir}"])
             if not is_finished(run_dir, resolved.rounds):  # a finished task says so without importing torch
                 for warning in check_task(resolved, loader):
-                    clamped.setdefault(warning, []).append(task)
+                    plan.clamped.setdefault(warning, []).append(task)
         except UserError as exc:
             problems.setdefault(str(exc), []).append(task)
             continue
-        entries.append(mf.task_entry(out_dir, task.index, names[task.index], task.overrides, resolved))
-        texts[task.index] = (mf.recipe_text(resolved), resolved.rounds)
-        plain[task.index] = asdict(resolved)
+        plan.entries.append(mf.task_entry(plan.out_dir, task.index, plan.names[task.index], task.overrides, resolved))
+        plan.texts[task.index] = (mf.recipe_text(resolved), resolved.rounds)
+        plan.plain[task.index] = asdict(resolved)
     if problems:
         raise UserErrors([problem_line(message, failing) for message, failing in problems.items()])
-    grid_record = [{"key": a.key, "values": list(a.raw)} for a in axes]
-    manifest = mf.new_manifest(base, overrides, grid_record, seed_list, entries, version)
-    if arm_list:
-        manifest["arms"] = [arm.record() for arm in arm_list]
-    if old is not None:
-        mf.check_same_sweep(old, manifest, out_dir, plain)
-        manifest["submissions"] = old.get("submissions", [])
-    local = options.executor == "local"
+
+
+def _ready_to_write(plan: _Plan, options: SweepOptions) -> str:
+    """The last refusals before any write (no ``sbatch`` for ``--submit``, the array script's own);
+    warns once of each clamped size, naming its tasks; returns the array script's text."""
     if options.submit_now:
         require_sbatch()
-    script_text = render_array_script(out_dir, f"fedlight-{first.name}")  # its own errors come before any write
-    for warning, tasks_warned in clamped.items():  # the sweep goes ahead: each warning once, naming its tasks
+    script_text = render_array_script(plan.out_dir, plan.job_name)
+    for warning, tasks_warned in plan.clamped.items():  # the sweep goes ahead: each warning once, naming its tasks
         print(f"fedlight: warning: {problem_line(warning, tasks_warned)}", file=sys.stderr)
-    with mf.locked(out_dir):  # a second sweep into --out waits here, then sees this one's entries
-        current = mf.read_manifest(out_dir)  # another sweep may have written it since `old` was read
-        if current is not None:
-            mf.check_same_sweep(current, manifest, out_dir, plain)
-            manifest["submissions"] = current["submissions"]
-        finished = {i for i, (_, rounds) in texts.items() if is_finished(mf.run_path(out_dir, names[i]), rounds)}
-        slurm_jobs = [sub["job_id"] for sub in manifest["submissions"] if sub.get("executor") != mf.LOCAL]
-        queued = queued_tasks(slurm_jobs) if options.resubmit_failed or local else set()
-        if queued is None:
-            echo("warning: squeue cannot tell which earlier tasks are still queued; they may be run twice")
-        # a local run is over when its command returns: every unfinished task is run again (and resumed)
-        chosen = to_submit(manifest, finished, options.resubmit_failed or local, queued or set())
-        _write_files(out_dir, manifest, texts, finished, names, script_text)
-        unlinked = link_runs(out_dir, names, board_names(tasks))
-        if unlinked:
-            print(f"fedlight: warning: {unlinked}", file=sys.stderr)
-        echo(f"sweep {out_dir}: {summary(manifest, finished, chosen, 'run' if local else 'submit')}")
-        if not chosen:
-            echo(next_steps(out_dir))
-            return SweepOutcome(manifest, [])
-        command = sbatch_command(out_dir / SCRIPT, chosen, options.max_running, extra_sbatch)
-        if not local and not options.submit_now:
-            echo("submit with: " + shlex.join(command) + "   (or run it here: --executor local --parallel N)")
-            return SweepOutcome(manifest, [])
-        submission = ({"job_id": mf.LOCAL, "tasks": chosen, "executor": mf.LOCAL, "parallel": options.parallel}
-                      if local else {"job_id": submit(command), "tasks": chosen, "command": shlex.join(command)})
-        manifest["submissions"].append(submission)
-        # a failed write after sbatch: running the sweep again would submit the same tasks twice
-        then = AGAIN if local else f"wait for array job {submission['job_id']} to end (or scancel it), then {AGAIN}"
-        atomic_write_json(out_dir / mf.MANIFEST, manifest, then=then)
-    if local:  # outside the lock: another sweep may record its own runs meanwhile
-        return _run_here(out_dir, names, chosen, options.parallel, manifest, echo)
-    echo(f"submitted array job {submission['job_id']} ({len(chosen)} tasks); logs in {out_dir / 'logs'}")
-    echo(next_steps(out_dir))
-    return SweepOutcome(manifest, [])
+    return script_text
+
+
+def _choose(plan: _Plan, options: SweepOptions, echo: Callable[[str], None]) -> tuple[set[int], list[int]]:
+    """Under the sweep's lock: the tasks already finished, and those to submit or run now."""
+    local, out_dir, manifest = options.executor == "local", plan.out_dir, plan.manifest
+    current = mf.read_manifest(out_dir)  # another sweep may have written it since `old` was read
+    if current is not None:
+        mf.check_same_sweep(current, manifest, out_dir, plan.plain)
+        manifest["submissions"] = current["submissions"]
+    finished = {i for i, (_, rounds) in plan.texts.items() if is_finished(mf.run_path(out_dir, plan.names[i]), rounds)}
+    slurm_jobs = [sub["job_id"] for sub in manifest["submissions"] if sub.get("executor") != mf.LOCAL]
+    queued = queued_tasks(slurm_jobs) if options.resubmit_failed or local else set()
+    if queued is None:
+        echo("warning: squeue cannot tell which earlier tasks are still queued; they may be run twice")
+    # a local run is over when its command returns: every unfinished task is run again (and resumed)
+    return finished, to_submit(manifest, finished, options.resubmit_failed or local, queued or set())
+
+
+def _submit(plan: _Plan, chosen: list[int], options: SweepOptions, extra_sbatch: list[str],
+            echo: Callable[[str], None]) -> dict[str, Any] | None:
+    """Record the ``chosen`` tasks as a submission in the manifest: submitted to SLURM now
+    (``--submit``) or to run here (local). None where there is nothing to do or ``--submit`` was not
+    given: says what comes next (the sbatch command to give)."""
+    local = options.executor == "local"
+    if not chosen:
+        echo(next_steps(plan.out_dir))
+        return None
+    command = sbatch_command(plan.out_dir / SCRIPT, chosen, options.max_running, extra_sbatch)
+    if not local and not options.submit_now:
+        echo("submit with: " + shlex.join(command) + "   (or run it here: --executor local --parallel N)")
+        return None
+    submission = ({"job_id": mf.LOCAL, "tasks": chosen, "executor": mf.LOCAL, "parallel": options.parallel}
+                  if local else {"job_id": submit(command), "tasks": chosen, "command": shlex.join(command)})
+    plan.manifest["submissions"].append(submission)
+    # a failed write after sbatch: running the sweep again would submit the same tasks twice
+    then = AGAIN if local else f"wait for array job {submission['job_id']} to end (or scancel it), then {AGAIN}"
+    atomic_write_json(plan.out_dir / mf.MANIFEST, plan.manifest, then=then)
+    return submission
 
 
 def next_steps(out_dir: Path) -> str:
@@ -230,18 +297,22 @@ def next_steps(out_dir: Path) -> str:
             f"{shlex.join(['tensorboard', '--logdir', str(out_dir / LINKS)])}")
 
 
-def _write_files(out_dir: Path, manifest: dict[str, Any], texts: dict[int, tuple[str, int]], finished: set[int],
-                 names: dict[int, str], script_text: str) -> None:
-    """The manifest, every unfinished task's recipe (unless already as written), ``tasks.txt`` and the script."""
+def _write_files(plan: _Plan, finished: set[int], script_text: str) -> None:
+    """The manifest, every unfinished task's recipe (unless already as written), ``tasks.txt``, the
+    script and TensorBoard's links to the runs."""
+    out_dir, names = plan.out_dir, plan.names
     (out_dir / "logs").mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out_dir / mf.MANIFEST, manifest, then=AGAIN)
-    for index, (text, _) in texts.items():
+    atomic_write_json(out_dir / mf.MANIFEST, plan.manifest, then=AGAIN)
+    for index, (text, _) in plan.texts.items():
         path = mf.recipe_path(out_dir, names[index])
         if index not in finished and not (path.is_file() and path.read_text() == text):
             # whole or not at all: a task that starts meanwhile reads the old file or this one
             atomic_write_bytes(path, text.encode(), then=AGAIN)
     atomic_write_bytes(out_dir / mf.NAMES, mf.names_text(names).encode(), then=AGAIN)
     atomic_write_bytes(out_dir / SCRIPT, script_text.encode(), then=AGAIN)
+    unlinked = link_runs(out_dir, names, board_names(plan.tasks))
+    if unlinked:
+        print(f"fedlight: warning: {unlinked}", file=sys.stderr)
 
 
 def _run_here(out_dir: Path, names: dict[int, str], chosen: list[int], parallel: int, manifest: dict[str, Any],
