@@ -12,6 +12,15 @@ the median and range of the ratio within each repeat (its two sides ran back to 
 ``--profile``, torch's profile of one batched round (where its time goes).
 
     python benchmarks/batched_clients.py [--batch 4 8] [--clients 32] [--samples 32] [--repeats 7]
+
+With ``--recipe``, the same comparison on a real workload instead of the proxy: the recipe's data
+(subset and partition as ``fit`` makes them), method, model, optimizer, views and local epochs,
+the first ``--clients`` clients of its partition (``--samples`` and ``--method`` unused; key=value
+arguments anywhere are recipe overrides). The cross-device workload's round, 100 clients of 20
+Fashion-MNIST images, on 2 threads::
+
+    python benchmarks/batched_clients.py --recipe benchmarks/workloads/cross_device_fmnist.yaml \
+        --clients 100 --batch 4 20 --threads 2 --repeats 3
 """
 
 from __future__ import annotations
@@ -19,7 +28,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -33,6 +44,9 @@ from fedlight.methods.federated_module import FederatedModule, OptimizerSpec
 from fedlight.methods.simclr import SimCLR
 from fedlight.methods.supervised import Supervised
 from fedlight.models.backbones import tiny_cnn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from command_line import parse_with_overrides  # noqa: E402
 
 METHODS: dict[str, Callable[[], FederatedModule]] = {
     "simclr": lambda: SimCLR(tiny_cnn(3, 16), OptimizerSpec(), hidden_dim=64, output_dim=32),
@@ -51,6 +65,26 @@ def setup(method: str, clients: int, samples: int, batch: int) -> tuple[Federate
     parts = list(torch.arange(clients * samples).view(clients, samples))
     return module, EpochSchedule(Fabric(accelerator="cpu", devices=1), data.train_x, data.train_y, parts, views,
                                  epochs=1, batch_size=batch)
+
+
+def setup_recipe(recipe_path: str, overrides: list[str], clients: int, batch: int
+                 ) -> tuple[FederatedModule, EpochSchedule, str]:
+    """``setup`` for a real workload: the worker model, views, data and first ``clients`` clients of
+    ``recipe_path`` (with ``overrides``) as ``fit`` builds them, an epoch schedule at batch ``batch``
+    on the CPU, and the method's name."""
+    from fedlight.config import load_recipe
+    from fedlight.engine.run.assemble import build_views
+    from fedlight.engine.run.fit import build_module, prepare_data
+
+    recipe = load_recipe(recipe_path, overrides)
+    data, parts = prepare_data(recipe)
+    if len(parts) < clients:
+        raise SystemExit(f"{recipe_path} has {len(parts)} clients, fewer than --clients {clients}")
+    module = build_module(recipe, data)
+    parts = [torch.as_tensor(p) for p in parts[:clients]]
+    return module, EpochSchedule(Fabric(accelerator="cpu", devices=1), data.train_x, data.train_y, parts,
+                                 build_views(recipe, data), epochs=recipe.local.epochs, batch_size=batch), \
+        recipe.method["name"]
 
 
 def sides(module: FederatedModule, schedule: EpochSchedule, clients: int) -> dict[str, Callable[[], None]]:
@@ -76,9 +110,14 @@ def sides(module: FederatedModule, schedule: EpochSchedule, clients: int) -> dic
     return {"one by one": one_by_one, "batched": together}
 
 
-def compare(method: str, clients: int, samples: int, batch: int, repeats: int) -> None:
-    """Alternate the two sides ``repeats`` times (after one warm-up each); print ms a client."""
-    module, schedule = setup(method, clients, samples, batch)
+def compare(method: str, clients: int, samples: int, batch: int, repeats: int,
+            recipe: tuple[str, list[str]] | None = None) -> None:
+    """Alternate the two sides ``repeats`` times (after one warm-up each); print ms a client. With
+    ``recipe`` (path, overrides), on that workload's model, views and clients (``setup_recipe``)."""
+    if recipe is None:
+        module, schedule = setup(method, clients, samples, batch)
+    else:
+        module, schedule, method = setup_recipe(*recipe, clients, batch)
     runs = sides(module, schedule, clients)
     for fn in runs.values():
         fn()
@@ -91,7 +130,8 @@ def compare(method: str, clients: int, samples: int, batch: int, repeats: int) -
             times[name].append(1000 * (time.perf_counter() - started) / clients)
     alone, together = (statistics.median(times[n]) for n in runs)
     paired = sorted(a / b for a, b in zip(times["one by one"], times["batched"]))  # a repeat's two sides ran back to back
-    print(f"{method:10s} batch {batch}: {clients} clients x {schedule.planned_steps(0)} steps; ms a client (median): "
+    print(f"{method:10s} batch {batch}: {clients} clients x {schedule.planned_steps(0)} steps (client 0); "
+          f"ms a client (median): "
           f"one by one {alone:6.1f}, batched {together:6.1f}, ratio {alone / together:.2f}x; "
           f"ratio within a repeat: median {statistics.median(paired):.2f}x, range {paired[0]:.2f}-{paired[-1]:.2f}x")
 
@@ -115,10 +155,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--profile", action="store_true")
-    args = parser.parse_args()
+    parser.add_argument("--recipe", help="a real workload's recipe (module docstring) in place of the proxy")
+    args = parse_with_overrides(parser)
+    if args.profile and args.recipe:
+        parser.error("--profile runs on the proxy only")
     os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)  # as fit drops Lightning's per-step NVML probe
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} intra-op thread(s)")
+    if args.recipe:
+        for batch in args.batch:
+            compare("", args.clients, args.samples, batch, args.repeats, (args.recipe, args.overrides))
+        return
     for method in args.method:
         for batch in args.batch:
             compare(method, args.clients, args.samples, batch, args.repeats)

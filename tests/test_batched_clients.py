@@ -125,6 +125,26 @@ def test_batched_clients_equal_one_by_one(method: str, optimizer: str) -> None:
     assert [w.result.steps for w, _ in together] == [6, 4, 4, 4, 2]
 
 
+@pytest.mark.parametrize("on_device", [False, True])
+def test_views_of_many_clients_in_one_call_equal_their_views_one_by_one(on_device: bool) -> None:
+    """A batched step makes its clients' views in one call (``views_of_many``): the same draws from each
+    client's generator, which ends where ``views`` leaves it, and the same views to the bit, whatever the
+    batch sizes and per-view blur and solarise probabilities."""
+    params = ViewParams(blur_p=(1.0, 0.1), solarize_p=(0.0, 0.2))
+    views = ViewMaker(params, torch.full((3,), 0.5), torch.full((3,), 0.25), channels_last=True, on_device=on_device)
+    g = torch.Generator().manual_seed(0)
+    batches = [torch.randint(0, 256, (b, 3, 16, 16), dtype=torch.uint8, generator=g) for b in (6, 4, 6, 5)]
+    alone = [torch.Generator().manual_seed(c) for c in range(len(batches))]
+    together = [torch.Generator().manual_seed(c) for c in range(len(batches))]
+    expected = [views.views(x, 2, g) for x, g in zip(batches, alone)]
+    made = views.views_of_many(batches, 2, together)
+    for want, got in zip(expected, made):
+        assert len(got) == 2
+        for a, b in zip(want, got):
+            assert torch.equal(a, b) and a.stride() == b.stride()
+    assert all(torch.equal(a.get_state(), b.get_state()) for a, b in zip(alone, together))
+
+
 def test_a_run_with_batched_clients_equals_one_by_one(tmp_path: Path, tiny_recipe: Path) -> None:
     """Through the round loop: BYOL's targets go into the store after round 1 and come back in round 2,
     a dropped client is skipped, groups of 3 split the 4 answering clients 3 + 1; the global model,

@@ -167,23 +167,65 @@ class ViewMaker:
     def draw_on_cpu(self, shape: torch.Size, index: int, g: torch.Generator) -> ViewDraw:
         """View ``index``'s parameters for a batch of ``shape`` (B, C, H, W), drawn view by view from
         the CPU generator ``g`` (one ``torch.rand(B)`` per parameter), on the CPU."""
-        b, c, h = shape[:3]
-        blur_p = self._probability(self.params.blur_p, index)
-        solarize_p = self._probability(self.params.solarize_p, index)
-        u = {name: torch.rand(b, generator=g) for name in self._draws(c, blur_p > 0, solarize_p > 0)}
-        return self._derive(u, h, blur_p, solarize_p)
+        return self._derive(self._uniforms_on_cpu(shape, index, g), shape[2],
+                            self._probability(self.params.blur_p, index),
+                            self._probability(self.params.solarize_p, index))
+
+    def _uniforms_on_cpu(self, shape: torch.Size, index: int, g: torch.Generator) -> dict[str, torch.Tensor]:
+        """``draw_on_cpu``'s uniform draws, name -> (B,), before ``_derive`` turns them into parameters."""
+        b, c = shape[:2]
+        blur = self._probability(self.params.blur_p, index) > 0
+        solarize = self._probability(self.params.solarize_p, index) > 0
+        return {name: torch.rand(b, generator=g) for name in self._draws(c, blur, solarize)}
 
     def draw_on_device(self, shape: torch.Size, indices: Sequence[int], g: torch.Generator,
                        device: torch.device) -> ViewDraw:
         """The parameters of views ``indices`` for a batch of ``shape`` (B, C, H, W), all in one
         ``torch.rand`` call on ``device``'s generator seeded from ``g``: (views x B) rows, view by view."""
+        return self._derive(*self._uniforms_on_device(shape, indices, g, device))
+
+    def _uniforms_on_device(self, shape: torch.Size, indices: Sequence[int], g: torch.Generator, device: torch.device
+                            ) -> tuple[dict[str, torch.Tensor], int, Probability, Probability]:
+        """``draw_on_device``'s uniform draws (name -> (views x B,)), the height, and the per-row blur and
+        solarise probabilities: what ``_derive`` turns into the parameters."""
         b, c, h = shape[:3]
         blur_p = [self._probability(self.params.blur_p, i) for i in indices]
         solarize_p = [self._probability(self.params.solarize_p, i) for i in indices]
         names = self._draws(c, max(blur_p) > 0, max(solarize_p) > 0)
         rows = torch.rand(len(names), len(indices) * b, generator=self._device_generator(g, device), device=device)
-        return self._derive(dict(zip(names, rows)), h, self._per_row(blur_p, b, device),
-                            self._per_row(solarize_p, b, device))
+        return dict(zip(names, rows)), h, self._per_row(blur_p, b, device), self._per_row(solarize_p, b, device)
+
+    def views_of_many(self, xs: Sequence[torch.Tensor], n: int, gs: Sequence[torch.Generator]
+                      ) -> list[list[torch.Tensor]]:
+        """``[self.views(x, n, g) for x, g in zip(xs, gs)]``, each batch's parameters drawn from its own
+        generator exactly as ``views`` draws them, but turned into parameters and applied once for all
+        the batches (batches of different sizes allowed; one image's view reads only that image and its
+        own parameters, so the views are the same): one call per view on the CPU way, one call in all
+        on the device way, in place of one per view and batch. For several clients' steps at once."""
+        sizes = [len(x) for x in xs]
+        h = xs[0].shape[2]
+        if self.on_device:
+            drawn = [self._uniforms_on_device(x.shape, range(n), g, x.device) for x, g in zip(xs, gs)]
+            u = {name: torch.cat([d[0][name] for d in drawn]) for name in drawn[0][0]}
+            blur_p, solarize_p = ([d[k] for d in drawn] for k in (2, 3))
+            draw = self._derive(u, h, self._joined(blur_p), self._joined(solarize_p))
+            out = self._apply(torch.cat([x.float().div_(255).repeat(n, 1, 1, 1) for x in xs]), draw)
+            per = list(out.split([b for b in sizes for _ in range(n)]))
+            return [per[i * n:(i + 1) * n] for i in range(len(xs))]
+        drawn = [[self._uniforms_on_cpu(x.shape, i, g) for i in range(n)] for x, g in zip(xs, gs)]  # g's order
+        images = torch.cat(xs).float().div_(255)
+        made = []
+        for i in range(n):
+            u = {name: torch.cat([d[i][name] for d in drawn]) for name in drawn[0][i]}
+            draw = self._derive(u, h, self._probability(self.params.blur_p, i),
+                                self._probability(self.params.solarize_p, i))
+            made.append(self._apply(images, draw.to(images.device)).split(sizes))
+        return [[made[i][c] for i in range(n)] for c in range(len(xs))]
+
+    @staticmethod
+    def _joined(per_batch: list[Probability]) -> Probability:
+        """Several batches' per-row probabilities as one: the float they share, or their rows joined."""
+        return torch.cat(per_batch) if isinstance(per_batch[0], torch.Tensor) else per_batch[0]
 
     @staticmethod
     def _probability(per_view: Sequence[float], index: int) -> float:

@@ -22,7 +22,8 @@ step trains every client that has a batch:
   EMA of its target network is elementwise).
 
 What stays per client is what one by one does per client: its shuffles and views, drawn from
-its own generator in the same order (``local_loop.client_batches``), and ``on_train_start`` /
+its own generator in the same order (``local_loop.client_batches``; a step's views of all its
+clients are then made in one ``ViewMaker.views_of_many`` call, the same views), and ``on_train_start`` /
 ``on_train_end`` on the worker model holding that client's state. Clients of different sizes
 take different numbers of steps, and an epoch may end in a shorter batch: a step runs the
 clients that have a batch in groups of one batch size, and a client past its last step is
@@ -219,10 +220,10 @@ def train_clients(fabric: Fabric, module: FederatedModule, start: Callable[[int]
         for slot in (s for s in active if drawn[s] is None):  # past its last step: out before the next moves it
             finals[slot] = stack.take(slot)
         active = [s for s in active if drawn[s] is not None]
-        made = {s: (views.views(images[drawn[s]], module.num_views, plans[s].generator), labels[drawn[s]])
-                for s in active}
-        if made:
-            loss_sums += stack.step(made, step, fabric.autocast)
+        if active:  # every client's views from its own generator, made in one call (ViewMaker.views_of_many)
+            made = views.views_of_many([images[drawn[s]] for s in active], module.num_views,
+                                       [plans[s].generator for s in active])
+            loss_sums += stack.step({s: (v, labels[drawn[s]]) for s, v in zip(active, made)}, step, fabric.autocast)
         for slot in active:
             steps[slot] += 1
             step_done()
