@@ -62,10 +62,20 @@ EXAMPLES = """examples:
 
 
 def _parser() -> argparse.ArgumentParser:
+    """``fedlight``'s parser: ``--version`` and one subcommand each, built by its own function below."""
     parser = _Parser(prog="fedlight", description=DESCRIPTION, epilog=EXAMPLES,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"fedlight {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_fit_parser, _sweep_parser, _report_parser, _methods_parser, _recipes_parser, _export_parser,
+                _new_parser):
+        command = add(sub)
+        command.set_defaults(command_parser=command)  # refuses what it does not take, in its own name
+    return parser
+
+
+def _fit_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``fedlight fit``: a recipe, its overrides, and whether to resume, overwrite or only print or write it."""
     fit = sub.add_parser("fit", help="run a federated simulation from a recipe")
     fit.add_argument("--recipe", required=True,
                      help="recipe YAML file, or the name of one fedlight ships (fedlight recipes lists them)")
@@ -78,6 +88,11 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--write-recipe", metavar="FILE",
                      help="write it as a self-contained recipe file to edit and run from any folder (--overwrite "
                           "replaces one there), and stop")
+    return fit
+
+
+def _sweep_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``fedlight sweep``: recipes or arms, the grid and seeds, the folder, and how to run the tasks."""
     sweep = sub.add_parser("sweep", help="a recipe x a grid x seeds: one SLURM array job, or processes here")
     sweep.add_argument("--recipe", action="append", default=[], dest="recipes",
                        help="base recipe YAML file (or a shipped recipe's name); given several times, an arm each")
@@ -97,6 +112,11 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--executor", default="slurm", choices=("slurm", "local"),
                        help="slurm: an array job (default); local: run the tasks now, as processes on this machine")
     sweep.add_argument("--parallel", type=int, default=1, metavar="N", help="--executor local: N tasks at once")
+    return sweep
+
+
+def _report_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``fedlight report``: the runs to compare, how to group them and what to compare."""
     report = sub.add_parser("report", help="compare finished runs: report.md, .csv and .tex tables, PNG and SVG plots")
     report.add_argument("paths", nargs="+", help="run folders, or folders to search for results.json (a sweep)")
     report.add_argument("--out", default=None, help="where the report goes (default: the one folder given, else ./report)")
@@ -115,26 +135,43 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--target", action="append", default=None, metavar="METRIC=PERCENT",
                         help="runs with a virtual clock: the accuracy whose virtual hours to reach are reported and "
                              "compared (repeatable, e.g. knn_acc=45); default: the reference arm's mean final value")
+    return report
+
+
+def _methods_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``fedlight methods``: what is installed, or one name's whole description."""
     methods = sub.add_parser("methods", help="list every method, aggregator, backbone, client schedule and round "
                              "plug-in, fedlight's and those other packages add through entry points")
     methods.add_argument("name", nargs="?", metavar="NAME", help="show the whole description of this one")
-    recipes = sub.add_parser("recipes", help="list the recipes fedlight ships, each with its first comment line; "
-                             "run one from any folder with fedlight fit --recipe NAME")
+    return methods
+
+
+def _recipes_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``fedlight recipes``: the recipes fedlight ships (no options)."""
+    return sub.add_parser("recipes", help="list the recipes fedlight ships, each with its first comment line; "
+                          "run one from any folder with fedlight fit --recipe NAME")
+
+
+def _export_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``fedlight export``: a finished run's encoder, and where to write it."""
     export = sub.add_parser("export", help="write a finished run's trained encoder to one file that "
                             "fedlight.load_encoder rebuilds without the recipe")
     export.add_argument("run_dir", metavar="RUN_DIR", help="the run folder (run.dir) of a finished run")
     export.add_argument("--out", default=None, metavar="FILE", help="where to write it (default: RUN_DIR/encoder.pt)")
     export.add_argument("--overwrite", action="store_true", help="replace the file there (never a run's or a "
                         "sweep's own records)")
+    return export
+
+
+def _new_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``fedlight new``: a package's kind, its name and its folder."""
     new = sub.add_parser("new", help="write a package that adds a method, an aggregator or an attack to fedlight: "
                          "a working example, its entry point and a test (docs/new_package.md)")
     new.add_argument("kind", choices=("method", "aggregator", "attack"), help="what the package adds")
     new.add_argument("name", metavar="NAME", help="its package, module and entry-point name (a Python identifier)")
     new.add_argument("--dir", default=None, metavar="PATH", help="where to write it, a new or empty folder "
                      "(default: ./NAME)")
-    for command in (fit, sweep, report, methods, recipes, export, new):
-        command.set_defaults(command_parser=command)  # refuses what it does not take, in its own name
-    return parser
+    return new
 
 
 # options whose value may itself start with "-" (`--slurm-args "--cpus-per-task=1"`), which argparse
