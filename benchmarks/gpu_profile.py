@@ -101,7 +101,7 @@ def synthetic_cifar10(n: int, seed: int, test: int = 100) -> Any:
     Kept on the CPU as ``fedlight.data.sources`` loads every dataset; the profile moves the
     training images to the device as the engine does.
     """
-    from fedlight.data.sources import ImageData
+    from fedlight.data.image_data import ImageData
 
     g = torch.Generator().manual_seed(seed)
     images = torch.randint(0, 256, (n + test, 3, 32, 32), generator=g, dtype=torch.uint8)

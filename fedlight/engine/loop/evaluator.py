@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from lightning.fabric import Fabric
 
-from fedlight.data.sources import ImageData
+from fedlight.data.image_data import ImageData
 from fedlight.data.views import ViewMaker
 from fedlight.engine.output.progress import EvalPhases
 from fedlight.errors import UserError

@@ -25,7 +25,7 @@ import torch
 from lightning.fabric import Fabric
 
 from fedlight.atomic_files import atomic_write_json
-from fedlight.data.sources import ImageData
+from fedlight.data.image_data import ImageData
 from fedlight.engine.loop import client_store as store, preemption
 from fedlight.engine.loop.aggregation import finish, merge_workers, on_cpu, revised
 from fedlight.engine.loop.client_runner import ClientRunner

@@ -22,7 +22,7 @@ import torch
 from lightning.fabric.loggers import Logger, TensorBoardLogger
 
 from fedlight.data.partition import class_counts
-from fedlight.data.sources import ImageData
+from fedlight.data.image_data import ImageData
 from fedlight.engine.loop.comm_ledger import CommLedger, append_csv, rewrite_csv
 from fedlight.engine.loop.evaluator import METRICS
 from fedlight.engine.loop.interfaces import ACCURACY
