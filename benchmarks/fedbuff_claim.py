@@ -189,6 +189,11 @@ def pilot(folder: Path) -> float | None:
     return min_lift
 
 
+def said(raw: stats.Test | None, adjusted: str, interim: bool) -> str:
+    text = f"raw {raw.verdict if raw else adjusted}, Holm-adjusted {adjusted}"
+    return "interim: no verdict" if interim else text.replace(f"adjusted {adjusted}", f"adjusted **{adjusted}**")
+
+
 def verdict(folder: Path) -> None:
     seeds = pairs(folder, VERDICT_SEEDS)
     print(f"\n## Verdict ({folder}, seeds {VERDICT_SEEDS[0]}-{VERDICT_SEEDS[-1]}: {len(seeds)} of "
@@ -196,8 +201,10 @@ def verdict(folder: Path) -> None:
     if not seeds:
         return
     print(table(seeds) + "\n")
-    if len(seeds) < len(VERDICT_SEEDS):
-        print(f"INTERIM: {len(seeds)} of {len(VERDICT_SEEDS)} seeds; no verdict until all have run")
+    interim = len(seeds) < len(VERDICT_SEEDS)
+    if interim:
+        print(f"INTERIM: {len(seeds)} of {len(VERDICT_SEEDS)} seeds; the numbers below are no verdict until all "
+              "have run")
         if len(seeds) < stats.MIN_SEEDS:
             return
     v = verdicts(seeds, MIN_LIFT)
@@ -209,10 +216,10 @@ def verdict(folder: Path) -> None:
     s = v.sign
     print(f"A. FedBuff reaches sync's final kNN in less virtual time: FedBuff first in {s.a_first}, sync first in "
           f"{s.b_first}, tied {s.ties}; sign test p {s.p:.2g}; median T_buff / T_sync {median_ratio(seeds):.3f}; "
-          f"raw {v.a.verdict if v.a else v.adjusted[0]}, Holm-adjusted **{v.adjusted[0]}**")
+          + said(v.a, v.adjusted[0], interim))
     print(f"B. FedBuff final within +-{MARGIN:g} of sync: FedBuff - sync {v.d.mean:+.2f}, 95% [{v.d.low:+.2f}, "
           f"{v.d.high:+.2f}], 90% [{low90:+.2f}, {high90:+.2f}]; p {v.b.p if v.b else float('nan'):.2g}; "
-          f"raw {v.b.verdict if v.b else v.adjusted[1]}, Holm-adjusted **{v.adjusted[1]}**")
+          + said(v.b, v.adjusted[1], interim))
 
 
 def main() -> None:
