@@ -78,7 +78,8 @@ class InFlight(RoundPlugin):
         updates it applied and their staleness."""
         line, taus = self.schedule.timeline, self.staleness
         busy = line.busy + sum(max(0.0, line.now - trip.start) for trip in line.flying)
-        return {"virtual_seconds": line.now, "idle_share": 1 - busy / line.slot_seconds if line.slot_seconds else 0.0,
+        idle = max(0.0, 1 - busy / line.slot_seconds) if line.slot_seconds else 0.0  # no -4e-16 of rounding
+        return {"virtual_seconds": line.now, "idle_share": idle,
                 "updates_applied": len(taus), "updates_total": updates_total(history, len(taus)),
                 "staleness": list(taus),
                 "staleness_mean": sum(taus) / len(taus) if taus else None, "staleness_max": max(taus, default=None)}
