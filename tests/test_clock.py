@@ -377,3 +377,22 @@ def test_a_trace_that_ends_stops_the_run_in_one_line(tmp_path: Path, tiny_recipe
                  f"run.dir={run}", "clock.devices=fixed", "clock.availability=trace", f"clock.trace={trace}"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and "none comes online again" in err[-1]
+
+
+def test_two_ranks_see_the_same_events_as_one(tmp_path: Path, tiny_recipe: Path) -> None:
+    """The event schedule is planned from no training result: two processes deal each step's clients
+    between them and land the same updates at the same virtual seconds as one."""
+    import subprocess
+    import sys
+
+    common = ["clients.num=6", *QUICK_EVAL, *SMALL_RUN, "fabric.threads=1", "rounds=3", *ASYNC]
+    _fit(tiny_recipe, tmp_path / "one", "rounds=3", *ASYNC)
+    done = subprocess.run([sys.executable, "-m", "fedlight", "fit", "--recipe", str(tiny_recipe), *common,
+                           "fabric.devices=2", "fabric.accelerator=cpu", f"run.dir={tmp_path / 'two'}"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    events = ("clients", "staleness", "virtual_seconds", "updates_applied")
+    assert ([{k: r[k] for k in events} for r in _history(tmp_path / "two")]
+            == [{k: r[k] for k in events} for r in _history(tmp_path / "one")])
+    one, two = _global(tmp_path / "one"), _global(tmp_path / "two")
+    assert all(torch.allclose(one[k].float(), two[k].float(), atol=1e-5) for k in one)
