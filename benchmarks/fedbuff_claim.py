@@ -152,6 +152,20 @@ def mean_sd(x: np.ndarray) -> str:
     return f"{x.mean():.2f} +- {x.std(ddof=1):.2f}"
 
 
+def horizon(folder: Path, seeds: list) -> None:
+    """Rule v3's design check (lift / its sd, for >= 5) and the plateau reading (mean kNN at each evaluation,
+    last minus third-to-last) of both rows over ``seeds``."""
+    for arm in ("sync", "fedbuff"):
+        lift = np.array([getattr(s, "sync" if arm == "sync" else "buff") - s.floor for s in seeds])
+        print(f"design check, {arm}: lift / sd {lift.mean() / lift.std(ddof=1):.1f}")
+    for arm in ("sync", "fedbuff"):
+        curves = np.array([[knn for _, knn in evals(load(folder, arm, s.seed))] for s in seeds])
+        times = np.array([[t for t, _ in evals(load(folder, arm, s.seed))] for s in seeds])
+        print(f"{arm}: mean kNN at each evaluation "
+              + ", ".join(f"{k:.2f}@{t:.0f}s" for k, t in zip(curves.mean(0), times.mean(0)))
+              + f"; last minus third-to-last evaluation {curves[:, -1].mean() - curves[:, -3].mean():+.2f}")
+
+
 def pilot(folder: Path) -> float | None:
     """Print the pilot's numbers and the n they size; min_lift (None while the pilot is short)."""
     seeds = pairs(folder, PILOT_SEEDS)
@@ -162,14 +176,7 @@ def pilot(folder: Path) -> float | None:
     sync, buff, floor = (np.array([getattr(s, k) for s in seeds]) for k in ("sync", "buff", "floor"))
     print(f"floor (random-init kNN) {mean_sd(floor)}; lift: sync {mean_sd(sync - floor)}, FedBuff {mean_sd(buff - floor)}; "
           f"final: sync {mean_sd(sync)}, FedBuff {mean_sd(buff)}; FedBuff - sync {mean_sd(buff - sync)}")
-    for arm, lift in (("sync", sync - floor), ("fedbuff", buff - floor)):  # rule v3's design check: lift / sd >= 5
-        print(f"design check, {arm}: lift / sd {lift.mean() / lift.std(ddof=1):.1f}")
-    for arm in ("sync", "fedbuff"):
-        curves = np.array([[knn for _, knn in evals(load(folder, arm, s.seed))] for s in seeds])
-        times = np.array([[t for t, _ in evals(load(folder, arm, s.seed))] for s in seeds])
-        print(f"{arm}: mean kNN at each evaluation "
-              + ", ".join(f"{k:.2f}@{t:.0f}s" for k, t in zip(curves.mean(0), times.mean(0)))
-              + f"; last minus third-to-last evaluation {curves[:, -1].mean() - curves[:, -3].mean():+.2f}")
+    horizon(folder, seeds)
     first = sum(math.isfinite(s.t_buff) and s.t_buff < s.t_sync for s in seeds)
     print(f"FedBuff first in {first} of {len(seeds)}; median T_buff / T_sync {median_ratio(seeds):.3f}")
     if len(seeds) < stats.MIN_PILOT_SEEDS:
@@ -207,6 +214,7 @@ def verdict(folder: Path) -> None:
               "have run")
         if len(seeds) < stats.MIN_SEEDS:
             return
+    horizon(folder, seeds)
     v = verdicts(seeds, MIN_LIFT)
     sync, buff, floor = (np.array([getattr(s, k) for s in seeds]) for k in ("sync", "buff", "floor"))
     print(f"sync (control) {mean_sd(sync)}, floor {floor.mean():.2f}, lift >= {v.lift_low:.2f} against min_lift "
