@@ -19,6 +19,7 @@ reports the share of its own training time spent in the clock's and the asynchro
 same rounds: a ratio that the load moves far less.
 
     python benchmarks/clock_overhead.py --clients 300 --repeats 3 --json clock_overhead.json
+    python benchmarks/clock_overhead.py --profile   # cProfile of 10 whole FedBuff K=10 steps, checkpoints included
 """
 
 from __future__ import annotations
@@ -98,13 +99,37 @@ def seconds_per_client(overrides: list[str], clients: int, threads: int) -> tupl
     return spent / trained, in_clock[0] / spent
 
 
+def profile_steps(steps: int = 10, threads: int = 1) -> None:
+    """cProfile of ``steps`` whole FedBuff K=10 steps (``run_round``: training, landing, the history, the
+    checkpoint with the updates in flight), after two steps' warm-up; the top of the cumulative times."""
+    import cProfile
+    import pstats
+
+    recipe = load_recipe(REPO / "benchmarks/workloads/cross_device_fmnist.yaml",
+                         ["fabric.accelerator=cpu", f"fabric.threads={threads}", "eval.projector_samples=0",
+                          *SIDES["fedbuff K=10"]])
+    data, parts = prepare_data(recipe)
+    fed = build_federation(make_fabric(recipe), recipe, data, parts, build_module(recipe, data),
+                           registry.build_server(recipe.server, recipe.clients.num), Path(tempfile.mkdtemp()))
+    train_rounds(fed, 2)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    train_rounds(fed, steps)
+    profiler.disable()
+    pstats.Stats(profiler).sort_stats("cumulative").print_stats(20)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=300, help="clients trained per side and repeat")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--profile", action="store_true", help="profile 10 whole FedBuff K=10 steps instead")
     args = parser.parse_args()
+    if args.profile:
+        profile_steps(threads=args.threads)
+        return
     timings: dict[str, list[float]] = {side: [] for side in SIDES}
     shares: dict[str, list[float]] = {side: [] for side in SIDES}
     for repeat in range(args.repeats):
