@@ -20,6 +20,7 @@ from typing import Any, Callable
 from fedlight.clock.devices import ClockOptions, TripCost
 from fedlight.engine.loop.interfaces import Report, RoundPlugin, State
 from fedlight.engine.output.virtual_time import log_time, updates_total
+from fedlight.engine.state.client_state_files import state_bytes
 from fedlight.errors import UserError
 from fedlight.seeding import numpy_rng
 
@@ -47,8 +48,7 @@ class RoundClock(RoundPlugin):
     def on_round_start(self, round_: int, global_state: State) -> None:
         self.round_ = round_
         if self.track_bytes:
-            self.cost.down_bytes = self.cost.up_bytes = sum(v.numel() * v.element_size()
-                                                            for v in global_state.values())
+            self.cost.down_bytes = self.cost.up_bytes = state_bytes(global_state)
 
     def participants(self, sampled: list[int]) -> list[int]:
         """The round's clients: the loop's sample where every client is online and none is over-selected,
