@@ -47,6 +47,29 @@ SMALL_RUN = ["model.backbone=tiny_cnn", "data.subset=400"]
 QUICK_EVAL = ["eval.probe_epochs=1", "eval.knn_k=5", "eval.projector_samples=0"]
 
 
+KILL_AFTER_ROUND = """
+import os, signal, sys
+from fedlight.engine.loop.federation import Federation
+from fedlight.cli import main
+logged = Federation._log_and_save
+def log_and_save(self, *args, **kwargs):  # the round logged (and saved only if a checkpoint was due): kill -9
+    logged(self, *args, **kwargs)
+    if self.run_state.rounds_done == {rounds}:
+        os.kill(os.getpid(), signal.SIGKILL)
+Federation._log_and_save = log_and_save
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def fit_killed_after(rounds: int, tmp_path: Path, args: list[str]) -> None:
+    """``fedlight fit ARGS`` as its own process, killed with SIGKILL once round ``rounds`` is logged."""
+    script = tmp_path / f"kill_after_round_{rounds}.py"
+    script.write_text(KILL_AFTER_ROUND.format(rounds=rounds))
+    proc = cli_process.run_python([str(script), "fit", *args], env={**os.environ, "PYTHONPATH": str(REPO)},
+                                  timeout=600)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+
+
 @pytest.fixture
 def tiny_recipe(tmp_path: Path) -> Path:
     """A 2-client x 2-round SimCLR + FedAvg recipe on synthetic data, run folder in tmp."""

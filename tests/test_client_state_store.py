@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import cli_process
+from conftest import fit_killed_after
 from fedlight.cli import main
 from fedlight.config import load_recipe
 from fedlight.engine.loop.client_store import choose_store
@@ -143,6 +144,22 @@ def test_a_kill_9_between_the_client_files_and_the_manifest_leaves_a_resumable_r
     assert _same_states(_disk_states(run), _disk_states(straight_dir))
 
 
+def test_checkpoint_every_two_rounds_killed_between_resumes_from_the_earlier_and_ends_bit_for_bit(
+        tmp_path: Path, tiny_recipe: Path, scaffold_runs) -> None:
+    """run.checkpoint_every=2: rounds 2 and 4 are saved; a kill -9 after round 3 resumes from round 2, trains round
+    3 again (its files of the killed try are dropped) and ends where a straight run saving every round ends."""
+    args = [*SCAFFOLD, "rounds=4", "run.client_state=disk", "run.checkpoint_every=2"]
+    run = tmp_path / "killed"
+    fit_killed_after(3, tmp_path, ["--recipe", str(tiny_recipe), *args, f"run.dir={run}"])
+    assert _ckpt(run)["rounds_completed"] == 2
+    assert not (run / "checkpoints/last.pt.prev").exists()  # round 1 wrote no checkpoint: round 2's is the first
+    resumed = fit(load_recipe(tiny_recipe, [*args, f"run.dir={run}"]), resume=True)
+    straight, straight_dir = scaffold_runs[1][4]
+    _same_run(straight, resumed, straight_dir, run)
+    assert _same_states(_disk_states(run), _disk_states(straight_dir))
+    assert _ckpt(run)["rounds_completed"] == 4
+
+
 @pytest.mark.parametrize("damage", ["truncate", "flip"])
 def test_a_damaged_file_of_the_last_round_falls_back_to_the_previous_checkpoint(tmp_path: Path, scaffold_runs,
                                                                                capsys, damage: str) -> None:
@@ -220,7 +237,8 @@ def test_auto_keeps_memory_while_every_state_fits_the_cache() -> None:
 
 
 @pytest.mark.parametrize("override, key", [("run.client_state=files", "run.client_state"),
-                                           ("run.state_cache_mb=0", "run.state_cache_mb")])
+                                           ("run.state_cache_mb=0", "run.state_cache_mb"),
+                                           ("run.checkpoint_every=0", "run.checkpoint_every")])
 def test_bad_store_options_are_one_line_naming_the_key(tmp_path: Path, tiny_recipe: Path, capsys, override: str,
                                                        key: str) -> None:
     code = main(["fit", "--recipe", str(tiny_recipe), override, f"run.dir={tmp_path / 'r'}"])

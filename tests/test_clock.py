@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import QUICK_EVAL, SMALL_RUN
+from conftest import QUICK_EVAL, SMALL_RUN, fit_killed_after
 from fedlight.cli import main
 from fedlight.clock.devices import Availability, ClockOptions, OnOff, TripCost, Windows, build_devices
 from fedlight.clock.events import AsyncOptions, EventSchedule, staleness_weight
@@ -301,6 +301,20 @@ def test_fedbuff_resumed_ends_where_a_straight_run_ends_and_workers_change_no_ev
     events = ("clients", "staleness", "virtual_seconds", "updates_applied")
     assert ([{k: r[k] for k in events} for r in _history(tmp_path / "workers")]
             == [{k: r[k] for k in events} for r in _history(tmp_path / "straight")])
+
+
+def test_fedbuff_killed_between_two_checkpoints_resumes_from_the_earlier_and_ends_bit_for_bit(
+        tmp_path: Path, tiny_recipe: Path) -> None:
+    """run.checkpoint_every=2: a kill -9 after step 3 resumes from step 2's checkpoint (its updates in flight, the
+    event schedule and the clock) and ends where a straight run saving every step ends."""
+    _fit(tiny_recipe, tmp_path / "straight", "rounds=4", *ASYNC)
+    run = tmp_path / "killed"
+    fit_killed_after(3, tmp_path, ["--recipe", str(tiny_recipe), "clients.num=6", *QUICK_EVAL, *SMALL_RUN,
+                                   "fabric.threads=1", "rounds=4", *ASYNC, "run.checkpoint_every=2", f"run.dir={run}"])
+    assert torch.load(run / "checkpoints/last.pt", weights_only=True)["rounds_completed"] == 2
+    _fit(tiny_recipe, run, "rounds=4", *ASYNC, "run.checkpoint_every=2", resume=True)
+    assert _same_model(tmp_path / "straight", run)
+    assert _history(tmp_path / "straight") == _history(run)
 
 
 @pytest.mark.parametrize("overrides, says", [

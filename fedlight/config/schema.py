@@ -282,6 +282,10 @@ class RunConfig:
     # a payloads-contract server (median, Krum, ...) holds every payload of a round on each rank's CPU:
     # a round whose clients x payload size is over this many MiB is refused before any training
     payload_budget_mb: int = check(positive, 2048)
+    # write the checkpoint every N rounds (an asynchronous run: server steps); the last round, a stop (SIGTERM,
+    # SIGUSR1, Ctrl-C) and a failed evaluation always write one. A kill between two resumes from the earlier
+    # and trains the rounds after it again, ending bit for bit where a straight run ends (docs/run-folder.md)
+    checkpoint_every: int = check(positive, 1)
 
 
 @dataclass

@@ -110,5 +110,5 @@ def open_store(options: RoundOptions, checkpoint: Path, fabric: Fabric) -> Clien
     rank, world, folder = fabric.global_rank, fabric.world_size, checkpoint.parent / files.FOLDER
     owns = lambda client: owner(client, world) == rank  # noqa: E731
     if options.client_state == "disk":
-        return DiskClientStateStore(folder, options.state_cache_mb, owns)
+        return DiskClientStateStore(folder, options.state_cache_mb, owns, options.checkpoint_every)
     return ClientStateStore(folder, owns)

@@ -126,7 +126,7 @@ class Federation:
         row = state.history[-1]
         round_ = state.rounds_done - 1
         metrics, uploads, failure, seconds = self._evaluate_if_due(round_, bars)
-        self._stop_if_asked(failure, bars)
+        self._stop_if_asked(failure, False, bars)
         state.ledger.rows.extend(uploads)
         row.update(metrics, eval_seconds=row["eval_seconds"] + seconds,
                    **{k: row[k] + n for k, n in state.ledger.totals(round_, uploads).items()})
@@ -155,10 +155,11 @@ class Federation:
         metrics, uploads, failure, eval_seconds = self._evaluate_if_due(round_, bars)
         # 9. The round's history row: the loop's columns, the parts' and the server's own.
         row = self._record(round_, reports, metrics, ledger_rows, uploads, started, eval_seconds)
-        # 10. The loggers, then the checkpoint, results.json and the progress bar.
-        self._log_and_save(row, ledger_rows + uploads, reports, bars)
+        # 10. The loggers, then the checkpoint (when due, or the run stops), results.json and the progress bar.
+        preempted = self._preemption_requested()
+        self._log_and_save(row, ledger_rows + uploads, reports, bars, self._checkpoint_due(failure, preempted))
         # 11. Stop if the evaluation failed or the run is asked to stop (its checkpoint is saved).
-        self._stop_if_asked(failure, bars)
+        self._stop_if_asked(failure, preempted, bars)
 
     def _start_round(self, round_: int) -> None:
         """Step 1: a worker model whose shared / private split changes between rounds is asked first
@@ -226,7 +227,7 @@ class Federation:
         reports = sorted((rep for part in gather(self.fabric, reports) for rep in part), key=lambda x: x["client"])
         acc = revised(self.fabric, self.aggregator, self.faults, round_, state.global_state, acc, reports)
         if reports:  # none: no client sampled, or none due to train (a one-off local budget already spent)
-            self.faults.check(round_, reports, state.rounds_done)
+            self.faults.check(round_, reports, self.checkpoint.rounds_saved)
         return acc, reports
 
     def _aggregate(self, round_: int, acc: Any, reports: list[Report]) -> None:
@@ -290,10 +291,22 @@ class Federation:
         return state.add_round(round_, reports, metrics, ledger_rows + uploads, self._lr(round_), timing, self.hooks,
                                self.aggregator.metrics(round_ + 1))
 
+    def _checkpoint_due(self, failure: Exception | None, preempted: bool) -> bool:
+        """Whether this round writes the checkpoint: every ``run.checkpoint_every`` rounds, the last round,
+        and a round the run stops after (a failed evaluation, a preemption), so a stop always resumes from
+        where it stopped. A kill between two checkpoints resumes from the earlier one and trains the rounds
+        after it again, bit for bit as a straight run: every draw is keyed by (seed, round, client)."""
+        done, options = self.run_state.rounds_done, self.options
+        return done % options.checkpoint_every == 0 or done == options.rounds or failure is not None or preempted
+
+    def _preemption_requested(self) -> bool:
+        """Whether the run is asked to stop (SIGUSR1 / SIGTERM / Ctrl-C on any rank) before its last round."""
+        return self.run_state.rounds_done < self.options.rounds and preemption.requested(self.fabric)
+
     def _log_and_save(self, row: dict[str, Any], ledger_rows: list[list], reports: list[Report],
-                      bars: RoundBars) -> None:
-        """Step 10: on rank 0 the loggers (``RunLog.round``), then the checkpoint (every rank: a collective),
-        results.json without final metrics (the run goes on) and the progress bar's line.
+                      bars: RoundBars, save: bool = True) -> None:
+        """Step 10: on rank 0 the loggers (``RunLog.round``), then, when ``save``, the checkpoint (every rank: a
+        collective), results.json without final metrics (the run goes on) and the progress bar's line.
 
         The loggers come first: a kill between the two leaves a round logged and not in the checkpoint, which
         the resume drops from TensorBoard, the CSV and MLflow and logs again (the same numbers: a resume is
@@ -306,7 +319,8 @@ class Federation:
         except Exception:
             self._save(state)
             raise
-        self._save(state)
+        if save:
+            self._save(state)
         if self.rank == 0:
             results = state.results(self.options.record, self.wall, None, self.evaluator.inputs())
             atomic_write_json(self.run_dir / RESULTS, results)
@@ -317,15 +331,14 @@ class Federation:
         self.wall = state.wall_before + time.perf_counter() - self.started
         self.checkpoint.save(state, self.wall)
 
-    def _stop_if_asked(self, failure: Exception | None, bars: RoundBars) -> None:
-        """Step 11: the one line of a failed evaluation, or a preemption (SIGUSR1/SIGTERM) before the last
-        round: this round's checkpoint is where ``--resume`` starts."""
-        state = self.run_state
+    def _stop_if_asked(self, failure: Exception | None, preempted: bool, bars: RoundBars) -> None:
+        """Step 11: the one line of a failed evaluation, or a preemption (SIGUSR1/SIGTERM, ``preempted``)
+        before the last round: this round's checkpoint is where ``--resume`` starts."""
         if failure is not None:
             bars.close()
             self.log.finish("failed")
-            raise evaluation_failed(failure, self.checkpoint.path, state.rounds_done) from failure
-        if state.rounds_done < self.options.rounds and preemption.requested(self.fabric):
+            raise evaluation_failed(failure, self.checkpoint.path, self.run_state.rounds_done) from failure
+        if preempted:
             raise self._preempted()
 
     def _preempted(self, clients_done: int = 0) -> preemption.Preempted:

@@ -26,6 +26,7 @@ class RoundOptions:
         loggers: where the scalars and hparams go (``fedlight.engine.output.loggers``).
         client_state: the client-state store, ``memory`` or ``disk`` (``store.choose_store``).
         state_cache_mb: the disk store's cache bound in MiB.
+        checkpoint_every: write the checkpoint every N rounds (and after the last, and before any stop).
         record: the resolved recipe as a plain mapping, written to results.json and TensorBoard
             as it is; the loop never reads it.
     """
@@ -44,6 +45,7 @@ class RoundOptions:
     loggers: tuple[str, ...] = ("tensorboard",)
     client_state: Literal["memory", "disk"] = "memory"
     state_cache_mb: int = 256
+    checkpoint_every: int = 1
     record: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -41,11 +41,13 @@ class RunCheckpoint:
                  parts: list[RoundPlugin], run_dir: Path) -> None:
         self.fabric, self.module, self.aggregator, self.clients = fabric, module, aggregator, clients
         self.parts, self.run_dir, self.path = parts, run_dir, run_dir / CHECKPOINT
+        self.rounds_saved = 0  # the rounds the newest checkpoint holds (``run.checkpoint_every`` may skip some)
 
     def save(self, state: RunState, wall: float, partial: dict[str, Any] | None = None) -> None:
         """Write the run as ``state`` has it after ``wall`` seconds (a collective: call on every rank);
         ``partial``: the accumulator and reports of a round a preemption stopped between clients."""
         clients, files = self.clients.store.commit(self.fabric, state.rounds_done)  # a collective
+        self.rounds_saved = state.rounds_done
         if self.fabric.global_rank != 0:
             return
         parts = {k: v for part in self.parts for k, v in part.state_dict().items()} | files
@@ -64,6 +66,7 @@ class RunCheckpoint:
         ckpt = load_checkpoint(self.path, check=lambda ckpt: resumable.problem(
             ckpt, self.module.state_dict(), num_clients, private_prefixes), needs=self.clients.store.damaged)
         state = RunState.from_checkpoint(ckpt, self.fabric.to_device, rounds, self.run_dir)
+        self.rounds_saved = state.rounds_done
         self.module.load_partial(state.global_state)
         self.aggregator.load_state_dict(ckpt["server"])
         self.clients.store.restore(self.fabric, ckpt)

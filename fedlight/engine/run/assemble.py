@@ -96,7 +96,8 @@ def part_options(recipe: Recipe, aggregator: Aggregator) -> PartOptions:
                           workers=recipe.fabric.workers, batched_clients=l.batched_clients,
                           projector_samples=recipe.eval.projector_samples,
                           loggers=tuple(recipe.loggers),
-                          state_cache_mb=recipe.run.state_cache_mb, record=asdict(recipe))
+                          state_cache_mb=recipe.run.state_cache_mb, checkpoint_every=recipe.run.checkpoint_every,
+                          record=asdict(recipe))
     policy, exchange, stream = recipe.exchange.policy, None, None
     if policy != "none" and name != "exchange":
         needs = ("needs local.iterations (CF-CL's Ta, e.g. 50); set it" if l.iterations is None

@@ -36,14 +36,17 @@ class DiskClientStateStore:
         folder: ``checkpoints/clients`` of the run folder.
         cache_mb: the cache's bound in MiB (``run.state_cache_mb``).
         owns: whether this rank keeps a client (it only ever reads and writes those).
+        checkpoint_every: ``run.checkpoint_every``, the most rounds between two checkpoints. Between them a
+            client's file is rewritten under one version (the round after the last checkpoint), so only the
+            newest state of each client is on disk when the next checkpoint records it.
 
     Attributes:
         written_bytes, written_seconds: bytes of client state files written so far, and the
             seconds spent writing them (benchmarks/state_scale.py reads both).
     """
 
-    def __init__(self, folder: Path, cache_mb: int, owns: Callable[[int], bool]) -> None:
-        self.folder, self.owns, self.capacity = folder, owns, cache_mb * MIB
+    def __init__(self, folder: Path, cache_mb: int, owns: Callable[[int], bool], checkpoint_every: int = 1) -> None:
+        self.folder, self.owns, self.capacity, self.every = folder, owns, cache_mb * MIB, checkpoint_every
         self.files = files.StateFiles(folder, owns)
         self._cache: OrderedDict[int, State] = OrderedDict()
         self._cached_bytes = 0
@@ -108,8 +111,8 @@ class DiskClientStateStore:
         for ``last.pt``."""
         files.sync_folder(self.folder)
         self._record.update(gather_dicts(fabric, self._changed))
-        if self._committed is not None:  # last.pt holds that round; last.pt.prev at most one round earlier
-            self.files.prune(self._committed - 1)
+        if self._committed is not None:  # last.pt holds that round; last.pt.prev at most ``every`` rounds earlier
+            self.files.prune(self._committed - self.every)
         self._committed, self._version, self._changed = rounds_done, rounds_done + 1, {}
         return {}, {files.MANIFEST: dict(self._record)}
 
