@@ -25,8 +25,9 @@ from fedlight.engine.loop import preemption
 from fedlight.engine.output.console import say
 from fedlight.engine.run import launch, rendezvous
 from fedlight.engine.run.assemble import build_federation
+from fedlight.engine.run.folder_contents import finished_results
 from fedlight.engine.run.recipe_checks import check_data, check_module, check_recipe, check_round_payloads
-from fedlight.engine.run.run_folder import RunFolder, claim_run_dir, finished_results
+from fedlight.engine.run.run_folder import RunFolder, claim_run_dir
 from fedlight.engine.run.same_experiment import RESOLVED
 from fedlight.engine.state.checkpoint import verified
 from fedlight.engine.state.run_files import CHECKPOINT, RECIPE, write_yaml
