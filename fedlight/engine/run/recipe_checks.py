@@ -49,7 +49,7 @@ def check_recipe(recipe: Recipe) -> Aggregator:
     check_name("model.backbone", recipe.model.backbone, registry.BACKBONES)
     probe = registry.check_method_state(recipe.method, recipe.model.backbone)
     registry.check_plugins(recipe.plugins)
-    options = part_options(recipe, server)  # each part checks its own options; assemble, that they go together
+    options = part_options(recipe, server)  # each part checks its own options; part_options, that they go together
     if probe is not None:
         check_method_for_parts(probe, options)
     f = recipe.faults

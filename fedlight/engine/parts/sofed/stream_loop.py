@@ -15,8 +15,8 @@ from typing import Literal
 import torch
 from lightning.fabric import Fabric
 
-from fedlight.engine.parts.sofed.buffer import (ReplayBuffer, UpdateStats, fifo, importance, kcenter, random_replacement,
-                                               reservoir)
+from fedlight.engine.parts.sofed.buffer import (ReplayBuffer, UpdateStats, fifo, importance, kcenter,
+                                               random_replacement, reservoir)
 from fedlight.data.views import ViewMaker
 from fedlight.engine.loop.local_loop import LocalResult, training_step
 from fedlight.engine.parts.sofed.importance_score import ScoreHead, importance_scorer
