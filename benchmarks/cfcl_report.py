@@ -22,9 +22,9 @@ import numpy as np
 import torch
 
 from fedlight.config import load_recipe
+from fedlight.engine.parts.cfcl.delay import period_delay
 from fedlight.engine.parts.cfcl.exchange_schedule import EXCHANGE
 from fedlight.engine.run.fit import fit, prepare_data
-from fedlight.exchange.delay import period_delay
 
 
 def run(recipe: Path, policy: str, seed: int, out: Path, overrides: list[str]) -> dict:

@@ -36,8 +36,9 @@ from flwr.simulation import run_simulation
 from fedlight.config import load_recipe
 from fedlight.engine.loop.evaluator import Evaluator
 from fedlight.engine.loop.sampling import clients_per_round
-from fedlight.engine.run.assemble import build_views, eval_options
+from fedlight.engine.run.assemble import build_views
 from fedlight.engine.run.fit import build_module, make_fabric, prepare_data
+from fedlight.engine.run.part_options import eval_options
 from plain_loop import local_train, shared_state
 
 RECIPE_ENV = "FEDLIGHT_FLOWER_RECIPE"  # the recipe's path reaches the Ray workers through their environment

@@ -35,8 +35,9 @@ import torch
 from fedlight import registry
 from fedlight.config import load_recipe
 from fedlight.engine.loop.evaluator import Evaluator
-from fedlight.engine.run.assemble import build_federation, build_views, eval_options
+from fedlight.engine.run.assemble import build_federation, build_views
 from fedlight.engine.run.fit import build_module, make_fabric, prepare_data
+from fedlight.engine.run.part_options import eval_options
 
 from round_training import train_rounds
 

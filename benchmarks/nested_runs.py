@@ -1,6 +1,6 @@
 """How long ``fit --overwrite`` takes to look for another run below the run folder it would replace.
 
-The check (``run_folder._more_than_a_run``, which ``check_run_dir`` and the claim ask) walks every
+The check (``folder_contents.more_than_a_run``, which ``check_run_dir`` and the claim ask) walks every
 folder below, depth first, and stops at the first run or sweep it finds. Three folders, each holding
 ``--runs`` runs' worth of folders (a ``results.json``, a ``recipe.yaml`` and ``checkpoints/last.pt``,
 all empty: the check reads names, never contents):

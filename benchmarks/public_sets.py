@@ -28,7 +28,7 @@ from scipy import stats
 
 from fedlight.config import load_recipe
 from fedlight.engine.run.fit import prepare_data
-from fedlight.server.esd import esd_steps_per_epoch
+from fedlight.server.flesd import esd_steps_per_epoch
 
 
 def seed_range(text: str) -> list[int]:

@@ -221,5 +221,5 @@ def test_the_recipe_stops_at_the_run_room() -> None:
         return name == "fedlight.config" or name.startswith(("fedlight.config.schema", "fedlight.config.loader"))
 
     below = [f"engine/{room}" for room in MAY_IMPORT if room != "run"]
-    for folder in (*below, "server", "methods", "attacks", "eval", "exchange", "coreset", "data", "models"):
+    for folder in (*below, "server", "methods", "attacks", "eval", "data", "models"):
         assert [f"{f}: {n}" for f, names in _imports(folder).items() for n in names if recipe(n)] == [], folder

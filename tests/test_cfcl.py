@@ -18,17 +18,17 @@ from fedlight.cli import main
 from fedlight.config import load_recipe
 from fedlight.data.image_data import ImageData
 from fedlight.data.partition import class_counts
+from fedlight.engine.parts.cfcl.delay import period_delay
+from fedlight.engine.parts.cfcl.exchange import Exchange
 from fedlight.engine.parts.cfcl.exchange_schedule import EXCHANGE, ExchangeOptions, ExchangeSchedule
+from fedlight.engine.parts.cfcl.graph import complete, is_connected, random_geometric_graph, ring
 from fedlight.engine.parts.cfcl.iteration_loop import train_client_iterations
+from fedlight.engine.parts.cfcl.pull import (macro_probabilities, micro_probabilities, pull_probabilities,
+                                             sample_pull, selection_temperature)
+from fedlight.engine.parts.cfcl.push import reserve_points
 from fedlight.engine.run import fit as fit_module
 from fedlight.engine.run.fit import fit
 from fedlight.errors import UserError
-from fedlight.exchange.delay import period_delay
-from fedlight.exchange.exchange import Exchange
-from fedlight.exchange.graph import complete, is_connected, random_geometric_graph, ring
-from fedlight.exchange.pull import (macro_probabilities, micro_probabilities, pull_probabilities, sample_pull,
-                                    selection_temperature)
-from fedlight.exchange.push import reserve_points
 from fedlight.methods.federated_module import OptimizerSpec
 from fedlight.methods.supervised import Supervised
 from fedlight.methods.triplet import Triplet, expected_triplet_loss, triplet_loss

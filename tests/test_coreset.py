@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from fedlight.coreset.buffer import ReplayBuffer, fifo, importance, kcenter, random_replacement, reservoir
+from fedlight.engine.parts.sofed.buffer import ReplayBuffer, fifo, importance, kcenter, random_replacement, reservoir
 
 
 def _batches(n_batches: int, size: int):

@@ -25,8 +25,8 @@ from fedlight.engine.run.fit import build_module, fit, prepare_data
 from fedlight.errors import UserError
 from fedlight.methods.federated_module import OptimizerSpec
 from fedlight.seeding import derive_seed
-from fedlight.server.esd import KeyQueue, distillation_loss, esd_steps_per_epoch, target_distribution
-from fedlight.server.flesd import FLESD
+from fedlight.engine.parts.flesd.esd import KeyQueue, distillation_loss, target_distribution
+from fedlight.server.flesd import FLESD, esd_steps_per_epoch
 from fedlight.server.similarity import decode, encode, ensemble_term, payload_kind
 
 

@@ -18,7 +18,7 @@ from fedlight.engine.parts.cfcl.exchange_schedule import ExchangeOptions
 from fedlight.engine.parts.lg_fedavg.new_device import NewDeviceOptions
 from fedlight.engine.parts.sofed.stream_loop import BufferOptions
 from fedlight.engine.parts.sofed.stream_schedule import StreamOptions
-from fedlight.engine.run.assemble import part_options
+from fedlight.engine.run.part_options import part_options
 from fedlight.errors import UserError
 
 

@@ -93,7 +93,8 @@ class StreamConfig:
 
 @dataclass
 class BufferConfig:
-    """The on-device replay buffer of streaming clients (SOFed); ``policy``: see fedlight.coreset.buffer.
+    """The on-device replay buffer of streaming clients (SOFed); ``policy``: see
+    ``fedlight.engine.parts.sofed.buffer``.
 
     ``reservoir`` keeps a uniform sample of the whole stream so far; ``random`` is the paper's
     Random Replacement, a uniform N of buffer + arriving batch at each batch.

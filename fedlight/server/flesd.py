@@ -15,11 +15,35 @@ import torch
 from fedlight.config.checks import at_least, non_negative, percent, positive, probability
 from fedlight.errors import UserError
 from fedlight.server.aggregator import Aggregator, State
-from fedlight.server.esd import esd_steps_per_epoch
 from fedlight.server.similarity import decode, encode, ensemble_term, payload_kind
 
 COUNT_KEY = "__count__"
 ENSEMBLE_KEY = "ensemble"
+
+
+def usable_batch(rows: int, world: int = 1) -> bool:
+    """Whether an ESD batch of ``rows`` public images is stepped on: every one of ``world`` ranks
+    gets at least two of its rows, as BatchNorm needs in training mode (one rank: a trailing
+    batch of one image is skipped, as local training skips it, ``engine/loop/local_loop.py``)."""
+    return rows >= 2 * world
+
+
+def esd_steps_per_epoch(n: int, batch_size: int, queue_size: int, world: int = 1) -> int:
+    """Optimizer steps one ESD epoch over ``n`` public images takes (FLESD sec. 4.3, Algorithm 1).
+
+    An epoch walks ``ceil(n / batch_size)`` batches; a batch that fails ``usable_batch`` is
+    skipped, and the first ``queue_size // batch_size`` batches only fill the key queue (the
+    queue restarts every epoch), so they take no step either.
+
+    Args:
+        n: public images N.
+        batch_size: ESD batch B.
+        queue_size: anchor queue length Q.
+        world: processes the batch's rows are split over.
+    """
+    full = n // batch_size if usable_batch(batch_size, world) else 0
+    tail = 1 if usable_batch(n % batch_size, world) else 0
+    return max(0, full + tail - queue_size // batch_size)
 
 
 class FLESD(Aggregator):

@@ -29,7 +29,7 @@ from typing import Callable, IO
 
 import fedlight
 from fedlight.cpus import QUIET, usable_cpus
-from fedlight.engine.run.run_folder import has_checkpoint
+from fedlight.engine.run.folder_contents import has_checkpoint
 from fedlight.engine.state.run_files import RESULTS
 
 POLL_SECONDS = 0.2

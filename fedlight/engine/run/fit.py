@@ -13,31 +13,26 @@ import torch
 from lightning.fabric import Fabric
 
 from fedlight import registry
-from fedlight.catalog import NO_ATTACK, check_name
+from fedlight.catalog import NO_ATTACK
 from fedlight.config.schema import Recipe
 from fedlight.cpus import busy_machine, default_threads
 from fedlight.data.image_data import ImageData
 from fedlight.data.locate import data_on_disk
 from fedlight.data.partition import partition
 from fedlight.data.public_set import balanced_outside_subset
-from fedlight.data.rotated import check_device_fits
 from fedlight.data.sources import empty_of_shape, load_dataset, take_subset
 from fedlight.engine.loop import preemption
-from fedlight.engine.loop.aggregation import check_payload_budget
-from fedlight.engine.loop.batched_clients import batch_refusal, refused
-from fedlight.engine.loop.sampling import clients_per_round
 from fedlight.engine.output.console import say
 from fedlight.engine.run import launch, rendezvous
-from fedlight.engine.run.assemble import build_federation, check_compile, check_method_for_parts, part_options
-from fedlight.engine.run.privacy_checks import check_privacy
-from fedlight.engine.run.run_folder import RunFolder, claim_run_dir, finished_results
+from fedlight.engine.run.assemble import build_federation
+from fedlight.engine.run.folder_contents import finished_results
+from fedlight.engine.run.recipe_checks import check_data, check_module, check_recipe, check_round_payloads
+from fedlight.engine.run.run_folder import RunFolder, claim_run_dir
 from fedlight.engine.run.same_experiment import RESOLVED
 from fedlight.engine.state.checkpoint import verified
 from fedlight.engine.state.run_files import CHECKPOINT, RECIPE, write_yaml
 from fedlight.errors import UserError, warnings_if_it_works
-from fedlight.eval.probes import labelled_count
 from fedlight.methods.federated_module import FederatedModule, OptimizerSpec
-from fedlight.optional import require_loggers
 from fedlight.seeding import derive_seed, numpy_rng
 from fedlight.server.aggregator import Aggregator
 
@@ -123,93 +118,12 @@ def fit(recipe: Recipe, resume: bool = False, overwrite: bool = False) -> dict[s
             raise
 
 
-def check_recipe(recipe: Recipe) -> Aggregator:
-    """What a recipe can get wrong before any data is read (``fit`` and ``fedlight sweep`` both ask);
-    returns the run's aggregator."""
-    if "aggregate_every" in recipe.server:  # CF-CL's Ta moved from the server to the client schedule
-        raise UserError("server.aggregate_every is now local.iterations (SGD iterations a round, CF-CL's Ta); "
-                        f"set local.iterations={recipe.server['aggregate_every']} and drop server.aggregate_every")
-    server = registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client,
-                               recipe.seed)
-    check_public_balanced(recipe, server)
-    require_loggers(recipe.loggers)
-    check_name("model.backbone", recipe.model.backbone, registry.BACKBONES)
-    probe = registry.check_method_state(recipe.method, recipe.model.backbone)
-    registry.check_plugins(recipe.plugins)
-    options = part_options(recipe, server)  # each part checks its own options; assemble, that they go together
-    if probe is not None:
-        check_method_for_parts(probe, options)
-    f = recipe.faults
-    attack = registry.build_attack(f.attack, f.attack_options, f.attack_scale)  # its options, before any data
-    options.faults.check_attackers(attackable_clients(recipe, server), attack)
-    per_round, trainable = round_size(recipe, server), trainable_clients(recipe)
-    with registry.SERVERS.building(recipe.server["name"], "server.name"):  # a plug-in's check that raises: one line
-        server.check_clients(per_round, trainable)  # e.g. Krum's f; DP-FedAvg's sampling rate
-    check_privacy(recipe, server, attack, per_round, trainable)
-    return server
-
-
-def check_public_balanced(recipe: Recipe, server: Aggregator) -> None:
-    """``partition.public_balanced`` replaces a public client's images by images outside ``data.subset``
-    for a server that uses a public set; raises a one-line UserError where one of them is missing."""
-    if not recipe.partition.public_balanced:
-        return
-    fix = "or set partition.public_balanced=false"
-    if recipe.partition.public_client is None:
-        raise UserError(f"partition.public_balanced replaces the public client's images, but partition.public_client "
-                        f"is unset; set it (e.g. 0) {fix}")
-    if not server.uses_public_set:
-        raise UserError(f"partition.public_balanced makes a public set that server.name={recipe.server['name']} does "
-                        f"not use; choose a server with one (flesd) {fix}")
-    if recipe.data.subset is None:
-        raise UserError("partition.public_balanced draws the public set from the training images outside "
-                        f"data.subset, which is unset; set data.subset below the dataset's size {fix}")
-
-
-def trainable_clients(recipe: Recipe) -> int:
-    """The clients that can train: all but the public client."""
-    return recipe.clients.num - (recipe.partition.public_client is not None)
-
-
-def attackable_clients(recipe: Recipe, server: Aggregator) -> int:
-    """The clients the attackers are drawn from, as ``assemble`` lists them: the trainable ones, the
-    new device included (one when the server pools them)."""
-    return 1 if server.pools_clients else trainable_clients(recipe) + (recipe.new_device.rotation is not None)
-
-
-def attack_class(recipe: Recipe) -> type | None:
-    """The class ``faults.attack`` names (None for ``none``)."""
-    return None if recipe.faults.attack == NO_ATTACK else registry.ATTACKS[recipe.faults.attack]
-
-
-def check_label_attack(recipe: Recipe, module: FederatedModule) -> None:
-    """Refuse label poisoning on a method that never reads a label: its attackers would train as the others."""
-    attack = attack_class(recipe)
-    if attack is not None and attack.poisons_labels and not module.uses_labels:
-        raise UserError(f"faults.attack={recipe.faults.attack} poisons the attackers' labels, which "
-                        f"method.name={recipe.method['name']} never reads (it learns without labels); use an attack "
-                        "on updates (e.g. faults.attack=sign_flip, alie or ipm), or a method that reads labels "
-                        "(e.g. method.name=supervised)")
-
-
-def check_batched_method(recipe: Recipe, module: FederatedModule) -> None:
-    """Refuse ``local.batched_clients`` for a method whose step cannot train several clients at once."""
-    size = recipe.local.batched_clients
-    refusal = None if size is None else batch_refusal(module)
-    if refusal:
-        raise refused(size, f"method.name={recipe.method['name']}", refusal)
-
-
-def round_size(recipe: Recipe, server: Aggregator) -> int:
-    """The clients a round samples (one when the server pools them; on average under Poisson sampling)."""
-    return 1 if server.pools_clients else clients_per_round(trainable_clients(recipe), recipe.clients.fraction)
-
-
 def prepare(recipe: Recipe, load: Callable[..., ImageData] = load_dataset
             ) -> tuple[Aggregator, ImageData, list, FederatedModule, list[str]]:
-    """Everything ``fit`` refuses before it touches the run folder, and what it builds on the way:
-    the aggregator, the data and its partition, the method's model, and the warnings for sizes the
-    engine clamps (``check_sizes``: said once the run goes ahead, never before a refusal).
+    """Everything ``fit`` refuses before it touches the run folder (``recipe_checks``, stage by stage),
+    and what it builds on the way: the aggregator, the data and its partition, the method's model, and
+    the warnings for sizes the engine clamps (``check_sizes``: said once the run goes ahead, never
+    before a refusal).
 
     Raises:
         UserError: the recipe (``check_recipe``), the data or its partition, the data against the
@@ -221,51 +135,11 @@ def prepare(recipe: Recipe, load: Callable[..., ImageData] = load_dataset
     """
     server = check_recipe(recipe)
     data, parts = prepare_data(recipe, load)
-    if getattr(registry.METHODS[recipe.method["name"]], "uses_protected", False) and data.train_a is None:
-        raise UserError(f"method.name={recipe.method['name']} needs a dataset with a protected attribute; "
-                        f"data.name={recipe.data.name} has none (use data.name=diabetes)")
-    if server.uses_public_set:  # e.g. FLESD's queue against its public set: needs the partition, not the run
-        f = recipe.fabric
-        server.check_public_set(len(parts[recipe.partition.public_client]), f.devices * f.num_nodes)
-    if recipe.new_device.rotation is not None:  # its sizes against the splits, before the run folder
-        check_device_fits(data, recipe.new_device.train, recipe.new_device.test)
-    clamped = check_sizes(recipe, data, parts)
+    clamped = check_data(recipe, server, data, parts)
     module = build_module(recipe, data)
-    check_label_attack(recipe, module)
-    check_compile(recipe, module)
-    check_batched_method(recipe, module)
-    most = trainable_clients(recipe) if recipe.clients.sampling == "poisson" else round_size(recipe, server)
-    attack = attack_class(recipe)
-    check_payload_budget(server, module.payload(), most, recipe.run.payload_budget_mb, recipe.server["name"],
-                         recipe.faults.attack if attack is not None and attack.needs_benign else None)
+    check_module(recipe, module)
+    check_round_payloads(recipe, server, module)
     return server, data, parts, module, clamped
-
-
-def check_sizes(recipe: Recipe, data: ImageData, parts: list) -> list[str]:
-    """Sizes against the data: a test split smaller than the classes is refused (its accuracy measures
-    nothing); a size above what it counts is clamped by the engine, which one warning line says.
-
-    Returns:
-        the warning for each clamped size, for the caller to say once the run goes ahead.
-
-    Raises:
-        UserError: ``data.test_subset`` below the number of classes.
-    """
-    d, l, e = recipe.data, recipe.local, recipe.eval
-    if d.test_subset is not None and d.test_subset < data.num_classes:
-        raise UserError(f"recipe key 'data.test_subset' is {d.test_subset}, fewer test images than the "
-                        f"{data.num_classes} classes: an accuracy over them measures nothing; "
-                        f"raise it to at least {data.num_classes} or drop it")
-    clamped = []
-    largest = max(len(part) for part in parts)
-    if l.batch_size > largest:
-        clamped.append(f"local.batch_size={l.batch_size} is above every client's samples (the most: {largest}); "
-              f"a local step takes a client's whole data, as local.batch_size={largest} would")
-    labelled = labelled_count(data.train_y.numpy(), e.label_fraction)
-    if e.knn_k > labelled:
-        clamped.append(f"eval.knn_k={e.knn_k} is above the {labelled} labelled training samples "
-                       f"(eval.label_fraction={e.label_fraction:g}); the kNN vote takes all {labelled}")
-    return clamped
 
 
 def check_elsewhere(recipe: Recipe, load: Callable[..., ImageData] = load_dataset) -> list[str]:
@@ -283,10 +157,7 @@ def check_elsewhere(recipe: Recipe, load: Callable[..., ImageData] = load_datase
     if data_on_disk(d.name, d.root, d.download):
         return prepare(recipe, load)[-1]
     check_recipe(recipe)
-    module = build_module(recipe, empty_of_shape(d.name))
-    check_label_attack(recipe, module)
-    check_compile(recipe, module)
-    check_batched_method(recipe, module)
+    check_module(recipe, build_module(recipe, empty_of_shape(d.name)))
     return []
 
 

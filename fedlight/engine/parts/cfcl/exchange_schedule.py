@@ -31,9 +31,9 @@ from fedlight.engine.loop.comm_ledger import payload_bytes
 from fedlight.engine.loop.interfaces import ClientSchedule, ClientWork, Report, State
 from fedlight.engine.parts.cfcl.iteration_loop import train_client_iterations
 from fedlight.errors import UserError
-from fedlight.exchange.delay import period_delay
-from fedlight.exchange.exchange import Exchange
-from fedlight.exchange.graph import build_graph, graph_figure
+from fedlight.engine.parts.cfcl.delay import period_delay
+from fedlight.engine.parts.cfcl.exchange import Exchange
+from fedlight.engine.parts.cfcl.graph import build_graph, graph_figure
 from fedlight.methods.federated_module import FederatedModule
 from fedlight.optional import require_sklearn
 from fedlight.seeding import numpy_rng

@@ -21,9 +21,10 @@ from lightly.models.utils import deactivate_requires_grad, update_momentum
 from lightning.fabric import Fabric
 
 from fedlight.data.views import ViewMaker
+from fedlight.engine.parts.flesd.esd import KeyQueue, distillation_loss, target_distribution
 from fedlight.methods.federated_module import FederatedModule
 from fedlight.seeding import torch_generator
-from fedlight.server.esd import KeyQueue, distillation_loss, target_distribution, usable_batch
+from fedlight.server.flesd import usable_batch
 
 State = dict[str, torch.Tensor]
 

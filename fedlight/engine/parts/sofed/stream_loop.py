@@ -15,7 +15,8 @@ from typing import Literal
 import torch
 from lightning.fabric import Fabric
 
-from fedlight.coreset.buffer import ReplayBuffer, UpdateStats, fifo, importance, kcenter, random_replacement, reservoir
+from fedlight.engine.parts.sofed.buffer import (ReplayBuffer, UpdateStats, fifo, importance, kcenter,
+                                               random_replacement, reservoir)
 from fedlight.data.views import ViewMaker
 from fedlight.engine.loop.local_loop import LocalResult, training_step
 from fedlight.engine.parts.sofed.importance_score import ScoreHead, importance_scorer
@@ -32,7 +33,7 @@ class BufferOptions:
 
     Attributes:
         size: samples the buffer holds.
-        policy: how an arriving batch enters it (``fedlight.coreset.buffer``): fifo, reservoir
+        policy: how an arriving batch enters it (``fedlight.engine.parts.sofed.buffer``): fifo, reservoir
             (a uniform sample of the stream so far), random (Random Replacement), kcenter, importance.
         lazy_interval: importance re-scores the buffered samples every this many arrivals.
         score: the importance policy's online output, ``prediction`` (SOFed eq. 3) or ``projection``

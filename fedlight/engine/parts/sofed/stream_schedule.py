@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from lightning.fabric import Fabric
 
-from fedlight.coreset.buffer import ReplayBuffer
+from fedlight.engine.parts.sofed.buffer import ReplayBuffer
 from fedlight.data.streams import arrival_batches, segment
 from fedlight.data.views import ViewMaker
 from fedlight.engine.loop.client_faults import steps_done

@@ -15,10 +15,10 @@ from typing import Callable, Literal
 import numpy as np
 import torch
 
-from fedlight.exchange.graph import neighbours
-from fedlight.exchange.pull import (cluster_embeddings, macro_probabilities, micro_probabilities,
+from fedlight.engine.parts.cfcl.graph import neighbours
+from fedlight.engine.parts.cfcl.pull import (cluster_embeddings, macro_probabilities, micro_probabilities,
                                     pull_probabilities, sample_pull, selection_temperature)
-from fedlight.exchange.push import reserve_points
+from fedlight.engine.parts.cfcl.push import reserve_points
 from fedlight.methods.triplet import expected_triplet_loss
 from fedlight.seeding import derive_seed, numpy_rng
 

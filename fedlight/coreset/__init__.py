@@ -1,1 +1,0 @@
-"""Replay-buffer policies for streaming clients (SOFed): fifo, reservoir, kcenter, importance."""
