@@ -311,7 +311,9 @@ fi
 # learn (--learns), min_lift and n were committed in its dated subsection before its first run;
 # `python benchmarks/power_v3.py` prints n and min_lift from the pilots. Each block writes
 # claims-v3-<metric>.jsonl; `bash benchmarks/claims.sh v3_table` adjusts the family (Holm).
-V="python benchmarks/reproduce.py --rule v3 --set fabric.threads=1"
+# RULE=v4 bash benchmarks/claims.sh v3_moon re-reads a block by rule v4 (REPRODUCTION.md, "Rule v4"): the
+# same arguments, claims-v4-<metric>.jsonl and v4-reading-<metric>.md beside v3's files
+V="python benchmarks/reproduce.py --rule ${RULE:-v3} --set fabric.threads=1"
 v3seeds() { seq 1000 $((999 + $1)); }
 
 if [ -z "$ARGS" ] || want v3_lg; then  # n = 24 (the new-test equivalence alone would need more)

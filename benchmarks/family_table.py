@@ -3,6 +3,7 @@
 
     python benchmarks/family_table.py runs/v3            # every claims-v3-*.jsonl below runs/v3
     python benchmarks/family_table.py runs/v3 --out benchmarks/results/v3-table.md
+    python benchmarks/family_table.py runs/v3 --family 30 --rule v4   # rule v4's re-reading (claims-v4-*.jsonl)
 
 Holm runs over every claim that was tested (void, counted and beside rows are not in the family).
 ``--family K`` names the pre-registered family's size while blocks are still running: claims not
@@ -31,16 +32,16 @@ HEADER = ("| claim | paper's numbers | fedlight (CPU twin, rule v3) | raw verdic
           "|---|---|---|---|---|---|")
 
 
-def table(root: Path, family: int | None = None) -> str:
-    """The Markdown table of every record under ``root``, in path order, Holm-adjusted over
-    ``family`` tested claims (default: those on disk)."""
-    records = [r for path in sorted(root.rglob("claims-v3-*.jsonl")) for r in rule_v3.read(path)]
+def table(root: Path, family: int | None = None, rule: str = "v3") -> str:
+    """The Markdown table of every record of ``rule`` (v3, or v4: ``claims-v4-*.jsonl``) under ``root``, in
+    path order, Holm-adjusted over ``family`` tested claims (default: those on disk)."""
+    records = [r for path in sorted(root.rglob(f"claims-{rule}-*.jsonl")) for r in rule_v3.read(path)]
     if not records:
-        raise SystemExit(f"{root}: no claims-v3-*.jsonl below it; run a block's reproduce.py --rule v3 first")
+        raise SystemExit(f"{root}: no claims-{rule}-*.jsonl below it; run a block's reproduce.py --rule {rule} first")
     adjusted = rule_v3.adjust(records, family)
     tested = sum(r.p is not None for r in records)
     size = family - sum(r.verdict.startswith(rule_v3.VOID) for r in records) if family else tested
-    lines = [HEADER, *(rule_v3.markdown(r, a) for r, a in zip(records, adjusted))]
+    lines = [HEADER.replace("rule v3", f"rule {rule}"), *(rule_v3.markdown(r, a) for r, a in zip(records, adjusted))]
     return "\n".join(lines) + (f"\n\nHolm over a family of {size} tested claims (family-wise 5%), {tested} of them "
                                f"on disk (the others count as p = 1); {len(records) - tested} rows not tested.\n")
 
@@ -114,8 +115,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="also write the table here")
     parser.add_argument("--into", type=Path, help="also put the table between the v3-table marks of this file")
     parser.add_argument("--family", type=int, help="the pre-registered number of tested claims (default: those on disk)")
+    parser.add_argument("--rule", choices=("v3", "v4"), default="v3", help="whose claims files to read (claims-RULE-*)")
     args = parser.parse_args()
-    text = f"{table(args.root, args.family)}\n{provenance(args.root)}"
+    text = f"{table(args.root, args.family, args.rule)}\n{provenance(args.root)}"
     print(text, end="")
     if args.out:
         args.out.write_text(text)

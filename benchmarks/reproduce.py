@@ -20,7 +20,9 @@ as ``buffer_rescored`` (mean over rounds and seeds).
 ``verdict.py``, written before the runs: ``moon '>' fedavg_fmnist 'MOON 69.1 vs FedAvg 66.3'``
 (rule v2, this paragraph); with ``--rule v3`` by ``rule_v3.py`` (REPRODUCTION.md's "Pre-registration
 v3"), which needs the block's ``--block``, ``--control`` and ``--min-lift``, has no ``--by`` and no ``--ratio``,
-and writes ``<out>/claims-v3-<metric>.jsonl`` for ``family_table.py``.
+and writes ``<out>/claims-v3-<metric>.jsonl`` for ``family_table.py``; ``--rule v4`` (``rule_v4.py``, "Rule v4")
+takes the same arguments, judges each claim at a plateau of the verdict runs, prints its horizon line and each
+row's design target, and writes ``claims-v4-<metric>.jsonl`` and ``v4-reading-<metric>.md``.
 Each row's floor is its own random-init value of the metric (``results.json``'s ``baseline``;
 an AUC without one has chance, 50); a row without a floor is an error.
 Its rows (claim | paper's numbers | fedlight's | verdict | command) go to
@@ -53,6 +55,7 @@ from pathlib import Path
 import numpy as np
 
 import rule_v3
+import rule_v4
 from rule_v3 import BESIDE, rounds_to_reach
 from verdict import OPS, compare, verdict
 
@@ -230,24 +233,71 @@ def claim_row(claim: list[str], table: dict[str, list[dict]], metric: str, margi
     return f"| {said} ({metric}) | {paper[0] if paper else '-'} | {ours} | {said_verdict} | `--out {out}` |"
 
 
-def write_v3(args: argparse.Namespace, table: dict[str, list[dict]], target: float | None) -> None:
-    """Rule v3's records of ``--claim`` and ``--count``: ``<out>/claims-v3-<metric>.jsonl`` (for
-    ``family_table.py``) and the same rows, unadjusted, in ``<out>/verdicts-v3-<metric>.md``."""
+def v3_options(args: argparse.Namespace, table: dict[str, list[dict]]) -> rule_v3.Options:
+    """The block's registered values (rule v3 and v4), every named row checked against the table."""
     o = rule_v3.Options(args.min_lift, tuple(args.learns), tuple(args.control), args.chance, args.margin)
     unknown = [k for k in (*o.learns, *o.controls) if k not in table]
     if unknown:
         raise SystemExit(f"--learns / --control {', '.join(unknown)}: not a row; rows are {', '.join(table)}")
-    block = args.block
-    records = [rule_v3.rounds_claim(block, c, table, args.metric, target, o) if c[0].startswith("rounds(")
-               else rule_v3.mean_claim(block, c, claim_sides(c, table, args.metric)[1], table, args.metric, o)
-               for c in args.claim]
-    records += [rule_v3.mean_claim(block, [a, ">", b, *paper], claim_sides([a, ">", b], table, args.metric)[1],
-                                   table, args.metric, o, judged=False) for a, b, *paper in args.beside]
-    records += [rule_v3.count_claim(block, spec, table) for spec in args.count]
+    return o
+
+
+def v3_judges(args: argparse.Namespace, table: dict[str, list[dict]],
+              o: rule_v3.Options) -> list[tuple[tuple[str, ...], rule_v4.Judge]]:
+    """Each ``--claim``, ``--beside`` and ``--count`` as (the rows it reads, a function from a table of runs to
+    its rule v3 record); a rounds claim's target is the reference row's mean final metric in that table."""
+    block, metric = args.block, args.metric
+
+    def target(t: dict[str, list[dict]]) -> float:
+        return float(np.mean([res["final"][metric] for res in t[args.reference]]))
+
+    def rows(*labels: str) -> tuple[str, ...]:
+        return tuple(dict.fromkeys([*labels, *o.controls]))
+
+    out: list[tuple[tuple[str, ...], rule_v4.Judge]] = []
+    for c in args.claim:
+        if c[0].startswith("rounds("):
+            out.append((rows(c[0][7:-1], c[2][7:-1], args.reference),
+                        lambda t, c=c: rule_v3.rounds_claim(block, c, t, metric, target(t), o)))
+        else:
+            sides = claim_sides(c, table, metric)[1]
+            out.append((rows(*(k for side in sides for k in side)),
+                        lambda t, c=c, sides=sides: rule_v3.mean_claim(block, c, sides, t, metric, o)))
+    for a, b, *paper in args.beside:
+        sides = claim_sides([a, ">", b], table, metric)[1]
+        out.append((rows(*(k for side in sides for k in side)), lambda t, c=[a, ">", b, *paper], sides=sides:
+                    rule_v3.mean_claim(block, c, sides, t, metric, o, judged=False)))
+    out += [((spec[0], spec[1]), lambda t, spec=spec: rule_v3.count_claim(block, spec, t)) for spec in args.count]
+    return out
+
+
+def write_v3(args: argparse.Namespace, table: dict[str, list[dict]]) -> None:
+    """Rule v3's records of ``--claim`` and ``--count``: ``<out>/claims-v3-<metric>.jsonl`` (for
+    ``family_table.py``) and the same rows, unadjusted, in ``<out>/verdicts-v3-<metric>.md``."""
+    records = [judge(table) for _, judge in v3_judges(args, table, v3_options(args, table))]
     text = "\n".join(rule_v3.markdown(r) for r in records)
     print(text)
     rule_v3.write(records, args.out / f"claims-v3-{args.metric}.jsonl")
     (args.out / f"verdicts-v3-{args.metric}.md").write_text(text + "\n")
+
+
+def write_v4(args: argparse.Namespace, full: dict[str, list[dict]], table: dict[str, list[dict]]) -> None:
+    """Rule v4 (``rule_v4.py``) from the uncut runs ``full`` (``table``: the same at the judged round): each
+    claim at a plateau of the verdict runs, its horizon line, each row's design target;
+    ``<out>/claims-v4-<metric>.jsonl`` (for ``family_table.py --rule v4``) and ``<out>/v4-reading-<metric>.md``."""
+    o = v3_options(args, table)
+    records, readings = [], []
+    for rows, judge in v3_judges(args, table, o):
+        record = judge(table)
+        if record.kind in ("mean", "rounds"):
+            readings.append(rule_v4.read_claim(judge, rows, full, args.metric, args.at_round, at_round))
+            record = readings[-1].verdict
+        records.append(record)
+    text = "\n".join(rule_v3.markdown(r) for r in records)
+    reading = rule_v4.reading_text(readings, rule_v4.design(table, args.metric, o), args.at_round)
+    print(f"{text}\n\n{reading}")
+    rule_v3.write(records, args.out / f"claims-v4-{args.metric}.jsonl")
+    (args.out / f"v4-reading-{args.metric}.md").write_text(f"{text}\n\n{reading}\n")
 
 
 def main() -> None:
@@ -275,7 +325,8 @@ def main() -> None:
     parser.add_argument("--per-round", action="store_true", help="also the metric's mean over seeds at every round")
     parser.add_argument("--per-seed", action="store_true", help="also the final metric and its floor of every seed")
     v3 = parser.add_argument_group("rule v3 (rule_v3.py; each block's values fixed in its pre-registration)")
-    v3.add_argument("--rule", choices=("v2", "v3"), default="v2", help="the verdict rule (v2: verdict.py)")
+    v3.add_argument("--rule", choices=("v2", "v3", "v4"), default="v2",
+                    help="the verdict rule (v2: verdict.py; v4: v3 with its plateau, horizon and design checks)")
     v3.add_argument("--block", help="the block's name in the study's table (rule v3: required)")
     v3.add_argument("--min-lift", type=float, help="points over its floor a row needs to count as trained")
     v3.add_argument("--learns", action="append", default=[], metavar="ROW", help="a row the paper expects to learn")
@@ -293,9 +344,9 @@ def main() -> None:
         parser.error(f"--claim takes A OP B [PAPER] with OP one of > < ~, got {' '.join(bad[0])}")
     if any(len(c) not in (4, 5) for c in args.count):
         parser.error("--count takes A B KEYS CONVENTION [PAPER]")
-    if args.rule == "v3" and args.ratio:
+    if args.rule in ("v3", "v4") and args.ratio:
         parser.error("rule v3 states a ratio as a counted fact: --count A B KEYS CONVENTION, not --ratio")
-    if args.rule == "v3" and (args.min_lift is None or not args.control or not args.block or args.by):
+    if args.rule in ("v3", "v4") and (args.min_lift is None or not args.control or not args.block or args.by):
         parser.error("rule v3 has no defaults for a block's registered values: name its --block, --control and "
                      "--min-lift (and no --by: a claim's margin is its interval)")
     if any(len(b) not in (2, 3) for b in args.beside):
@@ -329,7 +380,7 @@ def main() -> None:
             pool.shutdown(wait=False, cancel_futures=True)
             raise
         pool.shutdown()
-    table = {label: [done[label, s] for s in args.seeds] for label, _, _ in rows}
+    table = full = {label: [done[label, s] for s in args.seeds] for label, _, _ in rows}
     if args.at_round is not None:
         table = {label: [at_round(res, args.at_round, args.metric) for res in runs] for label, runs in table.items()}
     target = None
@@ -367,7 +418,9 @@ def main() -> None:
         print(text)
         (args.out / f"per-seed-{args.metric}{at}.md").write_text(text + "\n")
     if args.rule == "v3":
-        write_v3(args, table, target)
+        write_v3(args, table)
+    elif args.rule == "v4":
+        write_v4(args, full, table)
     elif args.claim or args.beside or args.ratio:
         claims = "\n".join([*(rounds_claim_row(c, table, args.metric, target, args.out) if c[0].startswith("rounds(")
                                else claim_row(c, table, args.metric, args.margin, args.out, args.by) for c in args.claim),

@@ -67,6 +67,7 @@ class Record:
     verdict: str  # the raw verdict: holds / does not hold / inconclusive / void (why) / counted
     p: float | None = None
     rows: dict[str, dict] = field(default_factory=dict)
+    diff: list[float] | None = None  # A - B: mean, 95% low, 95% high (points), for a "mean" claim
 
 
 def per_seed(runs: list[dict], metric: str) -> np.ndarray:
@@ -128,11 +129,12 @@ def mean_claim(block: str, claim: list[str], sides: list[list[str]], table: dict
             + (f", 90% [{low90:+.2f}, {high90:+.2f}] against +-{o.margin:g}" if op == "~" else "")
             + f"; p {test.p:.2g}")
     if not judged:
-        return Record(block, f"{a} vs {b}", paper[0] if paper else "-", metric, "beside", d.n, text, BESIDE, None, rows)
+        return Record(block, f"{a} vs {b}", paper[0] if paper else "-", metric, "beside", d.n, text, BESIDE, None, rows,
+                      [d.mean, d.low, d.high])
     void = void_reason(rows, sides[1], o)
     said = f"{a} {op} {b}" + (f" (within {o.margin:g})" if op == "~" else "")
     return Record(block, said, paper[0] if paper else "-", metric, "mean", d.n, text, void or test.verdict,
-                  None if void else test.p, rows)
+                  None if void else test.p, rows, [d.mean, d.low, d.high])
 
 
 def rounds_to_reach(runs: list[dict], metric: str, target: float, never: float | None = None) -> np.ndarray:
