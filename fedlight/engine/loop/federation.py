@@ -42,6 +42,8 @@ from fedlight.engine.output.console import say
 from fedlight.engine.output.progress import ClientTicks, EvalPhases, RoundBars
 from fedlight.engine.state.collectives import gather
 from fedlight.engine.state.run_files import CHECKPOINT, RESULTS
+from fedlight.errors import RunStopped
+from fedlight.eval.collapse import alarm_line
 from fedlight.methods.federated_module import FederatedModule
 from fedlight.server.aggregator import Aggregator
 
@@ -76,7 +78,7 @@ class Federation:
         self.clients = ClientRunner(fabric, aggregator, schedule, faults, plugins, [len(p) for p in parts],
                                     self.workers, options, store.open_store(options, run_dir / CHECKPOINT, fabric))
         self.log = RunLog(run_dir, self.hooks, data, parts, enabled=self.rank == 0, loggers=options.loggers,
-                          server_metrics=tuple(aggregator.metrics(0)))
+                          server_metrics=tuple(aggregator.metrics(0)), evaluator=evaluator)
         self.checkpoint = RunCheckpoint(fabric, module, aggregator, self.clients, self.hooks, run_dir)
         self.run_state = RunState({k: v.detach().clone() for k, v in module.shared_state().items()})
         self.restored, self.started = False, time.perf_counter()
@@ -153,12 +155,14 @@ class Federation:
         ledger_rows = self._count_round(round_, reports)
         # 8. Evaluate (every eval.every rounds and the last): the parts' evaluations, then probe and kNN.
         metrics, uploads, failure, eval_seconds = self._evaluate_if_due(round_, bars)
-        # 9. The round's history row: the loop's columns, the parts' and the server's own.
+        # 9. The round's history row: the loop's columns, the parts' and the server's own; the collapse alarm.
         row = self._record(round_, reports, metrics, ledger_rows, uploads, started, eval_seconds)
+        collapsed = self._watch_collapse()
         # 10. The loggers, then the checkpoint, results.json and the progress bar.
         self._log_and_save(row, ledger_rows + uploads, reports, bars)
-        # 11. Stop if the evaluation failed or the run is asked to stop (its checkpoint is saved).
-        self._stop_if_asked(failure, bars)
+        # 11. Stop if the evaluation failed, the encoder collapsed (eval.collapse_stop) or the run is asked to stop
+        # (its checkpoint is saved).
+        self._stop_if_asked(failure, bars, collapsed)
 
     def _start_round(self, round_: int) -> None:
         """Step 1: a worker model whose shared / private split changes between rounds is asked first
@@ -290,6 +294,21 @@ class Federation:
         return state.add_round(round_, reports, metrics, ledger_rows + uploads, self._lr(round_), timing, self.hooks,
                                self.aggregator.metrics(round_ + 1))
 
+    def _watch_collapse(self) -> dict[str, Any] | None:
+        """Step 9 too: when the collapse alarm fires (``fedlight.eval.collapse``, rank 0 reads the metrics), its
+        record goes into the round's history row and, unless it stops the run, its one line is printed. Returns
+        the record where the run stops for it (every rank learns of it), else None."""
+        alarm, state = self.options.collapse, self.run_state
+        record = alarm.fires(state.history, self.evaluator.embedding_dim) if self.rank == 0 else None
+        if record is not None:
+            state.history[-1]["collapse"] = record
+        stops = alarm.stop and state.rounds_done < self.options.rounds
+        if stops and self.world > 1:
+            record = self.fabric.broadcast(record, src=0)
+        if record is not None and not stops:
+            say(alarm_line(record, False), self.rank)
+        return record if stops else None
+
     def _log_and_save(self, row: dict[str, Any], ledger_rows: list[list], reports: list[Report],
                       bars: RoundBars) -> None:
         """Step 10: on rank 0 the loggers (``RunLog.round``), then the checkpoint (every rank: a collective),
@@ -317,14 +336,19 @@ class Federation:
         self.wall = state.wall_before + time.perf_counter() - self.started
         self.checkpoint.save(state, self.wall)
 
-    def _stop_if_asked(self, failure: Exception | None, bars: RoundBars) -> None:
-        """Step 11: the one line of a failed evaluation, or a preemption (SIGUSR1/SIGTERM) before the last
-        round: this round's checkpoint is where ``--resume`` starts."""
+    def _stop_if_asked(self, failure: Exception | None, bars: RoundBars,
+                       collapsed: dict[str, Any] | None = None) -> None:
+        """Step 11: the one line of a failed evaluation, of the collapse alarm that stops the run, or a preemption
+        (SIGUSR1/SIGTERM) before the last round: this round's checkpoint is where ``--resume`` starts."""
         state = self.run_state
         if failure is not None:
             bars.close()
             self.log.finish("failed")
             raise evaluation_failed(failure, self.checkpoint.path, state.rounds_done) from failure
+        if collapsed is not None:
+            bars.close()
+            self.log.finish("failed")
+            raise RunStopped(alarm_line(collapsed, True))
         if state.rounds_done < self.options.rounds and preemption.requested(self.fabric):
             raise self._preempted()
 

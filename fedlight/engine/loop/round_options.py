@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fedlight.errors import UserError
+from fedlight.eval.collapse import CollapseAlarm
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,7 @@ class RoundOptions:
         loggers: where the scalars and hparams go (``fedlight.engine.output.loggers``).
         client_state: the client-state store, ``memory`` or ``disk`` (``store.choose_store``).
         state_cache_mb: the disk store's cache bound in MiB.
+        collapse: the collapse alarm's thresholds, patience and whether it stops the run.
         record: the resolved recipe as a plain mapping, written to results.json and TensorBoard
             as it is; the loop never reads it.
     """
@@ -44,6 +46,7 @@ class RoundOptions:
     loggers: tuple[str, ...] = ("tensorboard",)
     client_state: Literal["memory", "disk"] = "memory"
     state_cache_mb: int = 256
+    collapse: CollapseAlarm = CollapseAlarm()
     record: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -23,6 +23,7 @@ from fedlight import registry
 from fedlight.catalog import check_name
 from fedlight.config.schema import Recipe
 from fedlight.data.image_data import ImageData
+from fedlight.data.partition import matching_test_split
 from fedlight.data.rotated import add_rotated_device
 from fedlight.data.views import ViewMaker, ViewParams, views_on_device
 from fedlight.engine.loop.async_federation import AsyncFederation
@@ -50,7 +51,9 @@ from fedlight.engine.parts.sofed.stream_schedule import StreamOptions, StreamSch
 from fedlight.engine.run.clock_parts import TimingOptions, build_timing, check_timed_method, timing_options
 from fedlight.engine.state.client_state_files import state_bytes
 from fedlight.errors import UserError
+from fedlight.eval.collapse import CollapseAlarm
 from fedlight.methods.federated_module import FederatedModule
+from fedlight.seeding import numpy_rng
 from fedlight.server.aggregator import Aggregator
 
 
@@ -83,7 +86,14 @@ class PartOptions:
 def eval_options(recipe: Recipe) -> EvalOptions:
     """The evaluator's options from recipe section ``eval``."""
     e = recipe.eval
-    return EvalOptions(e.label_fraction, tuple(e.extra_label_fractions), e.knn_k, e.knn_temperature, e.probe_epochs)
+    return EvalOptions(e.label_fraction, tuple(e.extra_label_fractions), e.knn_k, e.knn_temperature, e.probe_epochs,
+                       tuple(e.readings), e.reading_samples, tuple(e.finetune), e.finetune_epochs)
+
+
+def collapse_alarm(recipe: Recipe) -> CollapseAlarm:
+    """The collapse alarm from recipe section ``eval`` (``collapse_*``)."""
+    e = recipe.eval
+    return CollapseAlarm(e.collapse_rankme, e.collapse_std, e.collapse_patience, e.collapse_stop)
 
 
 def part_options(recipe: Recipe, aggregator: Aggregator) -> PartOptions:
@@ -96,7 +106,8 @@ def part_options(recipe: Recipe, aggregator: Aggregator) -> PartOptions:
                           workers=recipe.fabric.workers, batched_clients=l.batched_clients,
                           projector_samples=recipe.eval.projector_samples,
                           loggers=tuple(recipe.loggers),
-                          state_cache_mb=recipe.run.state_cache_mb, record=asdict(recipe))
+                          state_cache_mb=recipe.run.state_cache_mb, record=asdict(recipe),
+                          collapse=collapse_alarm(recipe))
     policy, exchange, stream = recipe.exchange.policy, None, None
     if policy != "none" and name != "exchange":
         needs = ("needs local.iterations (CF-CL's Ta, e.g. 50); set it" if l.iterations is None
@@ -205,6 +216,16 @@ def check_compile(recipe: Recipe, module: FederatedModule, device_type: str | No
         raise UserError(refusal)
 
 
+def client_test_shares(recipe: Recipe, data: ImageData, parts: list[np.ndarray]) -> list[np.ndarray] | None:
+    """Each client's held-out share of the test split, in its training class mix (``matching_test_split``, seeded
+    by the run's seed), for the ``client_knn`` reading; None where the recipe does not ask for it."""
+    if "client_knn" not in recipe.eval.readings:
+        return None
+    clients = [p for c, p in enumerate(parts) if c != recipe.partition.public_client]
+    rng = numpy_rng(recipe.seed, "client-test")
+    return matching_test_split(data.train_y.numpy(), clients, data.test_y.numpy(), rng)
+
+
 def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: list[np.ndarray],
                      module: FederatedModule, aggregator: Aggregator, run_dir: Path,
                      record: dict[str, Any] | None = None) -> Federation:
@@ -217,6 +238,7 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
     o = part_options(recipe, aggregator)
     # normalised, probed and tested on the original data
     original, views = data, build_views(recipe, data, fabric.device)
+    client_shares = client_test_shares(recipe, data, parts)
     rotated = None
     if o.new_device is not None:  # LG-FedAvg sec. 3.2: a device of rotated images, online
         nd = o.new_device
@@ -237,7 +259,7 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
     if getattr(module, "uses_protected", False):  # fair LG-FedAvg: batches carry (class, attribute)
         labels = torch.stack([data.train_y, data.train_a], dim=1)
     labels = fabric.to_device(labels)
-    evaluator = Evaluator(fabric, module, original, views, o.eval, recipe.seed)
+    evaluator = Evaluator(fabric, module, original, views, o.eval, recipe.seed, client_shares)
     plugins: list[RoundPlugin] = []
     if recipe.eval.local_test:
         plugins.append(LocalTests(fabric, evaluator, trainable, [parts[c] for c in trainable], data.train_y.numpy(),
