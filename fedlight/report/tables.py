@@ -38,10 +38,11 @@ class Cell:
 
     @classmethod
     def of(cls, values: list[float], inits: list[float] | None = None, lower_is_better: bool = False,
-           missing: int = 0) -> Cell:
-        init = 100 * statistics.fmean(inits) if inits else None
-        mean = 100 * statistics.fmean(values) if values else None
-        std = 100 * statistics.stdev(values) if len(values) > 1 else None
+           missing: int = 0, scale: float = 100.0) -> Cell:
+        """The cell of ``values`` times ``scale`` (100: percent; 1 for a label-free reading)."""
+        init = scale * statistics.fmean(inits) if inits else None
+        mean = scale * statistics.fmean(values) if values else None
+        std = scale * statistics.stdev(values) if len(values) > 1 else None
         return cls(mean, std, init, lower_is_better, missing)
 
     @property
@@ -85,7 +86,8 @@ class GroupTable:
         return cls(keys, metrics, rows)
 
     def headers(self) -> list[str]:
-        return [*self.keys, "seeds", *(f"{metric_names.title(m)} (%)" for m in self.metrics), "MB communicated"]
+        return [*self.keys, "seeds", *(f"{metric_names.title(m)}{metric_names.unit(m)}" for m in self.metrics),
+                "MB communicated"]
 
     def markdown(self) -> list[str]:
         """The table's Markdown lines."""
@@ -99,7 +101,7 @@ class GroupTable:
         whose seeds have no value (``kNN, 100% labels: 1``)."""
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
-        metric_columns = [f"{metric_names.title(m)} {part} (%)" for m in self.metrics
+        metric_columns = [f"{metric_names.title(m)} {part}{metric_names.unit(m)}" for m in self.metrics
                           for part in ("mean", "std", "random init")]
         writer.writerow([*self.keys, "seeds", *metric_columns, "MB communicated", "below random init",
                          "seeds without a value"])
@@ -148,7 +150,7 @@ def metric_cell(runs: list[Run], metric: str) -> Cell:
     """A group's ``metric`` over its seeds (``seed_means``), with its random init and the seeds left out
     (``without_value``)."""
     return Cell.of(list(seed_means(runs, metric).values()), [r.baseline[metric] for r in runs if metric in r.baseline],
-                   metric_names.lower_is_better(metric), len(without_value(runs, metric)))
+                   metric_names.lower_is_better(metric), len(without_value(runs, metric)), metric_names.scale(metric))
 
 
 def without_value(runs: list[Run], metric: str) -> list[int]:
