@@ -104,7 +104,9 @@ def test_a_run_records_every_reading_and_its_accuracies_do_not_move(tiny_recipe:
     columns = ("rankme", "spectrum_top1", "alignment", "uniformity", "embedding_std_mean", "client_knn_acc",
                "client_knn_acc_worst10", "client_knn_acc_std", "finetune_acc@0.1")
     for row in (on["baseline"], on["final"], *on["history"]):
-        assert all(isinstance(row[c], float) and math.isfinite(row[c]) for c in columns), row
+        fine_tuned = row is not on["history"][0]  # the fine-tune: the random-init floor and the last round only
+        assert all(isinstance(row[c], float) and math.isfinite(row[c]) for c in columns[:-1 + fine_tuned]), row
+        assert ("finetune_acc@0.1" in row) == fine_tuned
         assert 1 <= row["rankme"] and 0 < row["spectrum_top1"] <= 1 and 0 <= row["alignment"] <= 4
         assert row["uniformity"] <= 0 and row["client_knn_acc_worst10"] <= row["client_knn_acc"]
     assert not any(k.startswith(columns) for row in off["history"] for k in row)
@@ -165,3 +167,40 @@ def test_the_alarm_without_stop_says_so_in_one_line(tiny_recipe: Path, tmp_path:
     lines = [line for line in capsys.readouterr().err.splitlines() if "reads as collapsed" in line]
     assert len(lines) == 1 and lines[0].startswith("fedlight: round 2: ") and "eval.collapse_stop" in lines[0]
     assert results["rounds_completed"] == 2 and results["collapse"]["round"] == 2
+
+
+def test_drift_is_a_column_per_round_and_leaves_the_training_alone(tiny_recipe: Path, tmp_path: Path) -> None:
+    drift = _fit(tmp_path, "drift", "eval.readings=[rankme,drift]", recipe=tiny_recipe)
+    plain = _fit(tmp_path, "plain", "eval.readings=[rankme]", recipe=tiny_recipe)
+    for row in drift["history"]:
+        assert 0 < row["drift_cka_min"] <= row["drift_cka"] <= 1 + 1e-9 and row["drift_cka_std"] >= 0, row
+    strip = lambda row: {k: v for k, v in row.items() if not k.startswith("drift") and "seconds" not in k}  # noqa
+    assert [strip(r) for r in drift["history"]] == [strip(r) for r in plain["history"]]
+    events = EventAccumulator(str(tmp_path / "drift" / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    assert [e.step for e in events.Scalars("representation/drift_cka_min")] == [1, 2]
+
+
+@pytest.mark.parametrize("override, named", [
+    ("eval.readings=[rankme,entropy]", "eval.readings"), ("eval.finetune=[0.0]", "eval.finetune"),
+    ("eval.finetune=[0.1,1.5]", "eval.finetune"), ("eval.finetune_epochs=0", "eval.finetune_epochs"),
+    ("eval.reading_samples=1", "eval.reading_samples"), ("eval.collapse_patience=0", "eval.collapse_patience"),
+    ("eval.collapse_rankme=-1", "eval.collapse_rankme")])
+def test_a_bad_reading_setting_is_one_line_exit_2(tiny_recipe: Path, tmp_path: Path, capsys, override: str,
+                                                  named: str) -> None:
+    run = tmp_path / "bad"
+    assert main(["fit", "--recipe", str(tiny_recipe), override, f"run.dir={run}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("fedlight: error: ") and named in err, err
+    assert not run.exists()
+
+
+def test_the_schema_names_the_readings_the_evaluator_knows() -> None:
+    import typing
+
+    from fedlight.config.schema import EvalConfig, Reading
+    from fedlight.engine.loop.evaluator import DEFAULT_READINGS
+    from fedlight.eval.metric_names import READINGS
+
+    assert typing.get_args(Reading) == READINGS
+    assert tuple(EvalConfig().readings) == DEFAULT_READINGS == tuple(r for r in READINGS if r != "drift")

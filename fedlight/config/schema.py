@@ -161,7 +161,7 @@ class ViewsConfig:
     on_device: bool | None = None
 
 
-# the readings ``eval.readings`` may name (fedlight.engine.loop.evaluator.READINGS; docs/reading-a-run.md)
+# the readings ``eval.readings`` may name (fedlight.eval.metric_names.READINGS; docs/reading-a-run.md)
 Reading = Literal["rankme", "spectrum", "alignment", "uniformity", "embedding_std", "client_knn", "drift"]
 
 

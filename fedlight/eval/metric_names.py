@@ -22,6 +22,9 @@ FINAL_READINGS = ("rankme",)
 # LG-FedAvg's adversary (Liang et al. 2020, fair representations): its AUC at telling the protected attribute is what
 # the method lowers, so for these a smaller value is the better one
 LOWER_IS_BETTER = ("adv_auc", "postfit_adv_auc", "alignment", "uniformity", "spectrum_top1")
+# what ``eval.readings`` may name (the recipe schema's ``Reading``): the label-free readings, the kNN over clients'
+# own test shares, the clients' drift (fedlight.engine.loop.evaluator, fedlight.engine.loop.client_drift)
+READINGS = ("rankme", "spectrum", "alignment", "uniformity", "embedding_std", "client_knn", "drift")
 # the label-free readings of an evaluation (fedlight.eval.diagnostics): no accuracy, so no percent; a report shows
 # them where ``--metric`` names them (their numbers as they are, differences in their own units)
 LABEL_FREE = ("rankme", "spectrum_top1", "alignment", "uniformity", "embedding_std_mean", "drift_cka")

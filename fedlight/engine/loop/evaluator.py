@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import typing
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -10,13 +9,12 @@ import numpy as np
 import torch
 from lightning.fabric import Fabric
 
-from fedlight.config.schema import Reading
 from fedlight.data.image_data import ImageData
 from fedlight.data.views import ViewMaker
 from fedlight.engine.output.progress import EvalPhases
 from fedlight.errors import UserError
 from fedlight.eval import diagnostics
-from fedlight.eval.metric_names import LABEL_FREE
+from fedlight.eval.metric_names import LABEL_FREE, READINGS
 from fedlight.eval.client_spread import share_accuracies, spread_columns
 from fedlight.eval.finetune import finetune_accuracy
 from fedlight.eval.probes import (accuracy, knn_chunks, knn_predict, label_subset, linear_probe_accuracy,
@@ -29,7 +27,6 @@ METRICS = ("linear_probe_acc", "knn_acc", "test_acc")
 # the label-free readings of every evaluation (fedlight.eval.diagnostics) and the kNN over clients' own test
 # shares (fedlight.eval.client_spread), by the name ``eval.readings`` gives each; ``drift`` is the clients'
 # linear CKA to the global encoder (fedlight.engine.loop.client_drift), measured as the round trains
-READINGS: tuple[str, ...] = typing.get_args(Reading)
 DEFAULT_READINGS = tuple(r for r in READINGS if r != "drift")
 # their history columns, which results.json's ``final`` keeps with the accuracies: the label-free ones (TensorBoard's
 # ``representation/*``), then the accuracies over clients' shares and of the fine-tunes (``accuracy/*``)
@@ -162,9 +159,10 @@ class Evaluator:
             advance()
         return torch.cat(out)
 
-    def model_metrics(self, phases: EvalPhases | None = None) -> dict[str, float | None]:
-        """The three accuracies of the model as loaded (``test_acc`` is None without a classifier);
-        ``phases`` (the progress bars) is told each phase as it starts, with its work, and each unit done."""
+    def model_metrics(self, phases: EvalPhases | None = None, finetune: bool = True) -> dict[str, float | None]:
+        """The three accuracies of the model as loaded (``test_acc`` is None without a classifier), its readings
+        and, with ``finetune``, its fine-tunes; ``phases`` (the progress bars) is told each phase as it starts,
+        with its work, and each unit done."""
         options, data, module = self.options, self.data, self.module
         phases = phases or EvalPhases()
         phases("features", batches(len(self.probe_idx)) + batches(len(data.test_x)))
@@ -190,7 +188,7 @@ class Evaluator:
             out[f"linear_probe_acc@{fraction:g}"] = probe(f"linear probe, {fraction:.0%} labels", feats,
                                                           self.fabric.to_device(data.train_y[idx]))
         out.update(self.readings(test_f, knn == test_y, phases))
-        out.update(self.finetunes(phases))
+        out.update(self.finetunes(phases) if finetune else {})
         return out
 
     def readings(self, test_f: torch.Tensor, knn_correct: torch.Tensor, phases: EvalPhases) -> dict[str, float | None]:
@@ -249,22 +247,23 @@ class Evaluator:
         return linear_probe_accuracy(train_f, train_y, test_f, test_y, self.data.num_classes, steps=steps,
                                      on_evaluation=phases.advance)
 
-    def scores(self, client_models: list[State] | None, restore: State,
-               phases: EvalPhases | None = None) -> dict[str, Any]:
-        """``model_metrics``, or with ``client_models`` (local-only training) ``clients_metrics``."""
+    def scores(self, client_models: list[State] | None, restore: State, phases: EvalPhases | None = None,
+               finetune: bool = True) -> dict[str, Any]:
+        """``model_metrics``, or with ``client_models`` (local-only training) ``clients_metrics``; the fine-tunes
+        with ``finetune`` (the run asks for them at its last round only: their budget is a probe's many times)."""
         if client_models is None:
-            return self.model_metrics(phases)
-        return self.clients_metrics(client_models, restore, phases)
+            return self.model_metrics(phases, finetune)
+        return self.clients_metrics(client_models, restore, phases, finetune)
 
     def clients_metrics(self, client_models: list[State], restore: State,
-                        phases: EvalPhases | None = None) -> dict[str, Any]:
+                        phases: EvalPhases | None = None, finetune: bool = True) -> dict[str, Any]:
         """Mean and spread (``<metric>_std``) over clients' own models (local-only training; their
         states on any device); the worker model gets ``restore`` back afterwards."""
         phases = phases or EvalPhases()
         per_client = []
         for i, state in enumerate(client_models):
             self.module.load_partial({k: self.fabric.to_device(v) for k, v in state.items()})
-            per_client.append(self.model_metrics(phases.within(f"client {i + 1}/{len(client_models)}, ")))
+            per_client.append(self.model_metrics(phases.within(f"client {i + 1}/{len(client_models)}, "), finetune))
         self.module.load_partial(restore)
         out: dict[str, float | None] = {}
         for key in METRICS:

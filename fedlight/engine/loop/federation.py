@@ -155,14 +155,12 @@ class Federation:
         ledger_rows = self._count_round(round_, reports)
         # 8. Evaluate (every eval.every rounds and the last): the parts' evaluations, then probe and kNN.
         metrics, uploads, failure, eval_seconds = self._evaluate_if_due(round_, bars)
-        # 9. The round's history row: the loop's columns, the parts' and the server's own; the collapse alarm.
+        # 9. The round's history row: the loop's columns, the parts' and the server's own, the collapse alarm's.
         row = self._record(round_, reports, metrics, ledger_rows, uploads, started, eval_seconds)
-        collapsed = self._watch_collapse()
         # 10. The loggers, then the checkpoint, results.json and the progress bar.
         self._log_and_save(row, ledger_rows + uploads, reports, bars)
-        # 11. Stop if the evaluation failed, the encoder collapsed (eval.collapse_stop) or the run is asked to stop
-        # (its checkpoint is saved).
-        self._stop_if_asked(failure, bars, collapsed)
+        # 11. Stop if the evaluation failed, the encoder collapsed or the run is asked to (its checkpoint is saved).
+        self._stop_if_asked(failure, bars)
 
     def _start_round(self, round_: int) -> None:
         """Step 1: a worker model whose shared / private split changes between rounds is asked first
@@ -281,7 +279,8 @@ class Federation:
         if self.rank != 0:
             return dict.fromkeys(METRICS), rows
         models = [stored[c] for c in sorted(stored)] if local else None  # local-only: the clients' own models
-        return {**self.evaluator.scores(models, self.run_state.global_state, phases), **extra}, rows
+        last = self.run_state.rounds_done == self.options.rounds  # the fine-tunes: the final model's (and floor's)
+        return {**self.evaluator.scores(models, self.run_state.global_state, phases, last), **extra}, rows
 
     def _record(self, round_: int, reports: list[Report], metrics: dict[str, float | None], ledger_rows: list[list],
                 uploads: list[list], started: float, eval_seconds: float) -> dict[str, Any]:
@@ -291,23 +290,32 @@ class Federation:
         state.ledger.rows.extend(uploads)
         timing = {"seconds": time.perf_counter() - started, "eval_seconds": eval_seconds,
                   "train_seconds": sum(r.get("seconds", 0.0) for r in reports) / (self.world * len(self.workers))}
-        return state.add_round(round_, reports, metrics, ledger_rows + uploads, self._lr(round_), timing, self.hooks,
-                               self.aggregator.metrics(round_ + 1))
+        row = state.add_round(round_, reports, metrics, ledger_rows + uploads, self._lr(round_), timing, self.hooks,
+                              self.aggregator.metrics(round_ + 1))
+        self._watch_collapse()
+        return row
 
-    def _watch_collapse(self) -> dict[str, Any] | None:
-        """Step 9 too: when the collapse alarm fires (``fedlight.eval.collapse``, rank 0 reads the metrics), its
-        record goes into the round's history row and, unless it stops the run, its one line is printed. Returns
-        the record where the run stops for it (every rank learns of it), else None."""
+    def _watch_collapse(self) -> None:
+        """Step 9 too: when the collapse alarm fires (``fedlight.eval.collapse``; rank 0 reads the metrics), its
+        record goes into the round's history row and, unless it stops the run (``_collapse_stop``), its line
+        is printed."""
         alarm, state = self.options.collapse, self.run_state
         record = alarm.fires(state.history, self.evaluator.embedding_dim) if self.rank == 0 else None
         if record is not None:
             state.history[-1]["collapse"] = record
-        stops = alarm.stop and state.rounds_done < self.options.rounds
-        if stops and self.world > 1:
-            record = self.fabric.broadcast(record, src=0)
-        if record is not None and not stops:
-            say(alarm_line(record, False), self.rank)
-        return record if stops else None
+            if not self._stops_for_collapse():
+                say(alarm_line(record, False), self.rank)
+
+    def _stops_for_collapse(self) -> bool:
+        """Whether an alarm that fires now ends the run: ``eval.collapse_stop``, and rounds are left."""
+        return self.options.collapse.stop and self.run_state.rounds_done < self.options.rounds
+
+    def _collapse_stop(self) -> dict[str, Any] | None:
+        """The alarm's record where it fired this round and stops the run (every rank learns it from rank 0)."""
+        if not self._stops_for_collapse():
+            return None
+        record = self.run_state.history[-1].get("collapse") if self.rank == 0 else None
+        return self.fabric.broadcast(record, src=0) if self.world > 1 else record
 
     def _log_and_save(self, row: dict[str, Any], ledger_rows: list[list], reports: list[Report],
                       bars: RoundBars) -> None:
@@ -336,8 +344,7 @@ class Federation:
         self.wall = state.wall_before + time.perf_counter() - self.started
         self.checkpoint.save(state, self.wall)
 
-    def _stop_if_asked(self, failure: Exception | None, bars: RoundBars,
-                       collapsed: dict[str, Any] | None = None) -> None:
+    def _stop_if_asked(self, failure: Exception | None, bars: RoundBars) -> None:
         """Step 11: the one line of a failed evaluation, of the collapse alarm that stops the run, or a preemption
         (SIGUSR1/SIGTERM) before the last round: this round's checkpoint is where ``--resume`` starts."""
         state = self.run_state
@@ -345,6 +352,7 @@ class Federation:
             bars.close()
             self.log.finish("failed")
             raise evaluation_failed(failure, self.checkpoint.path, state.rounds_done) from failure
+        collapsed = self._collapse_stop()
         if collapsed is not None:
             bars.close()
             self.log.finish("failed")

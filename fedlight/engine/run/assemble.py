@@ -30,6 +30,7 @@ from fedlight.engine.loop.async_federation import AsyncFederation
 from fedlight.engine.loop.async_rounds import InFlight
 from fedlight.engine.loop.batched_clients import refused
 from fedlight.engine.loop.client_attacks import attackers, poisoned_labels
+from fedlight.engine.loop.client_drift import ClientDrift
 from fedlight.engine.loop.client_faults import FaultOptions
 from fedlight.engine.loop.client_store import choose_store
 from fedlight.engine.loop.compiled_step import compile_refusal, compile_step
@@ -275,6 +276,8 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
         plugins.append(NewDevice(fabric, evaluator, originals, device, [parts[c] for c in originals],
                                  original.train_y.numpy(), rotated.test_x, rotated.test_y, o.new_device,
                                  recipe.clients.fraction, recipe.seed))
+    if "drift" in recipe.eval.readings:  # the probe batch: the readings' fixed test images, not augmented
+        plugins.append(ClientDrift(module, views.normalize(fabric.to_device(original.test_x[evaluator.reading_idx]))))
     plugins += registry.build_plugins(recipe.plugins, PluginContext(
         fabric, module, evaluator, images, data.train_y, tensors, trainable, recipe.rounds, data.num_classes,
         recipe.seed, run_dir))
