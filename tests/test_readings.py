@@ -174,6 +174,7 @@ def test_drift_is_a_column_per_round_and_leaves_the_training_alone(tiny_recipe: 
     plain = _fit(tmp_path, "plain", "eval.readings=[rankme]", recipe=tiny_recipe)
     for row in drift["history"]:
         assert 0 < row["drift_cka_min"] <= row["drift_cka"] <= 1 + 1e-9 and row["drift_cka_std"] >= 0, row
+    assert drift["final"]["drift_cka_min"] == drift["history"][-1]["drift_cka_min"]  # the last round's, in final
     strip = lambda row: {k: v for k, v in row.items() if not k.startswith("drift") and "seconds" not in k}  # noqa
     assert [strip(r) for r in drift["history"]] == [strip(r) for r in plain["history"]]
     events = EventAccumulator(str(tmp_path / "drift" / "tensorboard"), size_guidance={"scalars": 0})

@@ -109,7 +109,8 @@ class Federation:
             self._evaluate_the_final_model_if_unscored(bars)
         bars.close()
         finals = tuple(prefix for hook in self.hooks for prefix in hook.metric_prefixes)  # the parts' final metrics
-        results = state.results(options.record, self.wall, final_metrics(self.last_eval, finals),
+        # the last evaluated round's row: its metrics and the columns measured as it trained (the clients' drift)
+        results = state.results(options.record, self.wall, final_metrics(state.last_evaluation(), finals),
                                 self.evaluator.inputs())
         if self.rank == 0:  # results.json with final metrics says the run is finished: it comes last
             self.log.final(options.record, results["final"], lambda x: self.evaluator.apply(self.module.features, x),
