@@ -8,8 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD OMP_NUM_THREADS=1
 OUT=${OUT:-sweeps/readings_alpha}
-python -m fedlight sweep --recipe recipes/fedu_fmnist.yaml --arm fedu --arm byol=method:byol \
-  --arm simclr=method:simclr --grid partition.alpha=100,0.1 --seeds 1 --out "$OUT" --executor local --parallel 1 \
+python -m fedlight sweep --recipe recipes/fedu_fmnist.yaml --arm fedu --arm byol=method:byol,~method.threshold \
+  --arm simclr=method:simclr,~method.momentum,~method.threshold --grid partition.alpha=100,0.1 --seeds 1 \
+  --out "$OUT" --executor local --parallel 1 \
   partition.kind=dirichlet partition.min_size=10 data.subset=5000 data.test_subset=2000 clients.num=10 rounds=8 \
   eval.every=2 "eval.readings=[rankme,spectrum,alignment,uniformity,embedding_std,client_knn,drift]" \
   eval.projector_samples=0 fabric.accelerator=cpu fabric.threads=1 "$@"

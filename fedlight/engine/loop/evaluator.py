@@ -229,6 +229,8 @@ class Evaluator:
         """``finetune_acc@<fraction>``: a copy of the encoder fine-tuned with a linear head on each fraction of
         ``options.finetune`` (``fedlight.eval.finetune``), scored on the test split."""
         out, data = {}, self.data
+        if not self.finetune_idx:
+            return out
         test_x, test_y = self.views.normalize(self.fabric.to_device(data.test_x)), self.fabric.to_device(data.test_y)
         for fraction, idx in self.finetune_idx.items():
             phases(f"fine-tune, {fraction:.0%} labels", 1)
