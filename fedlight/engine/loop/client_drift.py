@@ -23,6 +23,7 @@ from fedlight.eval.diagnostics import linear_cka
 from fedlight.methods.federated_module import FederatedModule
 
 COLUMNS = ("drift_cka", "drift_cka_min", "drift_cka_std")
+SAMPLES = 128  # probe images: the first of the readings' fixed batch (a forward pass per client: kept small)
 
 
 class ClientDrift(RoundPlugin):
@@ -30,11 +31,12 @@ class ClientDrift(RoundPlugin):
 
     Args:
         module: the worker model that holds the global model at each round's start (worker 0's).
-        batch: (B, C, H, W) normalised probe images on the model's device, the same every round.
+        batch: (B, C, H, W) normalised probe images on the model's device, the same every round (its first
+            ``SAMPLES`` are used).
     """
 
     def __init__(self, module: FederatedModule, batch: torch.Tensor) -> None:
-        self.module, self.batch = module, batch
+        self.module, self.batch = module, batch[:SAMPLES]
         self.global_features: torch.Tensor | None = None
 
     def on_round_start(self, round_: int, global_state: State) -> None:

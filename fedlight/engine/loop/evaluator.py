@@ -159,7 +159,7 @@ class Evaluator:
             advance()
         return torch.cat(out)
 
-    def model_metrics(self, phases: EvalPhases | None = None, finetune: bool = True) -> dict[str, float | None]:
+    def model_metrics(self, phases: EvalPhases | None = None, finetune: bool = False) -> dict[str, float | None]:
         """The three accuracies of the model as loaded (``test_acc`` is None without a classifier), its readings
         and, with ``finetune``, its fine-tunes; ``phases`` (the progress bars) is told each phase as it starts,
         with its work, and each unit done."""
@@ -250,7 +250,7 @@ class Evaluator:
                                      on_evaluation=phases.advance)
 
     def scores(self, client_models: list[State] | None, restore: State, phases: EvalPhases | None = None,
-               finetune: bool = True) -> dict[str, Any]:
+               finetune: bool = False) -> dict[str, Any]:
         """``model_metrics``, or with ``client_models`` (local-only training) ``clients_metrics``; the fine-tunes
         with ``finetune`` (the run asks for them at its last round only: their budget is a probe's many times)."""
         if client_models is None:
@@ -258,7 +258,7 @@ class Evaluator:
         return self.clients_metrics(client_models, restore, phases, finetune)
 
     def clients_metrics(self, client_models: list[State], restore: State,
-                        phases: EvalPhases | None = None, finetune: bool = True) -> dict[str, Any]:
+                        phases: EvalPhases | None = None, finetune: bool = False) -> dict[str, Any]:
         """Mean and spread (``<metric>_std``) over clients' own models (local-only training; their
         states on any device); the worker model gets ``restore`` back afterwards."""
         phases = phases or EvalPhases()

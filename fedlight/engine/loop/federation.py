@@ -280,7 +280,7 @@ class Federation:
         if self.rank != 0:
             return dict.fromkeys(METRICS), rows
         models = [stored[c] for c in sorted(stored)] if local else None  # local-only: the clients' own models
-        last = self.run_state.rounds_done == self.options.rounds  # the fine-tunes: the final model's (and floor's)
+        last = self.run_state.rounds_done == self.options.rounds  # the fine-tunes: the final model's only
         return {**self.evaluator.scores(models, self.run_state.global_state, phases, last), **extra}, rows
 
     def _record(self, round_: int, reports: list[Report], metrics: dict[str, float | None], ledger_rows: list[list],
