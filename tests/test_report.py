@@ -688,7 +688,7 @@ def test_readings_are_compared_in_their_own_units_and_plotted_when_named(tmp_pat
     assert main(["report", str(out), "--metric", "rankme", "--metric", "client_knn_acc_worst10"]) == 0
     text = (out / "compare.md").read_text()
     # wide - base: +10, +9, +11: mean +10 (not +1000: a count, not a fraction)
-    assert "| base | 3 | 12.00 ± 2.00 (init 3.00) | 0.00 / 0.00 | reference |" in text
-    assert "| wide | 3 | 22.00 ± 2.65 (init 3.00) | 0.00 / 0.00 | 3 | +10.00 |" in text
+    assert "| base | 3 | 12.0000 ± 2.0000 (init 3.0000) | 0.00 / 0.00 | reference |" in text
+    assert "| wide | 3 | 22.0000 ± 2.6458 (init 3.0000) | 0.00 / 0.00 | 3 | +10.0000 |" in text
     assert "| arm | seeds | mean ± sd over seeds | MB up / down | pairs | difference |" in text
     assert (out / "rankme_vs_round.png").is_file() and (out / "client_knn_acc_worst10_vs_round.png").is_file()

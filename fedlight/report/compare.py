@@ -204,7 +204,8 @@ def arm_row(arm: Arm, ref: Arm, margin: float | None, tested: Tested | None) -> 
     void = untrained(arm, ref)
     if void:
         readings = [void] * (2 + 2 * (margin is not None))
-    return head + [f"{d.mean:+.2f}", f"[{d.low:+.2f}, {d.high:+.2f}]", *readings,
+    n = ref.cell.decimals
+    return head + [f"{d.mean:+.{n}f}", f"[{d.low:+.{n}f}, {d.high:+.{n}f}]", *readings,
                    seeds_to_decide(d) if not void and tested.tests[0].verdict == stats.OPEN else ""], notes
 
 

@@ -35,6 +35,7 @@ class Cell:
     init: float | None = None
     lower_is_better: bool = False
     missing: int = 0
+    decimals: int = 2  # 4 for a label-free reading (a CKA of 0.9912 is no 0.99)
 
     @classmethod
     def of(cls, values: list[float], inits: list[float] | None = None, lower_is_better: bool = False,
@@ -43,7 +44,7 @@ class Cell:
         init = scale * statistics.fmean(inits) if inits else None
         mean = scale * statistics.fmean(values) if values else None
         std = scale * statistics.stdev(values) if len(values) > 1 else None
-        return cls(mean, std, init, lower_is_better, missing)
+        return cls(mean, std, init, lower_is_better, missing, 2 if scale == 100 else 4)
 
     @property
     def below_init(self) -> bool:
@@ -56,14 +57,15 @@ class Cell:
         """What a cell says beside its value: ``['init 73.68', 'below init', '1 seed without a value']``; a cell
         without a value (every seed's a NaN) says only how many seeds have none."""
         notes = [] if self.mean is None or self.init is None else [
-            f"init {self.init:.2f}", *(["below init"] if self.below_init else [])]
+            f"init {self.init:.{self.decimals}f}", *(["below init"] if self.below_init else [])]
         return notes + ([f"{_seed_count(self.missing)} without a value"] if self.missing else [])
 
     def text(self, plus_minus: str = " ± ") -> str:
         """``'85.31 ± 0.42'``, ``'85.31'`` for one value, ``'-'`` for none."""
         if self.mean is None:
             return "-"
-        return f"{self.mean:.2f}" if self.std is None else f"{self.mean:.2f}{plus_minus}{self.std:.2f}"
+        n = self.decimals
+        return f"{self.mean:.{n}f}" if self.std is None else f"{self.mean:.{n}f}{plus_minus}{self.std:.{n}f}"
 
     def with_init(self, plus_minus: str = " ± ") -> str:
         """``text`` and its ``notes``: ``'85.31 ± 0.42 (init 73.68)'``, ``'...; below init)'`` under it."""
