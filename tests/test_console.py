@@ -297,7 +297,7 @@ def test_a_real_run_counts_the_steps_its_schedule_planned_and_each_evaluation_ph
     fit(load_recipe(tiny_recipe, ["eval.probe_epochs=2", "data.subset=300"]))
     assert len(seen) == 2 and all(done == planned > 0 for done, planned in seen), seen
     names = [name for _, name, _, _ in phases]
-    assert names == ["features", "linear probe", "kNN"] * 3  # the random-init model, rounds 1 and 2
+    assert names == ["features", "linear probe", "kNN", "readings"] * 3  # the random-init model, rounds 1 and 2
     ended = [(name, total, units) for _, name, total, units in phases if units is not None]  # all but the last
     assert [(name, total) for name, total, _ in ended[:2]] == [("features", 2 + 2), ("linear probe", 2)]  # 300 + 300 images
     for name, total, units in ended:  # labelled and test images, 256 a batch; L-BFGS: 5/4 of 2 iterations planned

@@ -23,6 +23,10 @@ from fedlight.config import load_recipe
 from fedlight.engine.loop import provenance
 from fedlight.engine.loop.federation import TIMING
 from fedlight.engine.loop.sampling import sample_clients
+
+# the default readings' columns (docs/reading-a-run.md): in final and baseline beside the probe and kNN
+READINGS = ("rankme", "spectrum_top1", "alignment", "uniformity", "embedding_std_mean", "client_knn_acc",
+            "client_knn_acc_worst10", "client_knn_acc_std")
 from fedlight.engine.run.fit import fit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,7 +73,7 @@ def tiny_run(tmp_path_factory) -> Path:
 def test_results_json_schema(tiny_run: Path) -> None:
     res = json.loads((tiny_run / "results.json").read_text())
     assert set(res) == {"recipe", "rounds_completed", "history", "final", "baseline", "comm", "wall_seconds",
-                        "provenance", "inputs"}
+                        "provenance", "inputs", "collapse"}
     assert res["rounds_completed"] == 2 and len(res["history"]) == 2
     for row in res["history"]:
         assert {"round", "train_loss", "linear_probe_acc", "knn_acc", "bytes_up", "bytes_down",
@@ -77,7 +81,8 @@ def test_results_json_schema(tiny_run: Path) -> None:
         assert 0 < row["train_seconds"] < row["seconds"] and 0 < row["eval_seconds"] < row["seconds"]
         assert 0 <= row["linear_probe_acc"] <= 1 and row["bytes_up"] > 0 and row["bytes_d2d"] == 0
     # SimCLR has no classifier: no test_acc anywhere (not a null)
-    assert set(res["final"]) == set(res["baseline"]) == {"linear_probe_acc", "knn_acc"}
+    assert set(res["final"]) == set(res["baseline"]) == {"linear_probe_acc", "knn_acc", *READINGS}
+    assert res["collapse"] is None
     assert not [row for row in res["history"] if "test_acc" in row]
     assert res["comm"]["bytes_up"] == sum(r["bytes_up"] for r in res["history"])
     assert res["recipe"]["data"]["name"] == "synthetic"

@@ -17,6 +17,7 @@ import yaml
 from fedlight.cli import main
 from fedlight.config import load_recipe
 from fedlight.engine.output.loggers import csv_logger
+from fedlight.engine.loop.run_log import scalar_tag
 from fedlight.engine.run.fit import fit
 from fedlight.engine.run.same_experiment import check_same_experiment
 from fedlight.engine.state.run_files import RECIPE
@@ -50,7 +51,7 @@ def logged_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def expected(results: dict[str, Any]) -> dict[int, dict[str, float]]:
     """Each step's scalars as results.json has them: the random-init encoder's at 0, each round's after."""
-    steps = {0: {f"accuracy/{k}": v for k, v in results["baseline"].items() if v is not None}}
+    steps = {0: {scalar_tag(k): v for k, v in results["baseline"].items() if v is not None}}
     for row in results["history"]:
         steps[row["round"]] = {tag: row[column] for tag, column in ROUND_SCALARS.items()}
     return steps

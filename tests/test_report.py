@@ -665,3 +665,30 @@ def test_an_arm_reference_over_a_grid_one_arm_lacks_is_refused_not_empty(tmp_pat
             _write_run(tmp_path / f"runs/fedprox{mu}_{alpha}_{seed}", alpha, seed, 0.5, 0.4, 1000, arm="fedprox",
                        method={"name": "fedprox", "mu": mu})
     assert main(["report", str(tmp_path / "runs"), "--reference", "fedavg"]) == 2
+
+
+def test_readings_are_compared_in_their_own_units_and_plotted_when_named(tmp_path: Path) -> None:
+    """A label-free reading (RankMe) is no percentage: shown only where --metric names it, its numbers as they
+    are, its differences in its own units; the client kNN columns are accuracies, shown by default."""
+    for arm, ranks in (("base", (10.0, 12.0, 14.0)), ("wide", (20.0, 21.0, 25.0))):
+        for seed, rank in enumerate(ranks):
+            folder = tmp_path / f"runs/{arm}{seed}"
+            _write_run(folder, 0.1, seed, 0.5, 0.4, 1000, arm=arm)
+            results = json.loads((folder / "results.json").read_text())
+            for row in results["history"]:
+                row.update(rankme=rank - 2 + row["round"], client_knn_acc=0.3, client_knn_acc_worst10=0.2)
+            results["final"].update(rankme=rank, client_knn_acc=0.3, client_knn_acc_worst10=0.2,
+                                    client_knn_acc_std=0.05)
+            results["baseline"].update(rankme=3.0, client_knn_acc=0.1, client_knn_acc_worst10=0.05)
+            (folder / "results.json").write_text(json.dumps(results))
+    out = tmp_path / "runs"
+    assert main(["report", str(out)]) == 0
+    report = (out / "report.md").read_text()
+    assert "kNN, worst 10% of clients (%)" in report and "RankMe" not in report
+    assert main(["report", str(out), "--metric", "rankme", "--metric", "client_knn_acc_worst10"]) == 0
+    text = (out / "compare.md").read_text()
+    # wide - base: +10, +9, +11: mean +10 (not +1000: a count, not a fraction)
+    assert "| base | 3 | 12.0000 ± 2.0000 (init 3.0000) | 0.00 / 0.00 | reference |" in text
+    assert "| wide | 3 | 22.0000 ± 2.6458 (init 3.0000) | 0.00 / 0.00 | 3 | +10.0000 |" in text
+    assert "| arm | seeds | mean ± sd over seeds | MB up / down | pairs | difference |" in text
+    assert (out / "rankme_vs_round.png").is_file() and (out / "client_knn_acc_worst10_vs_round.png").is_file()

@@ -162,6 +162,10 @@ class ViewsConfig:
     on_device: bool | None = None
 
 
+# the readings ``eval.readings`` may name (fedlight.eval.metric_names.READINGS; docs/reading-a-run.md)
+Reading = Literal["rankme", "spectrum", "alignment", "uniformity", "embedding_std", "client_knn", "drift"]
+
+
 @dataclass
 class EvalConfig:
     every: int = check(positive, 1)
@@ -173,6 +177,19 @@ class EvalConfig:
     probe_epochs: int = check(positive, 100)
     projector_samples: int = check(non_negative, 1000)
     local_test: bool = False  # LG-FedAvg's local / new test over every client's model (engine/parts/lg_fedavg/local_tester.py)
+    # label-free readings and client views of every evaluation (all but drift: it costs a forward pass per client)
+    readings: list[Reading] = field(default_factory=lambda: ["rankme", "spectrum", "alignment", "uniformity",
+                                                             "embedding_std", "client_knn"])
+    reading_samples: int = check(at_least(2), 256)  # test images whose two views give alignment and uniformity
+    finetune: list[float] = check(  # label fractions of the fine-tuning evaluation (fedlight/eval/finetune.py)
+        lambda v: None if all(0 < f <= 1 for f in v) else "every entry must be in (0, 1]", default_factory=list)
+    finetune_epochs: int = check(positive, 5)
+    # the collapse alarm (fedlight/eval/collapse.py): RankMe below collapse_rankme, or the embedding std times
+    # sqrt(D) below collapse_std, at collapse_patience evaluations in a row; collapse_stop ends the run there
+    collapse_rankme: float = check(non_negative, 2.0)
+    collapse_std: float = check(non_negative, 0.05)
+    collapse_patience: int = check(positive, 2)
+    collapse_stop: bool = False
 
 
 @dataclass

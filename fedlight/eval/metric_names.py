@@ -13,10 +13,21 @@ from typing import Any
 
 PROBE, KNN, TEST = "linear_probe_acc", "knn_acc", "test_acc"
 LABELLED = (PROBE, KNN)  # fit on eval.label_fraction of the training labels
-TITLES = {PROBE: "linear probe", KNN: "kNN", TEST: "test"}
+TITLES = {PROBE: "linear probe", KNN: "kNN", TEST: "test", "client_knn_acc": "kNN on clients' own shares",
+          "client_knn_acc_worst10": "kNN, worst 10% of clients", "finetune_acc": "fine-tune", "rankme": "RankMe",
+          "spectrum_top1": "top singular value's share", "embedding_std_mean": "embedding std",
+          "drift_cka": "client-to-global CKA", "drift_cka_min": "client-to-global CKA, lowest"}
+# the label-free readings a run's final line prints beside its accuracies (the others: history, TensorBoard, report)
+FINAL_READINGS = ("rankme",)
 # LG-FedAvg's adversary (Liang et al. 2020, fair representations): its AUC at telling the protected attribute is what
 # the method lowers, so for these a smaller value is the better one
-LOWER_IS_BETTER = ("adv_auc", "postfit_adv_auc")
+LOWER_IS_BETTER = ("adv_auc", "postfit_adv_auc", "alignment", "uniformity", "spectrum_top1")
+# what ``eval.readings`` may name (the recipe schema's ``Reading``): the label-free readings, the kNN over clients'
+# own test shares, the clients' drift (fedlight.engine.loop.evaluator, fedlight.engine.loop.client_drift)
+READINGS = ("rankme", "spectrum", "alignment", "uniformity", "embedding_std", "client_knn", "drift")
+# the label-free readings of an evaluation (fedlight.eval.diagnostics): no accuracy, so no percent; a report shows
+# them where ``--metric`` names them (their numbers as they are, differences in their own units)
+LABEL_FREE = ("rankme", "spectrum_top1", "alignment", "uniformity", "embedding_std_mean", "drift_cka")
 SPREAD = "_std"  # ``local_test_acc_std``: a metric's spread over clients (mean_and_spread), not a metric
 
 
@@ -28,6 +39,21 @@ def lower_is_better(key: str) -> bool:
 def is_metric(key: str) -> bool:
     """Whether a history row's ``key`` is an accuracy or AUC (not a loss, time or byte count)."""
     return "_acc" in key or "_auc" in key
+
+
+def is_reading(key: str) -> bool:
+    """Whether ``key`` is a label-free reading (``rankme``, ``drift_cka_min``), not an accuracy."""
+    return key.startswith(LABEL_FREE)
+
+
+def scale(key: str) -> float:
+    """What a report multiplies ``key``'s values by: 100 for an accuracy or AUC (percent), 1 for a reading."""
+    return 1.0 if is_reading(key) else 100.0
+
+
+def unit(key: str) -> str:
+    """A table header's unit for ``key``: ``' (%)'``, or nothing for a reading."""
+    return "" if is_reading(key) else " (%)"
 
 
 def is_spread(key: str) -> bool:

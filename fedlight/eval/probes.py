@@ -45,7 +45,7 @@ def _check_finite(*features: torch.Tensor) -> None:
                          "statistics (e.g. a BatchNorm running_var below 0) are not a usable model")
 
 
-def _accuracy(pred: torch.Tensor, target: torch.Tensor, num_classes: int) -> float:
+def accuracy(pred: torch.Tensor, target: torch.Tensor, num_classes: int) -> float:
     metric = MulticlassAccuracy(num_classes=num_classes, average="micro").to(pred.device)
     return float(metric(pred, target))
 
@@ -61,14 +61,23 @@ def knn_chunks(queries: int, chunk: int = KNN_CHUNK) -> int:
 def knn_accuracy(train_feats: torch.Tensor, train_labels: torch.Tensor, test_feats: torch.Tensor,
                  test_labels: torch.Tensor, num_classes: int, k: int = 200, temperature: float = 0.1,
                  chunk: int = KNN_CHUNK, on_chunk: Callable[[], None] | None = None) -> float:
-    """Weighted kNN accuracy (Wu et al. 2018, as used in SimCLR/MoCo code bases).
+    """Weighted kNN accuracy (Wu et al. 2018, as used in SimCLR/MoCo code bases): ``knn_predict``'s
+    predictions scored against ``test_labels`` (M,) int64."""
+    preds = knn_predict(train_feats, train_labels, test_feats, num_classes, k, temperature, chunk, on_chunk)
+    return accuracy(preds, test_labels, num_classes)
+
+
+def knn_predict(train_feats: torch.Tensor, train_labels: torch.Tensor, test_feats: torch.Tensor,
+                num_classes: int, k: int = 200, temperature: float = 0.1,
+                chunk: int = KNN_CHUNK, on_chunk: Callable[[], None] | None = None) -> torch.Tensor:
+    """Weighted kNN predictions (M,) (Wu et al. 2018, as used in SimCLR/MoCo code bases).
 
     Each test point votes with its ``k`` most cosine-similar training points, weighted by
     exp(sim / temperature).
 
     Args:
         train_feats: (N, D) bank features. train_labels: (N,) int64.
-        test_feats: (M, D) query features. test_labels: (M,) int64.
+        test_feats: (M, D) query features.
         on_chunk: called after each chunk of ``chunk`` test points (progress; ``knn_chunks`` of them).
     """
     # Not lightly's ``knn_predict`` (lightly.utils.benchmarking, 1.6): the same vote, other numbers.
@@ -90,7 +99,7 @@ def knn_accuracy(train_feats: torch.Tensor, train_labels: torch.Tensor, test_fea
         preds.append(votes.argmax(dim=1))
         if on_chunk is not None:
             on_chunk()
-    return _accuracy(torch.cat(preds), test_labels, num_classes)
+    return torch.cat(preds)
 
 
 def probe_evaluations(steps: int) -> int:
@@ -136,4 +145,4 @@ def linear_probe_accuracy(train_feats: torch.Tensor, train_labels: torch.Tensor,
     with torch.enable_grad():
         opt.step(closure)
     with torch.no_grad():
-        return _accuracy(head(xte).argmax(1), test_labels, num_classes)
+        return accuracy(head(xte).argmax(1), test_labels, num_classes)

@@ -72,6 +72,7 @@ class Arm:
     cell: Cell
     checks: Checks = Checks(None, None)
     mb: tuple[float, float] = (0.0, 0.0)
+    scale: float = 100.0  # percent; 1 for a label-free reading, compared in its own units
 
     @classmethod
     def of(cls, name: str, group: Group, metric: str) -> Arm:
@@ -79,7 +80,8 @@ class Arm:
         seeds = [r.seed for r in runs if finite(r.final.get(metric))]
         mb = tuple(statistics.fmean(r.sent(k) for r in runs) / 1e6 for k in ("bytes_up", "bytes_down"))
         return cls(name, seed_means(runs, metric), sorted({s for s in seeds if seeds.count(s) > 1}),
-                   without_value(runs, metric), metric_cell(runs, metric), group_checks(runs, metric), mb)
+                   without_value(runs, metric), metric_cell(runs, metric), group_checks(runs, metric), mb,
+                   metric_names.scale(metric))
 
     def mb_cell(self) -> str:
         """``'1.25 / 1.25'``: MB up / down per run."""
@@ -175,7 +177,7 @@ def paired_tests(arm: Arm, ref: Arm, margin: float | None) -> tuple[stats.Paired
     seeds = sorted(set(arm.by_seed) & set(ref.by_seed))
     if len(seeds) < stats.MIN_SEEDS:
         return None
-    d = stats.paired([100 * arm.by_seed[s] for s in seeds], [100 * ref.by_seed[s] for s in seeds])
+    d = stats.paired([ref.scale * arm.by_seed[s] for s in seeds], [ref.scale * ref.by_seed[s] for s in seeds])
     if untrained(arm, ref):
         return d, []
     return d, [stats.directional(d, -1 if ref.cell.lower_is_better else +1),
@@ -202,7 +204,8 @@ def arm_row(arm: Arm, ref: Arm, margin: float | None, tested: Tested | None) -> 
     void = untrained(arm, ref)
     if void:
         readings = [void] * (2 + 2 * (margin is not None))
-    return head + [f"{d.mean:+.2f}", f"[{d.low:+.2f}, {d.high:+.2f}]", *readings,
+    n = ref.cell.decimals
+    return head + [f"{d.mean:+.{n}f}", f"[{d.low:+.{n}f}, {d.high:+.{n}f}]", *readings,
                    seeds_to_decide(d) if not void and tested.tests[0].verdict == stats.OPEN else ""], notes
 
 
@@ -216,7 +219,9 @@ def metric_section(arms: list[Arm], ref: int, metric: str, margin: float | None,
                    cell: str = "") -> list[str]:
     """One metric's table (at one ``cell`` of the grid keys, where arms are compared cell by cell), the
     reference first, and its notes; ``tested``: each compared arm's tests, by name."""
-    header = ["arm", "seeds", "mean ± sd over seeds (%)", "MB up / down", "pairs", "difference (points)",
+    percent = not metric_names.is_reading(metric)
+    header = ["arm", "seeds", f"mean ± sd over seeds{metric_names.unit(metric)}", "MB up / down", "pairs",
+              "difference (points)" if percent else "difference",
               "95% interval", "verdict", "after Holm",
               *([f"within ±{margin:g}", "after Holm"] if margin is not None else []), "seeds to decide"]
     reference, title = arms[ref], metric_names.title(metric)

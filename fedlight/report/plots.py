@@ -120,13 +120,14 @@ def write_plots(groups: list[Group], keys: list[str], metrics: list[str], out: P
                 lines.append((HOURS, *(hours_curve(runs, metric)[1:])))
             for kind, x, y, sd in lines:
                 ax = figures[kind][1]
-                ax.plot(x, 100 * y, marker="o", markersize=3, label=name)
-                ax.fill_between(x, 100 * (y - sd), 100 * (y + sd), alpha=0.2)
+                k = metric_names.scale(metric)  # percent, or a reading as it is
+                ax.plot(x, k * y, marker="o", markersize=3, label=name)
+                ax.fill_between(x, k * (y - sd), k * (y + sd), alpha=0.2)
         for kind, (fig, ax) in figures.items():
             ax.set_xlabel(XLABEL[kind])
             if kind == "round":
                 ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.set_ylabel(f"{metric_names.title(metric)} (%)")
+            ax.set_ylabel(f"{metric_names.title(metric)}{metric_names.unit(metric)}")
             ax.grid(alpha=0.3)
             title = f"mean over seeds; {BAND}" if banded else "one seed per line"
             ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, title=title,

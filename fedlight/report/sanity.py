@@ -67,7 +67,9 @@ class Checks:
 
 
 def group_checks(runs: list[Run], metric: str) -> Checks:
-    """``runs``' (one group's) checks on ``metric``."""
+    """``runs``' (one group's) checks on ``metric`` (none on a label-free reading: the rules are in points)."""
+    if metric_names.is_reading(metric):
+        return Checks(None, None)
     lower = metric_names.lower_is_better(metric)
     return Checks(None if lower else _lift(runs, metric), _plateau(runs, metric), -1 if lower else 1)
 

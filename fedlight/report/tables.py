@@ -35,14 +35,16 @@ class Cell:
     init: float | None = None
     lower_is_better: bool = False
     missing: int = 0
+    decimals: int = 2  # 4 for a label-free reading (a CKA of 0.9912 is no 0.99)
 
     @classmethod
     def of(cls, values: list[float], inits: list[float] | None = None, lower_is_better: bool = False,
-           missing: int = 0) -> Cell:
-        init = 100 * statistics.fmean(inits) if inits else None
-        mean = 100 * statistics.fmean(values) if values else None
-        std = 100 * statistics.stdev(values) if len(values) > 1 else None
-        return cls(mean, std, init, lower_is_better, missing)
+           missing: int = 0, scale: float = 100.0) -> Cell:
+        """The cell of ``values`` times ``scale`` (100: percent; 1 for a label-free reading)."""
+        init = scale * statistics.fmean(inits) if inits else None
+        mean = scale * statistics.fmean(values) if values else None
+        std = scale * statistics.stdev(values) if len(values) > 1 else None
+        return cls(mean, std, init, lower_is_better, missing, 2 if scale == 100 else 4)
 
     @property
     def below_init(self) -> bool:
@@ -55,14 +57,15 @@ class Cell:
         """What a cell says beside its value: ``['init 73.68', 'below init', '1 seed without a value']``; a cell
         without a value (every seed's a NaN) says only how many seeds have none."""
         notes = [] if self.mean is None or self.init is None else [
-            f"init {self.init:.2f}", *(["below init"] if self.below_init else [])]
+            f"init {self.init:.{self.decimals}f}", *(["below init"] if self.below_init else [])]
         return notes + ([f"{_seed_count(self.missing)} without a value"] if self.missing else [])
 
     def text(self, plus_minus: str = " ± ") -> str:
         """``'85.31 ± 0.42'``, ``'85.31'`` for one value, ``'-'`` for none."""
         if self.mean is None:
             return "-"
-        return f"{self.mean:.2f}" if self.std is None else f"{self.mean:.2f}{plus_minus}{self.std:.2f}"
+        n = self.decimals
+        return f"{self.mean:.{n}f}" if self.std is None else f"{self.mean:.{n}f}{plus_minus}{self.std:.{n}f}"
 
     def with_init(self, plus_minus: str = " ± ") -> str:
         """``text`` and its ``notes``: ``'85.31 ± 0.42 (init 73.68)'``, ``'...; below init)'`` under it."""
@@ -85,7 +88,8 @@ class GroupTable:
         return cls(keys, metrics, rows)
 
     def headers(self) -> list[str]:
-        return [*self.keys, "seeds", *(f"{metric_names.title(m)} (%)" for m in self.metrics), "MB communicated"]
+        return [*self.keys, "seeds", *(f"{metric_names.title(m)}{metric_names.unit(m)}" for m in self.metrics),
+                "MB communicated"]
 
     def markdown(self) -> list[str]:
         """The table's Markdown lines."""
@@ -99,7 +103,7 @@ class GroupTable:
         whose seeds have no value (``kNN, 100% labels: 1``)."""
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
-        metric_columns = [f"{metric_names.title(m)} {part} (%)" for m in self.metrics
+        metric_columns = [f"{metric_names.title(m)} {part}{metric_names.unit(m)}" for m in self.metrics
                           for part in ("mean", "std", "random init")]
         writer.writerow([*self.keys, "seeds", *metric_columns, "MB communicated", "below random init",
                          "seeds without a value"])
@@ -148,7 +152,7 @@ def metric_cell(runs: list[Run], metric: str) -> Cell:
     """A group's ``metric`` over its seeds (``seed_means``), with its random init and the seeds left out
     (``without_value``)."""
     return Cell.of(list(seed_means(runs, metric).values()), [r.baseline[metric] for r in runs if metric in r.baseline],
-                   metric_names.lower_is_better(metric), len(without_value(runs, metric)))
+                   metric_names.lower_is_better(metric), len(without_value(runs, metric)), metric_names.scale(metric))
 
 
 def without_value(runs: list[Run], metric: str) -> list[int]:

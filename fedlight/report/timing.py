@@ -169,9 +169,10 @@ def parse_targets(texts: list[str] | None, metrics: list[str]) -> dict[str, floa
 
 
 def tracked(groups: list[Group], metrics: list[str]) -> list[str]:
-    """The ``metrics`` some run's history has a value of (a final-only one has no time to reach)."""
-    return [m for m in metrics
-            if any(r.named(row).get(m) is not None for _, g in groups for r in g for row in r.results["history"])]
+    """The ``metrics`` some run's history has a value of (a final-only one has no time to reach); a label-free
+    reading has no target in percent to reach."""
+    return [m for m in metrics if not metric_names.is_reading(m)
+            and any(r.named(row).get(m) is not None for _, g in groups for r in g for row in r.results["history"])]
 
 
 def target_text(metric: str, targets: list[Target | None], names: list[str]) -> str:

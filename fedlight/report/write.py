@@ -40,10 +40,11 @@ TABLES = {"report.csv": GroupTable.csv, "report.tex": GroupTable.latex}
 def metric_keys(runs: list[Run], wanted: list[str] | None = None) -> list[str]:
     """Final metrics any run has a value of (main one first), each named with its label fraction;
     only those ``wanted`` names select (``linear_probe_acc`` selects every label fraction). A spread
-    over clients (``knn_acc_std``) is no metric of the model: it gets no column."""
+    over clients (``knn_acc_std``) is no metric of the model: it gets no column. A label-free reading
+    (``rankme``) is shown where ``wanted`` names it."""
     present = metric_names.order(sorted({k for r in runs for k in r.final if not metric_names.is_spread(k)}))
     if not wanted:
-        return present
+        return [k for k in present if not metric_names.is_reading(k)]
     unknown = [w for w in wanted if not any(metric_names.matches(k, w) for k in present)]
     if unknown:
         raise UserError(f"--metric {unknown[0]}: no finished run measured it; choose from {', '.join(present) or 'none'}")

@@ -167,6 +167,8 @@ class ClientRunner:
             ledger.rows.append([round_, client, "d2d", "uint8", work.d2d_bytes])
         ledger.rows.extend([round_, client, direction, dtype, n] for direction, dtype, n in work.sent)
         report.update(loss=work.result.mean_loss, steps=work.result.steps, samples=int(work.weight), **work.report)
+        for plugin in self.plugins:
+            report.update(plugin.client_reading(module))
         problem = self.faults.problem(work.result.mean_loss, payload)
         if problem:  # excluded; its private state is not saved
             report.update(status="diverged", detail=problem)

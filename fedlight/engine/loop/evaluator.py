@@ -13,12 +13,24 @@ from fedlight.data.image_data import ImageData
 from fedlight.data.views import ViewMaker
 from fedlight.engine.output.progress import EvalPhases
 from fedlight.errors import UserError
-from fedlight.eval.probes import knn_accuracy, knn_chunks, label_subset, linear_probe_accuracy, probe_evaluations
+from fedlight.eval import diagnostics
+from fedlight.eval.metric_names import LABEL_FREE, READINGS
+from fedlight.eval.client_spread import share_accuracies, spread_columns
+from fedlight.eval.finetune import finetune_accuracy
+from fedlight.eval.probes import (accuracy, knn_chunks, knn_predict, label_subset, linear_probe_accuracy,
+                                  probe_evaluations)
 from fedlight.methods.federated_module import FederatedModule
-from fedlight.seeding import numpy_rng
+from fedlight.seeding import numpy_rng, torch_generator
 
 State = dict[str, torch.Tensor]
 METRICS = ("linear_probe_acc", "knn_acc", "test_acc")
+# the label-free readings of every evaluation (fedlight.eval.diagnostics) and the kNN over clients' own test
+# shares (fedlight.eval.client_spread), by the name ``eval.readings`` gives each; ``drift`` is the clients'
+# linear CKA to the global encoder (fedlight.engine.loop.client_drift), measured as the round trains
+DEFAULT_READINGS = tuple(r for r in READINGS if r != "drift")
+# their history columns, which results.json's ``final`` keeps with the accuracies: the label-free ones (TensorBoard's
+# ``representation/*``), then the accuracies over clients' shares and of the fine-tunes (``accuracy/*``)
+READING_COLUMNS = LABEL_FREE + ("client_knn_acc", "finetune_acc")
 CHUNK = 256  # images a forward pass of ``Evaluator.apply`` takes
 
 
@@ -38,6 +50,10 @@ class EvalOptions:
         extra_label_fractions: further probes on these shares (e.g. SOFed's 1% / 10% protocol).
         knn_k: neighbours of the weighted kNN vote; knn_temperature: its similarity temperature.
         probe_epochs: L-BFGS iterations of the linear probe.
+        readings: the label-free readings and client views to add (``READINGS``).
+        reading_samples: test images whose two augmented views give alignment and uniformity.
+        finetune: label fractions at which a copy of the encoder is fine-tuned with a linear head.
+        finetune_epochs: the fine-tune's passes over its labelled images (``fedlight.eval.finetune``).
     """
 
     label_fraction: float = 1.0
@@ -45,8 +61,21 @@ class EvalOptions:
     knn_k: int = 200
     knn_temperature: float = 0.1
     probe_epochs: int = 100
+    readings: tuple[str, ...] = DEFAULT_READINGS
+    reading_samples: int = 256
+    finetune: tuple[float, ...] = ()
+    finetune_epochs: int = 5
 
     def __post_init__(self) -> None:
+        unknown = [r for r in self.readings if r not in READINGS]
+        if unknown:
+            raise UserError(f"eval.readings: unknown reading '{unknown[0]}'; give some of {', '.join(READINGS)}")
+        for share in self.finetune:
+            if not 0 < share <= 1:
+                raise UserError(f"eval.finetune must list label fractions in (0, 1], got {share}; use e.g. [0.01, 0.1]")
+        if self.finetune_epochs < 1 or self.reading_samples < 2:
+            raise UserError(f"eval.finetune_epochs={self.finetune_epochs} must be > 0 and eval.reading_samples="
+                            f"{self.reading_samples} must be > 1; use e.g. 5 and 256")
         for share in (self.label_fraction, *self.extra_label_fractions):
             if not 0 < share <= 1:
                 raise UserError(f"eval.label_fraction and eval.extra_label_fractions must be in (0, 1], got {share}; "
@@ -59,7 +88,7 @@ class EvalOptions:
 def final_metrics(last: dict[str, Any] | None, prefixes: tuple[str, ...]) -> dict[str, Any] | None:
     """results.json's ``final``: the last evaluation's columns that are final metrics (``METRICS``
     and the parts' ``prefixes``), or None if the run never evaluated."""
-    prefixes = METRICS + prefixes
+    prefixes = METRICS + READING_COLUMNS + prefixes
     return {k: v for k, v in last.items() if k.startswith(prefixes)} if last else None
 
 
@@ -78,18 +107,31 @@ class Evaluator:
         module: the worker model.
         data: training images (the probe's labelled pool) and the test split.
         views: normalisation (no augmentation at evaluation).
-        options: label fractions, kNN k and temperature, probe steps.
-        seed: run seed (the labelled subset is drawn from it).
+        options: label fractions, kNN k and temperature, probe steps, readings, fine-tunes.
+        seed: run seed (the labelled subset, the readings' batch and views, the fine-tunes are drawn from it).
+        client_shares: each client's held-out share of the test split (index arrays), for ``client_knn``.
     """
 
     def __init__(self, fabric: Fabric, module: FederatedModule, data: ImageData, views: ViewMaker,
-                 options: EvalOptions = EvalOptions(), seed: int = 0) -> None:
+                 options: EvalOptions = EvalOptions(), seed: int = 0,
+                 client_shares: list[np.ndarray] | None = None) -> None:
         self.fabric, self.module, self.data, self.views, self.options = fabric, module, data, views, options
+        self.seed = seed
         labels = data.train_y.numpy()
         self.probe_idx = torch.as_tensor(label_subset(labels, options.label_fraction,
                                                       numpy_rng(seed, "label-fraction")))
         self.extra_idx = {f: torch.as_tensor(label_subset(labels, f, numpy_rng(seed, "label-fraction")))
                           for f in options.extra_label_fractions}
+        self.finetune_idx = {f: torch.as_tensor(label_subset(labels, f, numpy_rng(seed, "label-fraction")))
+                             for f in options.finetune}
+        batch = min(options.reading_samples, len(data.test_x))
+        self.reading_idx = torch.as_tensor(np.sort(numpy_rng(seed, "reading-batch").choice(
+            len(data.test_x), batch, replace=False)))
+        self.client_shares = ([torch.as_tensor(s, dtype=torch.long) for s in client_shares]
+                              if client_shares is not None and "client_knn" in options.readings else None)
+        self.spectrum: torch.Tensor | None = None  # the last evaluation's normalised singular values (TensorBoard)
+        self.client_accuracies: list[float] = []  # and its kNN accuracy on each client's share
+        self.embedding_dim: int | None = None  # D of the features it read (the collapse alarm's std)
 
     def inputs(self) -> dict[str, Any]:
         """What the model is fed, as results.json's ``inputs`` records it for ``fedlight export``: the images'
@@ -117,9 +159,10 @@ class Evaluator:
             advance()
         return torch.cat(out)
 
-    def model_metrics(self, phases: EvalPhases | None = None) -> dict[str, float | None]:
-        """The three accuracies of the model as loaded (``test_acc`` is None without a classifier);
-        ``phases`` (the progress bars) is told each phase as it starts, with its work, and each unit done."""
+    def model_metrics(self, phases: EvalPhases | None = None, finetune: bool = False) -> dict[str, float | None]:
+        """The three accuracies of the model as loaded (``test_acc`` is None without a classifier), its readings
+        and, with ``finetune``, its fine-tunes; ``phases`` (the progress bars) is told each phase as it starts,
+        with its work, and each unit done."""
         options, data, module = self.options, self.data, self.module
         phases = phases or EvalPhases()
         phases("features", batches(len(self.probe_idx)) + batches(len(data.test_x)))
@@ -135,14 +178,67 @@ class Evaluator:
         probe = lambda name, feats, labels: self._probe(phases, name, feats, labels, test_f, test_y)  # noqa: E731
         out: dict[str, float | None] = {"linear_probe_acc": probe("linear probe", train_f, train_y)}
         phases("kNN", knn_chunks(len(test_f)), "chunks")
-        out["knn_acc"] = knn_accuracy(train_f, train_y, test_f, test_y, data.num_classes, options.knn_k,
-                                      options.knn_temperature, on_chunk=phases.advance)
+        knn = knn_predict(train_f, train_y, test_f, data.num_classes, options.knn_k, options.knn_temperature,
+                          on_chunk=phases.advance)
+        out["knn_acc"] = accuracy(knn, test_y, data.num_classes)
         out["test_acc"] = test_acc
         for fraction, idx in self.extra_idx.items():  # e.g. SOFed's 1% / 10% / 100% label protocol
             phases(f"features, {fraction:.0%} labels", batches(len(idx)))
             feats = self.apply(module.features, data.train_x[idx], advance=phases.advance)
             out[f"linear_probe_acc@{fraction:g}"] = probe(f"linear probe, {fraction:.0%} labels", feats,
                                                           self.fabric.to_device(data.train_y[idx]))
+        out.update(self.readings(test_f, knn == test_y, phases))
+        out.update(self.finetunes(phases) if finetune else {})
+        return out
+
+    def readings(self, test_f: torch.Tensor, knn_correct: torch.Tensor, phases: EvalPhases) -> dict[str, float | None]:
+        """The label-free readings of ``options.readings`` on the test features (M, D) the evaluation computed
+        (alignment and uniformity on the fixed batch's two views: one more forward pass of ``reading_samples``
+        images), and the kNN over the clients' test shares from its per-image hits ``knn_correct`` (M,)."""
+        wanted, out = self.options.readings, {}
+        phases("readings", 1)
+        self.embedding_dim = test_f.shape[1]
+        if {"rankme", "spectrum"} & set(wanted):
+            self.spectrum = diagnostics.normalized_spectrum(test_f).float().cpu()
+            out.update({"rankme": diagnostics.rankme(self.spectrum)} if "rankme" in wanted else {})
+            out.update({"spectrum_top1": float(self.spectrum[0])} if "spectrum" in wanted else {})
+        if "embedding_std" in wanted:
+            out["embedding_std_mean"] = diagnostics.embedding_std(test_f)
+        if {"alignment", "uniformity"} & set(wanted):
+            z1, z2 = self.view_features()
+            out.update({"alignment": diagnostics.alignment(z1, z2)} if "alignment" in wanted else {})
+            if "uniformity" in wanted:
+                out["uniformity"] = (diagnostics.uniformity(z1) + diagnostics.uniformity(z2)) / 2
+        if self.client_shares is not None:
+            self.client_accuracies = share_accuracies(knn_correct.cpu(), self.client_shares)
+            out.update(spread_columns("client_knn_acc", self.client_accuracies))
+        phases.advance()
+        return out
+
+    @torch.no_grad()
+    def view_features(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The features (B, D) of two augmented views of the fixed reading batch: the same images and the same
+        views at every evaluation (their own seeded generator; no draw from any other)."""
+        images = self.fabric.to_device(self.data.test_x[self.reading_idx])
+        views = self.views.views(images, 2, torch_generator(self.seed, "reading-views"))
+        self.module.eval()
+        with self.fabric.autocast():
+            return self.module.features(views[0]).float(), self.module.features(views[1]).float()
+
+    def finetunes(self, phases: EvalPhases) -> dict[str, float]:
+        """``finetune_acc@<fraction>``: a copy of the encoder fine-tuned with a linear head on each fraction of
+        ``options.finetune`` (``fedlight.eval.finetune``), scored on the test split."""
+        out, data = {}, self.data
+        if not self.finetune_idx:
+            return out
+        test_x, test_y = self.views.normalize(self.fabric.to_device(data.test_x)), self.fabric.to_device(data.test_y)
+        for fraction, idx in self.finetune_idx.items():
+            phases(f"fine-tune, {fraction:.0%} labels", 1)
+            out[f"finetune_acc@{fraction:g}"] = finetune_accuracy(
+                self.module, lambda m, x: m.features(x), self.views.normalize(self.fabric.to_device(data.train_x[idx])),
+                self.fabric.to_device(data.train_y[idx]), test_x, test_y, data.num_classes,
+                self.options.finetune_epochs, torch_generator(self.seed, "finetune"))
+            phases.advance()
         return out
 
     def _probe(self, phases: EvalPhases, name: str, train_f: torch.Tensor, train_y: torch.Tensor,
@@ -153,24 +249,28 @@ class Evaluator:
         return linear_probe_accuracy(train_f, train_y, test_f, test_y, self.data.num_classes, steps=steps,
                                      on_evaluation=phases.advance)
 
-    def scores(self, client_models: list[State] | None, restore: State,
-               phases: EvalPhases | None = None) -> dict[str, Any]:
-        """``model_metrics``, or with ``client_models`` (local-only training) ``clients_metrics``."""
+    def scores(self, client_models: list[State] | None, restore: State, phases: EvalPhases | None = None,
+               finetune: bool = False) -> dict[str, Any]:
+        """``model_metrics``, or with ``client_models`` (local-only training) ``clients_metrics``; the fine-tunes
+        with ``finetune`` (the run asks for them at its last round only: their budget is a probe's many times)."""
         if client_models is None:
-            return self.model_metrics(phases)
-        return self.clients_metrics(client_models, restore, phases)
+            return self.model_metrics(phases, finetune)
+        return self.clients_metrics(client_models, restore, phases, finetune)
 
     def clients_metrics(self, client_models: list[State], restore: State,
-                        phases: EvalPhases | None = None) -> dict[str, Any]:
+                        phases: EvalPhases | None = None, finetune: bool = False) -> dict[str, Any]:
         """Mean and spread (``<metric>_std``) over clients' own models (local-only training; their
         states on any device); the worker model gets ``restore`` back afterwards."""
         phases = phases or EvalPhases()
         per_client = []
         for i, state in enumerate(client_models):
             self.module.load_partial({k: self.fabric.to_device(v) for k, v in state.items()})
-            per_client.append(self.model_metrics(phases.within(f"client {i + 1}/{len(client_models)}, ")))
+            per_client.append(self.model_metrics(phases.within(f"client {i + 1}/{len(client_models)}, "), finetune))
         self.module.load_partial(restore)
         out: dict[str, float | None] = {}
         for key in METRICS:
             out.update(mean_and_spread(key, [m[key] for m in per_client if m[key] is not None]))
+        for key in (k for k in per_client[0] if k not in METRICS) if per_client else ():  # readings: their mean
+            values = [m[key] for m in per_client if m.get(key) is not None]
+            out[key] = float(np.mean(values)) if values else None
         return out

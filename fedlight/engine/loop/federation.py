@@ -42,6 +42,8 @@ from fedlight.engine.output.console import say
 from fedlight.engine.output.progress import ClientTicks, EvalPhases, RoundBars
 from fedlight.engine.state.collectives import gather
 from fedlight.engine.state.run_files import CHECKPOINT, RESULTS
+from fedlight.errors import RunStopped
+from fedlight.eval.collapse import alarm_line
 from fedlight.methods.federated_module import FederatedModule
 from fedlight.server.aggregator import Aggregator
 
@@ -76,7 +78,7 @@ class Federation:
         self.clients = ClientRunner(fabric, aggregator, schedule, faults, plugins, [len(p) for p in parts],
                                     self.workers, options, store.open_store(options, run_dir / CHECKPOINT, fabric))
         self.log = RunLog(run_dir, self.hooks, data, parts, enabled=self.rank == 0, loggers=options.loggers,
-                          server_metrics=tuple(aggregator.metrics(0)))
+                          server_metrics=tuple(aggregator.metrics(0)), evaluator=evaluator)
         self.checkpoint = RunCheckpoint(fabric, module, aggregator, self.clients, self.hooks, run_dir)
         self.run_state = RunState({k: v.detach().clone() for k, v in module.shared_state().items()})
         self.restored, self.started = False, time.perf_counter()
@@ -107,7 +109,8 @@ class Federation:
             self._evaluate_the_final_model_if_unscored(bars)
         bars.close()
         finals = tuple(prefix for hook in self.hooks for prefix in hook.metric_prefixes)  # the parts' final metrics
-        results = state.results(options.record, self.wall, final_metrics(self.last_eval, finals),
+        # the last evaluated round's row: its metrics and the columns measured as it trained (the clients' drift)
+        results = state.results(options.record, self.wall, final_metrics(state.last_evaluation(), finals),
                                 self.evaluator.inputs())
         if self.rank == 0:  # results.json with final metrics says the run is finished: it comes last
             self.log.final(options.record, results["final"], lambda x: self.evaluator.apply(self.module.features, x),
@@ -126,7 +129,7 @@ class Federation:
         row = state.history[-1]
         round_ = state.rounds_done - 1
         metrics, uploads, failure, seconds = self._evaluate_if_due(round_, bars)
-        self._stop_if_asked(failure, False, bars)
+        self._stop_if_asked(failure, None, False, bars)
         state.ledger.rows.extend(uploads)
         row.update(metrics, eval_seconds=row["eval_seconds"] + seconds,
                    **{k: row[k] + n for k, n in state.ledger.totals(round_, uploads).items()})
@@ -153,13 +156,14 @@ class Federation:
         ledger_rows = self._count_round(round_, reports)
         # 8. Evaluate (every eval.every rounds and the last): the parts' evaluations, then probe and kNN.
         metrics, uploads, failure, eval_seconds = self._evaluate_if_due(round_, bars)
-        # 9. The round's history row: the loop's columns, the parts' and the server's own.
+        # 9. The round's history row: the loop's columns, the parts' and the server's own, the collapse alarm's.
         row = self._record(round_, reports, metrics, ledger_rows, uploads, started, eval_seconds)
-        # 10. The loggers, then the checkpoint (when due, or the run stops), results.json and the progress bar.
-        preempted = self._preemption_requested()
-        self._log_and_save(row, ledger_rows + uploads, reports, bars, self._checkpoint_due(failure, preempted))
-        # 11. Stop if the evaluation failed or the run is asked to stop (its checkpoint is saved).
-        self._stop_if_asked(failure, preempted, bars)
+        # 10. The loggers, then the checkpoint (when due, or before a stop), results.json and the progress bar.
+        collapsed, preempted = self._collapse_stop(), self._preemption_requested()
+        stopping = failure is not None or collapsed is not None or preempted
+        self._log_and_save(row, ledger_rows + uploads, reports, bars, self._checkpoint_due(stopping))
+        # 11. Stop if the evaluation failed, the encoder collapsed or the run is asked to (its checkpoint is saved).
+        self._stop_if_asked(failure, collapsed, preempted, bars)
 
     def _start_round(self, round_: int) -> None:
         """Step 1: a worker model whose shared / private split changes between rounds is asked first
@@ -278,7 +282,8 @@ class Federation:
         if self.rank != 0:
             return dict.fromkeys(METRICS), rows
         models = [stored[c] for c in sorted(stored)] if local else None  # local-only: the clients' own models
-        return {**self.evaluator.scores(models, self.run_state.global_state, phases), **extra}, rows
+        last = self.run_state.rounds_done == self.options.rounds  # the fine-tunes: the final model's only
+        return {**self.evaluator.scores(models, self.run_state.global_state, phases, last), **extra}, rows
 
     def _record(self, round_: int, reports: list[Report], metrics: dict[str, float | None], ledger_rows: list[list],
                 uploads: list[list], started: float, eval_seconds: float) -> dict[str, Any]:
@@ -288,16 +293,41 @@ class Federation:
         state.ledger.rows.extend(uploads)
         timing = {"seconds": time.perf_counter() - started, "eval_seconds": eval_seconds,
                   "train_seconds": sum(r.get("seconds", 0.0) for r in reports) / (self.world * len(self.workers))}
-        return state.add_round(round_, reports, metrics, ledger_rows + uploads, self._lr(round_), timing, self.hooks,
-                               self.aggregator.metrics(round_ + 1))
+        row = state.add_round(round_, reports, metrics, ledger_rows + uploads, self._lr(round_), timing, self.hooks,
+                              self.aggregator.metrics(round_ + 1))
+        self._watch_collapse()
+        return row
 
-    def _checkpoint_due(self, failure: Exception | None, preempted: bool) -> bool:
+    def _watch_collapse(self) -> None:
+        """Step 9 too: when the collapse alarm fires (``fedlight.eval.collapse``; rank 0 reads the metrics), its
+        record goes into the round's history row and, unless it stops the run (``_collapse_stop``), its line
+        is printed."""
+        alarm, state = self.options.collapse, self.run_state
+        record = alarm.fires(state.history, self.evaluator.embedding_dim) if self.rank == 0 else None
+        if record is not None:
+            state.history[-1]["collapse"] = record
+            if not self._stops_for_collapse():
+                say(alarm_line(record, False), self.rank)
+
+    def _stops_for_collapse(self) -> bool:
+        """Whether an alarm that fires now ends the run: ``eval.collapse_stop``, and rounds are left."""
+        return self.options.collapse.stop and self.run_state.rounds_done < self.options.rounds
+
+    def _collapse_stop(self) -> dict[str, Any] | None:
+        """The alarm's record where it fired this round and stops the run (every rank learns it from rank 0)."""
+        if not self._stops_for_collapse():
+            return None
+        record = self.run_state.history[-1].get("collapse") if self.rank == 0 else None
+        return self.fabric.broadcast(record, src=0) if self.world > 1 else record
+
+    def _checkpoint_due(self, stopping: bool) -> bool:
         """Whether this round writes the checkpoint: every ``run.checkpoint_every`` rounds, the last round,
-        and a round the run stops after (a failed evaluation, a preemption), so a stop always resumes from
-        where it stopped. A kill between two checkpoints resumes from the earlier one and trains the rounds
-        after it again, bit for bit as a straight run: every draw is keyed by (seed, round, client)."""
+        and a round the run stops after (``stopping``: a failed evaluation, the collapse alarm, a preemption),
+        so a stop always resumes from where it stopped. A kill between two checkpoints resumes from the earlier
+        one and trains the rounds after it again, bit for bit as a straight run: every draw is keyed by (seed,
+        round, client)."""
         done, options = self.run_state.rounds_done, self.options
-        return done % options.checkpoint_every == 0 or done == options.rounds or failure is not None or preempted
+        return done % options.checkpoint_every == 0 or done == options.rounds or stopping
 
     def _preemption_requested(self) -> bool:
         """Whether the run is asked to stop (SIGUSR1 / SIGTERM / Ctrl-C on any rank) before its last round."""
@@ -331,13 +361,19 @@ class Federation:
         self.wall = state.wall_before + time.perf_counter() - self.started
         self.checkpoint.save(state, self.wall)
 
-    def _stop_if_asked(self, failure: Exception | None, preempted: bool, bars: RoundBars) -> None:
-        """Step 11: the one line of a failed evaluation, or a preemption (SIGUSR1/SIGTERM, ``preempted``)
-        before the last round: this round's checkpoint is where ``--resume`` starts."""
+    def _stop_if_asked(self, failure: Exception | None, collapsed: dict[str, Any] | None, preempted: bool,
+                       bars: RoundBars) -> None:
+        """Step 11: the one line of a failed evaluation, of the collapse alarm that stops the run (``collapsed``,
+        its record), or a preemption (SIGUSR1/SIGTERM, ``preempted``) before the last round: this round's
+        checkpoint is where ``--resume`` starts."""
         if failure is not None:
             bars.close()
             self.log.finish("failed")
             raise evaluation_failed(failure, self.checkpoint.path, self.run_state.rounds_done) from failure
+        if collapsed is not None:
+            bars.close()
+            self.log.finish("failed")
+            raise RunStopped(alarm_line(collapsed, True))
         if preempted:
             raise self._preempted()
 

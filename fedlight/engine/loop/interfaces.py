@@ -64,6 +64,11 @@ class RoundPlugin:
         """What a client that just trained on ``module`` sends, if not ``module.payload()`` (None)."""
         return None
 
+    def client_reading(self, module: FederatedModule) -> dict[str, float]:
+        """Numbers this part reads off the model a client just trained on ``module``, for the client's report
+        (its ``columns`` summarise them over the round's clients; e.g. the clients' drift from the global model)."""
+        return {}
+
     def evaluate(self, round_: int, clients: dict[int, State], global_state: State,
                  ledger: list[list]) -> tuple[dict[str, float | None], list[list]]:
         """Extra metrics of an evaluation round (on every rank; metrics matter on rank 0 only).

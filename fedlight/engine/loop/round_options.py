@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fedlight.errors import UserError
+from fedlight.eval.collapse import CollapseAlarm
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class RoundOptions:
         client_state: the client-state store, ``memory`` or ``disk`` (``store.choose_store``).
         state_cache_mb: the disk store's cache bound in MiB.
         checkpoint_every: write the checkpoint every N rounds (and after the last, and before any stop).
+        collapse: the collapse alarm's thresholds, patience and whether it stops the run.
         record: the resolved recipe as a plain mapping, written to results.json and TensorBoard
             as it is; the loop never reads it.
     """
@@ -46,6 +48,7 @@ class RoundOptions:
     client_state: Literal["memory", "disk"] = "memory"
     state_cache_mb: int = 256
     checkpoint_every: int = 1
+    collapse: CollapseAlarm = CollapseAlarm()
     record: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

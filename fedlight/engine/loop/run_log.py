@@ -24,11 +24,20 @@ from lightning.fabric.loggers import Logger, TensorBoardLogger
 from fedlight.data.partition import class_counts
 from fedlight.data.image_data import ImageData
 from fedlight.engine.loop.comm_ledger import CommLedger, append_csv, rewrite_csv
-from fedlight.engine.loop.evaluator import METRICS
+from fedlight.engine.loop.evaluator import LABEL_FREE, METRICS, READING_COLUMNS
 from fedlight.engine.loop.interfaces import ACCURACY
 from fedlight.engine.loop.interfaces import Report, RoundPlugin
 from fedlight.engine.output.loggers import PictureSink, open_loggers
 from fedlight.engine.output.tensorboard import partition_figure, run_hparams
+
+
+REPRESENTATION = "representation"  # the TensorBoard tag group of the label-free readings
+
+
+def scalar_tag(key: str) -> str:
+    """A history column's TensorBoard tag: ``representation/rankme`` for a label-free reading, else
+    ``accuracy/<key>`` (probe, kNN, the kNN over clients' shares, the fine-tunes, the parts' metrics)."""
+    return f"{REPRESENTATION if key.startswith(LABEL_FREE) else ACCURACY}/{key}"
 
 
 class RunLog:
@@ -43,12 +52,15 @@ class RunLog:
         loggers: the loggers' names (``fedlight.engine.output.loggers.BUILDERS``).
         server_metrics: the history columns of the aggregator's own numbers (``Aggregator.metrics``),
             each logged as the scalar ``server/<name>``.
+        evaluator: the run's evaluator, whose last singular-value spectrum and per-client kNN accuracies are
+            drawn as histograms after each evaluation (None: no such pictures).
     """
 
     def __init__(self, run_dir: Path, plugins: list[RoundPlugin], data: ImageData, parts: list[torch.Tensor],
                  enabled: bool = True, loggers: tuple[str, ...] = ("tensorboard",),
-                 server_metrics: tuple[str, ...] = ()) -> None:
+                 server_metrics: tuple[str, ...] = (), evaluator: Any = None) -> None:
         self.run_dir, self.plugins, self.data, self.parts, self.enabled = run_dir, plugins, data, parts, enabled
+        self.evaluator = evaluator
         self.names, self.server_metrics = loggers, server_metrics
         self.loggers: list[Logger] = []  # those open (rank 0, between ``open`` and ``finish``)
         self.logger: TensorBoardLogger | PictureSink | None = None  # the pictures' (the parts draw on it)
@@ -69,7 +81,8 @@ class RunLog:
         for plugin in self.plugins:
             plugin.log_open(self.logger, self.run_dir, fresh)
         if fresh:
-            self._log_metrics({f"{ACCURACY}/{k}": v for k, v in baseline.items() if v is not None}, step=0)
+            self._log_metrics({scalar_tag(k): v for k, v in baseline.items() if v is not None}, step=0)
+            self._reading_pictures(baseline, 0)
 
     def round(self, row: dict[str, Any], ledger_rows: list[list], reports: list[Report]) -> None:
         """The scalars and pictures of a finished round's history ``row`` and its clients' ``reports``
@@ -88,7 +101,9 @@ class RunLog:
                    "time/eval_seconds": row["eval_seconds"], "train/lr": row["lr"],
                    **({"train/loss": row["train_loss"]} if row["train_loss"] is not None else {}),
                    **{f"comm/{k}": row[k] for k in ("bytes_up", "bytes_down", "bytes_d2d")},
-                   **{f"{ACCURACY}/{k}": v for k, v in row.items() if k.startswith(METRICS) and v is not None}}
+                   **{scalar_tag(k): v for k, v in row.items() if k.startswith(METRICS + READING_COLUMNS)
+                      and v is not None}}
+        self._reading_pictures(row, row["round"])
         for plugin in self.plugins:
             scalars.update(plugin.log_round(self.logger, row))
         scalars.update({f"server/{k}": row[k] for k in self.server_metrics if row.get(k) is not None})
@@ -125,6 +140,19 @@ class RunLog:
                 features(images).cpu(), metadata=self.data.test_y[:n].tolist(),
                 label_img=images.float().div(255), global_step=step, tag="final_global_encoder")
         self.finish("success")
+
+    def _reading_pictures(self, row: dict[str, Any], step: int) -> None:
+        """After an evaluation that measured them: the histograms of the log10 normalised singular values of the
+        test embeddings (``representation/log10_spectrum``) and of the clients' kNN accuracies on their own test
+        shares (``clients/knn_acc``)."""
+        evaluator = self.evaluator
+        if evaluator is None or self.logger is None:
+            return
+        if row.get("rankme", row.get("spectrum_top1")) is not None and evaluator.spectrum is not None:
+            spectrum = evaluator.spectrum.clamp_min(1e-12).log10().numpy()
+            self.logger.experiment.add_histogram(f"{REPRESENTATION}/log10_spectrum", spectrum, step)
+        if row.get("client_knn_acc") is not None and evaluator.client_accuracies:
+            self.logger.experiment.add_histogram("clients/knn_acc", np.asarray(evaluator.client_accuracies), step)
 
     def _log_metrics(self, scalars: dict[str, float], step: int) -> None:
         for logger in self.loggers:

@@ -13,6 +13,7 @@ from fedlight.engine.loop.comm_ledger import CommLedger
 from fedlight.engine.loop.interfaces import Report, RoundPlugin
 from fedlight.engine.loop.provenance import Segment, device_text, ended_now, new_segment, summary
 from fedlight.errors import RunStopped, UserError
+from fedlight.eval.collapse import first_record
 from fedlight.eval.metric_names import is_metric
 
 State = dict[str, torch.Tensor]
@@ -99,13 +100,15 @@ class RunState:
         the provenance (its last segment ending now), and ``inputs`` (``Evaluator.inputs``: the images' shape and
         normalisation, so ``fedlight export`` needs no data; outside ``record``, which a resume compares).
         A metric the run does not have (``test_acc`` without a classifier) is left out, not null:
-        from ``final`` and ``baseline``, and from the history where no round measured it."""
+        from ``final`` and ``baseline``, and from the history where no round measured it. ``collapse``: the
+        collapse alarm's record (``fedlight.eval.collapse``), None if it never fired."""
         never = {k for row in self.history for k in row if is_metric(k)} - {
             k for row in self.history for k, v in row.items() if v is not None}
         history = [{k: v for k, v in row.items() if k not in never} for row in self.history]
         return {"recipe": record, "rounds_completed": self.rounds_done, "history": history, "final": _measured(final),
                 "baseline": _measured(self.baseline), "comm": self.ledger.totals(), "wall_seconds": wall,
-                "provenance": summary(ended_now(self.segments)), "inputs": inputs}
+                "provenance": summary(ended_now(self.segments)), "inputs": inputs,
+                "collapse": first_record(self.history)}
 
     @classmethod
     def from_checkpoint(cls, ckpt: dict[str, Any], to_device: Callable[[torch.Tensor], torch.Tensor], rounds: int,

@@ -52,6 +52,6 @@ def final_line(results: dict[str, Any]) -> str:
     base = metric_names.with_fraction(results.get("baseline") or {}, fraction)
     parts = [f"{metric_names.title(k)} {value_text(k, final[k])}"
              + (f" (random init {value_text(k, base[k])})" if isinstance(base.get(k), (int, float)) else "")
-             for k in _shown(final)]
+             for k in _shown(final) if metric_names.is_metric(k) or k in metric_names.FINAL_READINGS]
     folder = (recipe.get("run") or {}).get("dir") or f"runs/{recipe.get('name')}"
     return f"final: {'; '.join(parts) or 'no metric'}; {results['wall_seconds']:.1f} s; run folder {folder}"

@@ -45,7 +45,8 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
 CORE_KEYS = ("name", "seed", "rounds", "data.name", "data.subset", "data.test_subset", "partition.kind",
              "clients", "local.batch_size", "local.lr", "local.optimizer", "local.lr_schedule", "local.weight_decay",
              "model", "views", "method", "server", "plugins", "resolved", "eval.every", "eval.label_fraction", "eval.extra_label_fractions",
-             "eval.knn_k", "eval.knn_temperature", "eval.probe_epochs", "fabric.precision")
+             "eval.knn_k", "eval.knn_temperature", "eval.probe_epochs", "eval.readings", "eval.reading_samples",
+             "eval.finetune", "eval.finetune_epochs", "fabric.precision")
 # partition.kind -> the keys its partition reads (fedlight.data.partition.partition's dispatch)
 PARTITION_KEYS = {"iid": (), "dirichlet": ("partition.alpha", "partition.min_size"),
                   "shards": ("partition.shards_per_client",), "classes": ("partition.classes_per_client",),

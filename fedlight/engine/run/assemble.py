@@ -21,11 +21,13 @@ from lightning.fabric import Fabric
 from fedlight import registry
 from fedlight.config.schema import Recipe
 from fedlight.data.image_data import ImageData
+from fedlight.data.partition import matching_test_split
 from fedlight.data.rotated import add_rotated_device
 from fedlight.data.views import ViewMaker, ViewParams, views_on_device
 from fedlight.engine.loop.async_federation import AsyncFederation
 from fedlight.engine.loop.async_rounds import InFlight
 from fedlight.engine.loop.client_attacks import attackers, poisoned_labels
+from fedlight.engine.loop.client_drift import ClientDrift
 from fedlight.engine.loop.client_store import choose_store
 from fedlight.engine.loop.compiled_step import compile_step
 from fedlight.engine.loop.evaluator import Evaluator
@@ -46,6 +48,7 @@ from fedlight.engine.run.recipe_checks import check_compile, check_method_for_pa
 from fedlight.engine.state.client_state_files import state_bytes
 from fedlight.errors import UserError
 from fedlight.methods.federated_module import FederatedModule
+from fedlight.seeding import numpy_rng
 from fedlight.server.aggregator import Aggregator
 
 
@@ -70,6 +73,16 @@ def build_views(recipe: Recipe, data: ImageData, device: torch.device = torch.de
     return ViewMaker(params, *data.mean_std(), channels_last=recipe.fabric.channels_last, on_device=on_device)
 
 
+def client_test_shares(recipe: Recipe, data: ImageData, parts: list[np.ndarray]) -> list[np.ndarray] | None:
+    """Each client's held-out share of the test split, in its training class mix (``matching_test_split``, seeded
+    by the run's seed), for the ``client_knn`` reading; None where the recipe does not ask for it."""
+    if "client_knn" not in recipe.eval.readings:
+        return None
+    clients = [p for c, p in enumerate(parts) if c != recipe.partition.public_client]
+    rng = numpy_rng(recipe.seed, "client-test")
+    return matching_test_split(data.train_y.numpy(), clients, data.test_y.numpy(), rng)
+
+
 def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: list[np.ndarray],
                      module: FederatedModule, aggregator: Aggregator, run_dir: Path,
                      record: dict[str, Any] | None = None) -> Federation:
@@ -82,6 +95,7 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
     o = part_options(recipe, aggregator)
     # normalised, probed and tested on the original data
     original, views = data, build_views(recipe, data, fabric.device)
+    client_shares = client_test_shares(recipe, data, parts)
     rotated = None
     if o.new_device is not None:  # LG-FedAvg sec. 3.2: a device of rotated images, online
         nd = o.new_device
@@ -102,7 +116,7 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
     if getattr(module, "uses_protected", False):  # fair LG-FedAvg: batches carry (class, attribute)
         labels = torch.stack([data.train_y, data.train_a], dim=1)
     labels = fabric.to_device(labels)
-    evaluator = Evaluator(fabric, module, original, views, o.eval, recipe.seed)
+    evaluator = Evaluator(fabric, module, original, views, o.eval, recipe.seed, client_shares)
     plugins: list[RoundPlugin] = []
     if recipe.eval.local_test:
         plugins.append(LocalTests(fabric, evaluator, trainable, [parts[c] for c in trainable], data.train_y.numpy(),
@@ -118,6 +132,8 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
         plugins.append(NewDevice(fabric, evaluator, originals, device, [parts[c] for c in originals],
                                  original.train_y.numpy(), rotated.test_x, rotated.test_y, o.new_device,
                                  recipe.clients.fraction, recipe.seed))
+    if "drift" in recipe.eval.readings:  # the probe batch: the readings' fixed test images, not augmented
+        plugins.append(ClientDrift(module, views.normalize(fabric.to_device(original.test_x[evaluator.reading_idx]))))
     plugins += registry.build_plugins(recipe.plugins, PluginContext(
         fabric, module, evaluator, images, data.train_y, tensors, trainable, recipe.rounds, data.num_classes,
         recipe.seed, run_dir))

@@ -27,6 +27,7 @@ from fedlight.engine.parts.sofed.stream_loop import BufferOptions
 from fedlight.engine.parts.sofed.stream_schedule import StreamOptions
 from fedlight.engine.run.clock_parts import TimingOptions, timing_options
 from fedlight.errors import UserError
+from fedlight.eval.collapse import CollapseAlarm
 from fedlight.server.aggregator import Aggregator
 
 
@@ -59,7 +60,14 @@ class PartOptions:
 def eval_options(recipe: Recipe) -> EvalOptions:
     """The evaluator's options from recipe section ``eval``."""
     e = recipe.eval
-    return EvalOptions(e.label_fraction, tuple(e.extra_label_fractions), e.knn_k, e.knn_temperature, e.probe_epochs)
+    return EvalOptions(e.label_fraction, tuple(e.extra_label_fractions), e.knn_k, e.knn_temperature, e.probe_epochs,
+                       tuple(e.readings), e.reading_samples, tuple(e.finetune), e.finetune_epochs)
+
+
+def collapse_alarm(recipe: Recipe) -> CollapseAlarm:
+    """The collapse alarm from recipe section ``eval`` (``collapse_*``)."""
+    e = recipe.eval
+    return CollapseAlarm(e.collapse_rankme, e.collapse_std, e.collapse_patience, e.collapse_stop)
 
 
 def part_options(recipe: Recipe, aggregator: Aggregator) -> PartOptions:
@@ -73,7 +81,7 @@ def part_options(recipe: Recipe, aggregator: Aggregator) -> PartOptions:
                           projector_samples=recipe.eval.projector_samples,
                           loggers=tuple(recipe.loggers),
                           state_cache_mb=recipe.run.state_cache_mb, checkpoint_every=recipe.run.checkpoint_every,
-                          record=asdict(recipe))
+                          record=asdict(recipe), collapse=collapse_alarm(recipe))
     policy, exchange, stream = recipe.exchange.policy, None, None
     if policy != "none" and name != "exchange":
         needs = ("needs local.iterations (CF-CL's Ta, e.g. 50); set it" if l.iterations is None
