@@ -149,12 +149,13 @@ def test_the_alarm_fires_once_after_patience_evaluations_in_a_row() -> None:
 def test_the_alarm_stops_a_run_checkpointed_and_resumable(tiny_recipe: Path, tmp_path: Path, capsys) -> None:
     run = tmp_path / "run"
     args = ["fit", "--recipe", str(tiny_recipe), *SMALL_RUN, *QUICK_EVAL, f"run.dir={run}", "eval.collapse_rankme=1e9",
-            "eval.collapse_patience=1", "eval.collapse_stop=true"]
+            "eval.collapse_patience=1", "eval.collapse_stop=true", "run.checkpoint_every=5"]  # the stop saves anyway
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.count("reads as collapsed") == 1 and "round 1: the encoder reads as collapsed: rankme" in err, err
     stopped = json.loads((run / "results.json").read_text())
     assert stopped["rounds_completed"] == 1 and stopped["collapse"]["round"] == 1 and stopped["final"] is None
+    assert torch.load(run / "checkpoints/last.pt", weights_only=True)["rounds_completed"] == 1
     assert main([*args, "--resume"]) == 0  # it fired once: the resumed run trains on
     assert "reads as collapsed" not in capsys.readouterr().err
     done = json.loads((run / "results.json").read_text())
