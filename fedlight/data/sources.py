@@ -173,20 +173,23 @@ def check_shapes(data: ImageData, what: str) -> None:
 
 
 def take_subset(data: ImageData, train: int | None, test: int | None, seed: int) -> ImageData:
-    """Keep a seeded random ``train`` / ``test`` samples (``data.subset``, ``data.test_subset``)."""
+    """Keep a seeded random ``train`` / ``test`` samples (``data.subset``, ``data.test_subset``), with
+    their per-sample columns (protected attribute, group id)."""
 
-    def pick(x: torch.Tensor, y: torch.Tensor, a: torch.Tensor | None, n: int | None,
-             key: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def keep(n: int | None, count: int, key: str) -> torch.Tensor | None:
         if n is None:
-            return x, y, a
-        if n > len(y):
-            raise UserError(f"recipe key 'data.{key}' is {n} but the dataset has {len(y)} samples; lower it")
-        keep = subset_indices(len(y), n, seed, key)
-        return x[keep], y[keep], None if a is None else a[keep]
+            return None
+        if n > count:
+            raise UserError(f"recipe key 'data.{key}' is {n} but the dataset has {count} samples; lower it")
+        return subset_indices(count, n, seed, key)
 
-    train_x, train_y, train_a = pick(data.train_x, data.train_y, data.train_a, train, "subset")
-    test_x, test_y, test_a = pick(data.test_x, data.test_y, data.test_a, test, "test_subset")
-    return ImageData(train_x, train_y, test_x, test_y, data.num_classes, train_a, test_a)
+    def pick(column: torch.Tensor | None, kept: torch.Tensor | None) -> torch.Tensor | None:
+        return column if column is None or kept is None else column[kept]
+
+    train_kept, test_kept = keep(train, len(data.train_y), "subset"), keep(test, len(data.test_y), "test_subset")
+    return ImageData(pick(data.train_x, train_kept), pick(data.train_y, train_kept), pick(data.test_x, test_kept),
+                     pick(data.test_y, test_kept), data.num_classes, pick(data.train_a, train_kept),
+                     pick(data.test_a, test_kept), train_group=pick(data.train_group, train_kept))
 
 
 def subset_indices(count: int, n: int, seed: int, key: str = "subset") -> torch.Tensor:
