@@ -160,3 +160,18 @@ def test_feature_shift_through_the_recipe_is_seeded(tiny_recipe: Path) -> None:
     assert digest(parts_a, a.train_x, a.test_x, a.train_domain) == digest(parts_b, b.train_x, b.test_x, b.train_domain)
     assert covers_once(parts_a, len(a.train_y))
     assert a.domain_names == ("identity", "rotate", "style")
+
+
+@pytest.mark.parametrize("override, named", [
+    ("partition.domains=[identity,sepia]", "unknown domain transform 'sepia'"),
+    ("partition.quantity_sigma=0", "partition.quantity_sigma' must be in (0, 5]"),
+    ("partition.quantity_exponent=11", "partition.quantity_exponent' must be in (0, 10]"),
+    ("partition.kind=natural", "needs a per-sample group id"),
+])
+def test_bad_heterogeneity_settings_end_in_one_line(tiny_recipe: Path, override: str, named: str, capsys) -> None:
+    from fedlight.cli import main
+
+    code = main(["fit", "--recipe", str(tiny_recipe), override])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and named in err, err
+    assert not (tiny_recipe.parent / "run").exists()

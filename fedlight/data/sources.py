@@ -16,6 +16,7 @@ from fedlight.data.idx import read_idx
 from fedlight.data.image_data import ImageData
 from fedlight.data.locate import (IDX_FILES, check_root_length, download_failed, expected_layout, find_idx,
                                   missing_idx, not_found)
+from fedlight.data.natural_sources import femnist, hf_disk
 from fedlight.data.tabular import diabetes
 from fedlight.errors import UserError, warnings_if_it_works
 from fedlight.seeding import torch_generator
@@ -52,12 +53,16 @@ TORCHVISION = {"cifar10": "CIFAR10", "cifar100": "CIFAR100", "svhn": "SVHN", "st
 # the datasets read from files: ``data.name`` -> (channels, image size, classes), what a model
 # built for them needs to know (``empty_of_shape``)
 SHAPES = {"fashion_mnist": (1, 28, 10), "mnist": (1, 28, 10), "cifar10": (3, 32, 10), "cifar100": (3, 32, 100),
-          "svhn": (3, 32, 10), "stl10": (3, 96, 10)}
+          "svhn": (3, 32, 10), "stl10": (3, 96, 10), "femnist": (1, 28, 62)}
 
 
 def empty_of_shape(name: str) -> ImageData:
     """A dataset of no samples shaped as ``name``'s (``SHAPES``): enough to build a method's model for
-    it (its constructor's checks) where the files are not on this machine."""
+    it (its constructor's checks) where the files are not on this machine. A source whose shape only its
+    files tell (``hf_disk``) is refused in one line."""
+    if name not in SHAPES:
+        raise UserError(f"data.name={name} takes its image shape and classes from its files, which are not on this "
+                        "machine; check the recipe where data.root holds them")
     channels, size, classes = SHAPES[name]
     images, labels = torch.zeros(0, channels, size, size, dtype=torch.uint8), torch.zeros(0, dtype=torch.long)
     return ImageData(images, labels, images, labels, classes)
@@ -140,14 +145,18 @@ def synthetic(seed: int = 0, train: int = 1200, test: int = 300, classes: int = 
     return ImageData(train_x, train_y, test_x, test_y, classes)
 
 
-def load_dataset(name: str, root: str, download: bool, seed: int = 0) -> ImageData:
-    """Load dataset ``name`` (``data.name``) from ``root`` (``data.root``)."""
+def load_dataset(name: str, root: str, download: bool, seed: int = 0,
+                 columns: tuple[str, str, str | None] = ("image", "label", None)) -> ImageData:
+    """Load dataset ``name`` (``data.name``) from ``root`` (``data.root``); ``columns``: ``hf_disk``'s
+    image, label and group columns (``data.image_column``, ``data.label_column``, ``data.group_column``)."""
     check_root_length(name, root)
     loaders: dict[str, Callable[[], ImageData]] = {
         "fashion_mnist": lambda: _fashion_mnist(Path(root), download),
         "mnist": lambda: _fashion_mnist(Path(root), download, mnist=True),
         "synthetic": lambda: synthetic(seed),
         "diabetes": lambda: diabetes(seed),
+        "femnist": lambda: femnist(Path(root)),
+        "hf_disk": lambda: hf_disk(Path(root), *columns),
     }
     data = loaders[name]() if name in loaders else _torchvision(name, Path(root), download)
     check_shapes(data, f"{name} in data.root '{root}'")

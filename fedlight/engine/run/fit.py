@@ -49,7 +49,7 @@ def prepare_data(recipe: Recipe, load: Callable[..., ImageData] = load_dataset) 
     with ``partition.public_balanced`` draw the public set outside the subset (``data.public_x``)
     (raises UserError on missing data, bad partitions or too few images for the public set)."""
     d, p, s = recipe.data, recipe.partition, recipe.stream
-    full = load(d.name, d.root, d.download, recipe.seed)
+    full = load(d.name, d.root, d.download, recipe.seed, (d.image_column, d.label_column, d.group_column))
     data = take_subset(full, d.subset, d.test_subset, recipe.seed)
     kind, per_client = p.kind, p.classes_per_client
     if s.classes_per_client is not None:  # a stream's classes are its device's partition's classes
