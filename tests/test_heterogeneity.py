@@ -175,3 +175,28 @@ def test_bad_heterogeneity_settings_end_in_one_line(tiny_recipe: Path, override:
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and named in err, err
     assert not (tiny_recipe.parent / "run").exists()
+
+
+def test_domain_test_split_keeps_each_client_in_its_domain() -> None:
+    from fedlight.data.partition import domain_test_split
+
+    train_labels, test_labels = LABELS[:2000], LABELS[2000:]
+    train_domain, test_domain = np.repeat([0, 1], 1000), np.tile([0, 1], 500)
+    rng = np.random.default_rng(0)
+    parts = [*partition("dirichlet", train_labels[:1000], 3, rng), *(p + 1000 for p in partition(
+        "iid", train_labels[1000:], 2, rng))]
+    split = domain_test_split(train_labels, parts, test_labels, np.random.default_rng(1), train_domain, test_domain)
+    assert [set(test_domain[s]) for s in split] == [{0}, {0}, {0}, {1}, {1}]
+    assert len(np.concatenate(split)) == len(np.unique(np.concatenate(split)))  # no test image twice
+    assert sum(map(len, split[:3])) >= 495 and sum(map(len, split[3:])) >= 495  # (up to classes nobody holds)
+
+
+def test_fedbn_scores_each_client_on_its_own_domain(tiny_recipe: Path) -> None:
+    from fedlight.engine.run.fit import fit
+
+    res = fit(load_recipe(tiny_recipe, ["method={name: fedbn, objective: supervised}", "eval.local_test=true",
+                                        "partition.domains=[identity,invert]", "clients.num=4", "rounds=1",
+                                        "model.backbone=tiny_cnn", "data.subset=400", "eval.probe_epochs=1",
+                                        "eval.knn_k=5", "eval.projector_samples=0"]))
+    final = res["final"]
+    assert 0 <= final["local_test_acc"] <= 1 and 0 <= final["test_acc_domain1"] <= 1

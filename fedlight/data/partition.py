@@ -281,3 +281,27 @@ def matching_test_split(train_labels: np.ndarray, parts: list[np.ndarray], test_
         for client, chunk in enumerate(np.split(idx, cuts)):
             out[client].append(chunk)
     return [np.sort(np.concatenate(chunks)).astype(np.int64) if chunks else np.zeros(0, np.int64) for chunks in out]
+
+
+def domain_test_split(train_labels: np.ndarray, parts: list[np.ndarray], test_labels: np.ndarray,
+                      rng: np.random.Generator, train_domain: np.ndarray, test_domain: np.ndarray) -> list[np.ndarray]:
+    """``matching_test_split`` within each domain under feature shift: a client's local test split is
+    drawn from its own domain's test images only (FedBN's per-client test, Li et al. 2021, sec. 5).
+
+    Args:
+        train_labels, parts, test_labels, rng: as for ``matching_test_split``.
+        train_domain: (N,) each training sample's domain; a client's domain is its first sample's.
+        test_domain: (M,) each test sample's domain.
+
+    Returns:
+        One sorted int64 index array per client into the test set.
+    """
+    out = [np.zeros(0, np.int64) for _ in parts]
+    client_domain = np.array([train_domain[p[0]] if len(p) else -1 for p in parts])
+    for d in np.unique(test_domain):
+        clients, tests = np.flatnonzero(client_domain == d), np.flatnonzero(test_domain == d)
+        if len(clients):
+            split = matching_test_split(train_labels, [parts[c] for c in clients], test_labels[tests], rng)
+            for client, chunk in zip(clients, split):
+                out[client] = tests[chunk]
+    return out
