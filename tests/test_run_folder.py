@@ -355,8 +355,8 @@ def test_overwrite_deletes_the_old_run_once_the_new_one_has_finished(used, monke
     monkeypatch.setattr(run_checkpoint, "save_checkpoint", save)
     assert main([*args, "--overwrite", "rounds=2"]) == 0
     assert aside == [True, True]  # kept through every checkpoint, deleted once the run finished
-    assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "comm.csv", "faults.csv", "recipe.yaml",
-                                                    "results.json", "tensorboard"]
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "comm.csv", "faults.csv", "partition.json",
+                                                    "recipe.yaml", "results.json", "tensorboard"]
     assert json.loads((run / "results.json").read_text())["rounds_completed"] == 2
 
 

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from fedlight.config.checks import (at_least, concentration, decay, distinct, folder_name, fraction, non_negative,
                                     positive, probabilities, probability, seed_value)
+from fedlight.data.domain_names import known_domains
 
 
 def check(fn: Any, default: Any = None, **kw: Any) -> Any:
@@ -26,16 +27,22 @@ def check(fn: Any, default: Any = None, **kw: Any) -> Any:
 @dataclass
 class DataConfig:
     name: Literal["fashion_mnist", "mnist", "cifar10", "cifar100", "svhn", "stl10", "synthetic",
-                  "diabetes"] = "fashion_mnist"
+                  "diabetes", "femnist", "hf_disk"] = "fashion_mnist"
     root: str = "data"
     download: bool = False
     subset: int | None = check(positive, None)
     test_subset: int | None = check(positive, None)
+    # hf_disk (a Hugging Face `datasets` dataset saved to disk, or train/test parquet files; needs
+    # `pip install 'fedlight[hf]'`): the columns holding each sample's image, label and writer id
+    # (the group partition.kind=natural splits by; None: no group). fedlight/data/natural_sources.py
+    image_column: str = "image"
+    label_column: str = "label"
+    group_column: str | None = None
 
 
 @dataclass
 class PartitionConfig:
-    kind: Literal["iid", "dirichlet", "shards", "classes", "class_ring"] = "dirichlet"
+    kind: Literal["iid", "dirichlet", "shards", "classes", "class_ring", "quantity", "natural"] = "dirichlet"
     alpha: float = check(concentration, 0.5)
     classes_per_client: int = check(positive, 2)
     shards_per_client: int = check(positive, 2)
@@ -45,6 +52,17 @@ class PartitionConfig:
     # outside data.subset, size // classes of each (the first size mod classes one more);
     # fedlight/data/public_set.py
     public_balanced: bool = False
+    # kind=quantity: label-independent client sizes, min_size each plus a share of the rest in proportion to
+    # a lognormal(0, quantity_sigma) or a Pareto(quantity_exponent) draw (fedlight/data/partition.py)
+    quantity_law: Literal["lognormal", "power_law"] = "lognormal"
+    quantity_sigma: float = check(lambda v: None if 0 < v <= 5 else "must be in (0, 5]", 1.0)
+    quantity_exponent: float = check(lambda v: None if 0 < v <= 10 else "must be in (0, 10]", 1.5)
+    # kind=natural: one client per writer of data's group column: `sample` clients.num of the writers
+    # (the others' samples train no client), or `merge` every writer into clients.num clients
+    writers: Literal["sample", "merge"] = "sample"
+    # feature shift: one image transform a domain (fedlight/data/domain_names.py), the clients cut into as
+    # many contiguous groups, partition.kind applied within each (fedlight/data/domains.py); []: none
+    domains: list[str] = check(known_domains, default_factory=list)
 
 
 @dataclass

@@ -25,6 +25,12 @@ class ImageData:
         test_a: (M,) int64 protected attribute of the test samples.
         public_x: (P, C, H, W) uint8 images that replace the public client's share as FLESD's public
             set, drawn outside ``train_x`` (``partition.public_balanced``); None: the share itself.
+        train_group: (N,) int64 id of who made each training image (a writer, user or device), for
+            sources that carry one (``partition.kind=natural``); None: no such column.
+        train_domain: (N,) int64 domain of each training image under feature shift
+            (``partition.domains``, ``fedlight.data.domains``); None: no feature shift.
+        test_domain: (M,) int64 domain of each test image (per-domain evaluation); None: none.
+        domain_names: the transform of each domain, in domain order (empty without feature shift).
     """
 
     train_x: torch.Tensor
@@ -35,6 +41,10 @@ class ImageData:
     train_a: torch.Tensor | None = None
     test_a: torch.Tensor | None = None
     public_x: torch.Tensor | None = None
+    train_group: torch.Tensor | None = None
+    train_domain: torch.Tensor | None = None
+    test_domain: torch.Tensor | None = None
+    domain_names: tuple[str, ...] = ()
 
     @property
     def channels(self) -> int:

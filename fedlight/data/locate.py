@@ -19,6 +19,7 @@ IDX_FILES = {
     "test_y": "t10k-labels-idx1-ubyte",
 }
 TORCHVISION_DATASETS = ("cifar10", "cifar100", "svhn", "stl10")  # read through torchvision.datasets
+FOLDER_DATASETS = ("femnist", "hf_disk")  # read from a folder by fedlight.data.natural_sources
 
 
 def find_idx(root: Path, stem: str, mnist: bool = False) -> Path | None:
@@ -40,6 +41,8 @@ LAYOUTS = {
     "cifar100": "data.root/cifar-100-python/ with train, test and meta",
     "svhn": "data.root/train_32x32.mat and data.root/test_32x32.mat",
     "stl10": "data.root/stl10_binary/ with train_X.bin, train_y.bin, test_X.bin, test_y.bin and class_names.txt",
+    "femnist": "data.root/train/*.json and data.root/test/*.json in LEAF's format",
+    "hf_disk": "a dataset saved there by save_to_disk (train and test splits), or train*.parquet and test*.parquet files",
 }
 
 
@@ -84,6 +87,9 @@ def check_data_root(name: str, root: str, download: bool) -> None:
     checks when it reads them). Synthetic and tabular data need no files.
     """
     check_root_length(name, root)
+    if name in FOLDER_DATASETS and not Path(root).is_dir():  # nothing to download: the user's own files
+        raise UserError(f"{name} not found in data.root '{root}' (no such folder; {expected_layout(name)}); point "
+                        "data.root at the folder holding it")
     if download:
         return
     if name in ("fashion_mnist", "mnist"):

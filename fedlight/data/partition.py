@@ -153,10 +153,74 @@ def class_ring(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
     return _split_among_holders(labels, held, rng)
 
 
+def quantity_sizes(total: int, num_clients: int, rng: np.random.Generator, law: str, sigma: float,
+                   exponent: float, min_size: int) -> np.ndarray:
+    """(K,) client sizes summing to ``total``: ``min_size`` each, the rest shared in proportion to
+    weights drawn from a lognormal(0, ``sigma``) or a Pareto law with tail exponent ``exponent``
+    (P(w > x) = x^-exponent for x >= 1), rounded by largest remainder.
+
+    Quantity skew as in Li et al. 2022 ("Federated Learning on Non-IID Data Silos", sec. 4.3), who
+    draw client shares from a Dirichlet; a lognormal or power law gives the long tail of real
+    federations instead. The minimum is given first, so no draw is repeated.
+    """
+    if total < min_size * num_clients:
+        raise UserError(f"partition: {total} samples cannot give {num_clients} clients at least "
+                        f"partition.min_size={min_size} each; lower clients.num or partition.min_size")
+    weights = rng.lognormal(0.0, sigma, num_clients) if law == "lognormal" else rng.pareto(exponent, num_clients) + 1
+    return proportional_sizes(total - min_size * num_clients, weights) + min_size
+
+
+def proportional_sizes(total: int, weights: np.ndarray) -> np.ndarray:
+    """(len(weights),) int64 sizes summing to ``total`` in proportion to ``weights``: each the floor of its
+    exact share, the samples left over one each to the largest fractional parts (ties: the first)."""
+    exact = total * weights / weights.sum()
+    sizes = np.floor(exact).astype(np.int64)
+    sizes[np.argsort(-(exact - sizes), kind="stable")[: total - sizes.sum()]] += 1
+    return sizes
+
+
+def quantity(labels: np.ndarray, num_clients: int, rng: np.random.Generator, law: str = "lognormal",
+             sigma: float = 1.0, exponent: float = 1.5, min_size: int = 10) -> list[np.ndarray]:
+    """Label-independent quantity skew: sizes from ``quantity_sizes``, filled from one seeded
+    permutation of every index (so each client's label mix is iid, only its size differs)."""
+    sizes = quantity_sizes(len(labels), num_clients, rng, law, sigma, exponent, min_size)
+    return [np.sort(part) for part in np.split(rng.permutation(len(labels)), np.cumsum(sizes)[:-1])]
+
+
+def natural(groups: np.ndarray, num_clients: int, rng: np.random.Generator,
+            writers: str = "sample") -> list[np.ndarray]:
+    """One client per writer (user, device) of a per-sample group id, as LEAF's FEMNIST and Flower's
+    ``NaturalIdPartitioner`` split data.
+
+    Args:
+        groups: (N,) group id of every sample.
+        num_clients: K, at most the number of distinct writers W.
+        rng: seeded generator (which writers, or how they are dealt).
+        writers: ``sample``: K of the W writers drawn without replacement, client i holding the i-th
+            drawn writer's samples; the other writers' samples train no client. ``merge``: the W writers
+            in a seeded order dealt into K contiguous groups as even (in writers) as can be; every sample
+            is used.
+
+    Returns:
+        One sorted int64 index array per client.
+
+    Raises:
+        UserError: more clients than writers.
+    """
+    ids = np.unique(groups)
+    if num_clients > len(ids):
+        raise UserError(f"partition.kind=natural: clients.num={num_clients} exceeds the {len(ids)} writers "
+                        "(distinct group ids) of the data; lower clients.num or use a larger data.subset")
+    order = rng.permutation(ids)
+    held = [order[i:i + 1] for i in range(num_clients)] if writers == "sample" else np.array_split(order, num_clients)
+    return [np.flatnonzero(np.isin(groups, chosen)).astype(np.int64) for chosen in held]
+
+
 def partition(kind: str, labels: np.ndarray, num_clients: int, rng: np.random.Generator, *,
               alpha: float = 0.5, min_size: int = 10, shards_per_client: int = 2,
-              classes_per_client: int = 2) -> list[np.ndarray]:
-    """Dispatch on ``partition.kind``."""
+              classes_per_client: int = 2, law: str = "lognormal", sigma: float = 1.0, exponent: float = 1.5,
+              groups: np.ndarray | None = None, writers: str = "sample") -> list[np.ndarray]:
+    """Dispatch on ``partition.kind`` (``groups``: the per-sample writer ids ``natural`` needs)."""
     if num_clients > len(labels):
         raise UserError(f"clients.num={num_clients} exceeds the {len(labels)} training samples; "
                         "lower clients.num or raise data.subset")
@@ -168,6 +232,13 @@ def partition(kind: str, labels: np.ndarray, num_clients: int, rng: np.random.Ge
         parts = shards(labels, num_clients, rng, shards_per_client)
     elif kind == "class_ring":
         parts = class_ring(labels, num_clients, rng, classes_per_client)
+    elif kind == "quantity":
+        parts = quantity(labels, num_clients, rng, law, sigma, exponent, min_size)
+    elif kind == "natural":
+        if groups is None:
+            raise UserError("partition.kind=natural needs a per-sample group id, which this data has none of; use "
+                            "data.name=femnist, or data.name=hf_disk with data.group_column set")
+        parts = natural(groups, num_clients, rng, writers)
     else:
         parts = classes(labels, num_clients, rng, classes_per_client)
     empty = [i for i, p in enumerate(parts) if len(p) == 0]
@@ -210,3 +281,27 @@ def matching_test_split(train_labels: np.ndarray, parts: list[np.ndarray], test_
         for client, chunk in enumerate(np.split(idx, cuts)):
             out[client].append(chunk)
     return [np.sort(np.concatenate(chunks)).astype(np.int64) if chunks else np.zeros(0, np.int64) for chunks in out]
+
+
+def domain_test_split(train_labels: np.ndarray, parts: list[np.ndarray], test_labels: np.ndarray,
+                      rng: np.random.Generator, train_domain: np.ndarray, test_domain: np.ndarray) -> list[np.ndarray]:
+    """``matching_test_split`` within each domain under feature shift: a client's local test split is
+    drawn from its own domain's test images only (FedBN's per-client test, Li et al. 2021, sec. 5).
+
+    Args:
+        train_labels, parts, test_labels, rng: as for ``matching_test_split``.
+        train_domain: (N,) each training sample's domain; a client's domain is its first sample's.
+        test_domain: (M,) each test sample's domain.
+
+    Returns:
+        One sorted int64 index array per client into the test set.
+    """
+    out = [np.zeros(0, np.int64) for _ in parts]
+    client_domain = np.array([train_domain[p[0]] if len(p) else -1 for p in parts])
+    for d in np.unique(test_domain):
+        clients, tests = np.flatnonzero(client_domain == d), np.flatnonzero(test_domain == d)
+        if len(clients):
+            split = matching_test_split(train_labels, [parts[c] for c in clients], test_labels[tests], rng)
+            for client, chunk in zip(clients, split):
+                out[client] = tests[chunk]
+    return out

@@ -16,6 +16,7 @@ from fedlight.data.idx import read_idx
 from fedlight.data.image_data import ImageData
 from fedlight.data.locate import (IDX_FILES, check_root_length, download_failed, expected_layout, find_idx,
                                   missing_idx, not_found)
+from fedlight.data.natural_sources import femnist, hf_disk
 from fedlight.data.tabular import diabetes
 from fedlight.errors import UserError, warnings_if_it_works
 from fedlight.seeding import torch_generator
@@ -52,12 +53,16 @@ TORCHVISION = {"cifar10": "CIFAR10", "cifar100": "CIFAR100", "svhn": "SVHN", "st
 # the datasets read from files: ``data.name`` -> (channels, image size, classes), what a model
 # built for them needs to know (``empty_of_shape``)
 SHAPES = {"fashion_mnist": (1, 28, 10), "mnist": (1, 28, 10), "cifar10": (3, 32, 10), "cifar100": (3, 32, 100),
-          "svhn": (3, 32, 10), "stl10": (3, 96, 10)}
+          "svhn": (3, 32, 10), "stl10": (3, 96, 10), "femnist": (1, 28, 62)}
 
 
 def empty_of_shape(name: str) -> ImageData:
     """A dataset of no samples shaped as ``name``'s (``SHAPES``): enough to build a method's model for
-    it (its constructor's checks) where the files are not on this machine."""
+    it (its constructor's checks) where the files are not on this machine. A source whose shape only its
+    files tell (``hf_disk``) is refused in one line."""
+    if name not in SHAPES:
+        raise UserError(f"data.name={name} takes its image shape and classes from its files, which are not on this "
+                        "machine; check the recipe where data.root holds them")
     channels, size, classes = SHAPES[name]
     images, labels = torch.zeros(0, channels, size, size, dtype=torch.uint8), torch.zeros(0, dtype=torch.long)
     return ImageData(images, labels, images, labels, classes)
@@ -140,14 +145,18 @@ def synthetic(seed: int = 0, train: int = 1200, test: int = 300, classes: int = 
     return ImageData(train_x, train_y, test_x, test_y, classes)
 
 
-def load_dataset(name: str, root: str, download: bool, seed: int = 0) -> ImageData:
-    """Load dataset ``name`` (``data.name``) from ``root`` (``data.root``)."""
+def load_dataset(name: str, root: str, download: bool, seed: int = 0,
+                 columns: tuple[str, str, str | None] = ("image", "label", None)) -> ImageData:
+    """Load dataset ``name`` (``data.name``) from ``root`` (``data.root``); ``columns``: ``hf_disk``'s
+    image, label and group columns (``data.image_column``, ``data.label_column``, ``data.group_column``)."""
     check_root_length(name, root)
     loaders: dict[str, Callable[[], ImageData]] = {
         "fashion_mnist": lambda: _fashion_mnist(Path(root), download),
         "mnist": lambda: _fashion_mnist(Path(root), download, mnist=True),
         "synthetic": lambda: synthetic(seed),
         "diabetes": lambda: diabetes(seed),
+        "femnist": lambda: femnist(Path(root)),
+        "hf_disk": lambda: hf_disk(Path(root), *columns),
     }
     data = loaders[name]() if name in loaders else _torchvision(name, Path(root), download)
     check_shapes(data, f"{name} in data.root '{root}'")
@@ -173,20 +182,23 @@ def check_shapes(data: ImageData, what: str) -> None:
 
 
 def take_subset(data: ImageData, train: int | None, test: int | None, seed: int) -> ImageData:
-    """Keep a seeded random ``train`` / ``test`` samples (``data.subset``, ``data.test_subset``)."""
+    """Keep a seeded random ``train`` / ``test`` samples (``data.subset``, ``data.test_subset``), with
+    their per-sample columns (protected attribute, group id)."""
 
-    def pick(x: torch.Tensor, y: torch.Tensor, a: torch.Tensor | None, n: int | None,
-             key: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def keep(n: int | None, count: int, key: str) -> torch.Tensor | None:
         if n is None:
-            return x, y, a
-        if n > len(y):
-            raise UserError(f"recipe key 'data.{key}' is {n} but the dataset has {len(y)} samples; lower it")
-        keep = subset_indices(len(y), n, seed, key)
-        return x[keep], y[keep], None if a is None else a[keep]
+            return None
+        if n > count:
+            raise UserError(f"recipe key 'data.{key}' is {n} but the dataset has {count} samples; lower it")
+        return subset_indices(count, n, seed, key)
 
-    train_x, train_y, train_a = pick(data.train_x, data.train_y, data.train_a, train, "subset")
-    test_x, test_y, test_a = pick(data.test_x, data.test_y, data.test_a, test, "test_subset")
-    return ImageData(train_x, train_y, test_x, test_y, data.num_classes, train_a, test_a)
+    def pick(column: torch.Tensor | None, kept: torch.Tensor | None) -> torch.Tensor | None:
+        return column if column is None or kept is None else column[kept]
+
+    train_kept, test_kept = keep(train, len(data.train_y), "subset"), keep(test, len(data.test_y), "test_subset")
+    return ImageData(pick(data.train_x, train_kept), pick(data.train_y, train_kept), pick(data.test_x, test_kept),
+                     pick(data.test_y, test_kept), data.num_classes, pick(data.train_a, train_kept),
+                     pick(data.test_a, test_kept), train_group=pick(data.train_group, train_kept))
 
 
 def subset_indices(count: int, n: int, seed: int, key: str = "subset") -> torch.Tensor:

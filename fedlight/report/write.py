@@ -27,6 +27,7 @@ from fedlight.eval import metric_names
 from fedlight.report.compare import compare_text, reach_targets
 from fedlight.report.arm_groups import ABSENT, Group, group_label, group_runs, grouping_keys, mixed_groups
 from fedlight.report.sanity import group_checks
+from fedlight.report.partitions import partition_files, write_partition_pictures
 from fedlight.report.plots import REMAKE, plot_files, write_plots
 from fedlight.report.runs import Run, find_runs
 from fedlight.report.tables import Cell, GroupTable, markdown_table, md_cell, metric_cell
@@ -63,9 +64,10 @@ def mean_std(values: list[float]) -> str:
 
 
 def render(runs: list[Run], sources: list[str], table: GroupTable, plots: list[str], out: Path,
-           notes: list[str], timing: list[str] | None = None) -> str:
+           notes: list[str], timing: list[str] | None = None, partitions: list[str] = ()) -> str:
     """The markdown text of the report (run folders relative to ``out``, where it is written), ``notes``
-    below its table, then ``timing``'s lines (virtual time, where runs have a clock)."""
+    below its table, then ``timing``'s lines (virtual time, where runs have a clock), the plots and the
+    ``partitions`` pictures."""
     done = [r for r in runs if r.finished]
     keys, metrics = table.keys, table.metrics
     lines = ["# fedlight report", "",
@@ -86,6 +88,10 @@ def render(runs: list[Run], sources: list[str], table: GroupTable, plots: list[s
         lines += ["Plots: the mean over each group's seeds from round 0 (the random-init encoder); the shaded band "
                   "is ± one sample standard deviation over seeds. Each is also an SVG beside the PNG.", ""]
     lines += [f"![{p.removesuffix('.png').replace('_', ' ')}]({p})" for p in plots if p.endswith(".png")] + [""]
+    if partitions:
+        lines += ["## Partitions", "", "Each group's first seed: samples a client holds, the share of each class among "
+                  "them, and its domain (feature shift; grey: none).", ""]
+        lines += [f"![{p.removesuffix('.png').replace('_', ' ')}]({p})" for p in partitions] + [""]
     lines += ["## Runs", ""]
     run_rows = [[f"`{os.path.relpath(r.path, out.resolve())}`", *(md_cell(r.keys.get(k, ABSENT)) for k in keys),
                  str(r.seed),
@@ -127,17 +133,19 @@ def write_report(paths: list[str], out: str | Path, group_by: list[str] | None =
     given = parse_targets(targets, timed)
     comparison = compare_text(groups, keys, table.metrics, reference, margin, given, timed)
     goals = reach_targets(groups, keys, timed, reference, given)
-    targets = [*plot_files(groups, table.metrics), *TABLES, COMPARE, REPORT]
+    targets = [*plot_files(groups, table.metrics), *partition_files(groups), *TABLES, COMPARE, REPORT]
     in_the_way = next((out / name for name in targets if (out / name).exists() and not (out / name).is_file()), None)
     if in_the_way is not None:  # before any file is written: a report is whole or not written
         raise UserError(f"'{in_the_way}' is a folder, where the report writes a file; move it away or give "
                         "another --out")
     out.mkdir(parents=True, exist_ok=True)
     plots = write_plots(groups, keys, table.metrics, out)
+    partitions = write_partition_pictures(groups, keys, out, REMAKE)
     texts = {name: write(table) for name, write in TABLES.items()}
     texts[COMPARE] = comparison
     notes = mixed_groups(groups, keys) + check_notes(groups, keys, table.metrics)
-    texts[REPORT] = render(runs, [str(p) for p in paths], table, plots, out, notes, time_lines(groups, keys, goals))
+    texts[REPORT] = render(runs, [str(p) for p in paths], table, plots, out, notes, time_lines(groups, keys, goals),
+                           partitions)
     for name, text in texts.items():  # each file is the old one or the new one, never half of one
         atomic_write_bytes(out / name, text.encode(), then=REMAKE)
-    return [out / name for name in (REPORT, COMPARE, *TABLES, *plots)]
+    return [out / name for name in (REPORT, COMPARE, *TABLES, *plots, *partitions)]

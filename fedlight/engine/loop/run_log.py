@@ -21,14 +21,14 @@ import numpy as np
 import torch
 from lightning.fabric.loggers import Logger, TensorBoardLogger
 
-from fedlight.data.partition import class_counts
 from fedlight.data.image_data import ImageData
+from fedlight.data.partition_picture import partition_picture, partition_summary, write_summary
 from fedlight.engine.loop.comm_ledger import CommLedger, append_csv, rewrite_csv
 from fedlight.engine.loop.evaluator import LABEL_FREE, METRICS, READING_COLUMNS
 from fedlight.engine.loop.interfaces import ACCURACY
 from fedlight.engine.loop.interfaces import Report, RoundPlugin
 from fedlight.engine.output.loggers import PictureSink, open_loggers
-from fedlight.engine.output.tensorboard import partition_figure, run_hparams
+from fedlight.engine.output.tensorboard import run_hparams
 
 
 REPRESENTATION = "representation"  # the TensorBoard tag group of the label-free readings
@@ -67,17 +67,20 @@ class RunLog:
 
     def open(self, rounds_done: int, ledger: list[list], baseline: dict[str, Any] | None) -> None:
         """Open the logs of a run that has completed ``rounds_done`` rounds; a fresh run also shows
-        the partition's (K, C) class counts and the ``baseline`` (random-init) accuracies at step 0."""
+        the partition (every client's size, label histogram and domain, also written to ``partition.json``)
+        and the ``baseline`` (random-init) accuracies at step 0."""
         if not self.enabled:
             return
         self.loggers = open_loggers(self.names, self.run_dir, rounds_done)
         self.logger = next((lg for lg in self.loggers if isinstance(lg, TensorBoardLogger)), PictureSink())
         rewrite_csv(self.run_dir / "comm.csv", CommLedger.CSV_HEADER, ledger)
         fresh = rounds_done == 0
-        if fresh:
+        if fresh:  # each client's size, label histogram and domain: a picture, and partition.json for the report
             d = self.data
-            counts = class_counts(d.train_y.numpy(), [p.numpy() for p in self.parts], d.num_classes)
-            self.logger.experiment.add_figure("data/partition", partition_figure(counts), 0)
+            summary = partition_summary(d.train_y.numpy(), [p.numpy() for p in self.parts], d.num_classes,
+                                        None if d.train_domain is None else d.train_domain.numpy(), d.domain_names)
+            write_summary(summary, self.run_dir)
+            self.logger.experiment.add_figure("data/partition", partition_picture(summary), 0)
         for plugin in self.plugins:
             plugin.log_open(self.logger, self.run_dir, fresh)
         if fresh:

@@ -50,15 +50,22 @@ CORE_KEYS = ("name", "seed", "rounds", "data.name", "data.subset", "data.test_su
 # partition.kind -> the keys its partition reads (fedlight.data.partition.partition's dispatch)
 PARTITION_KEYS = {"iid": (), "dirichlet": ("partition.alpha", "partition.min_size"),
                   "shards": ("partition.shards_per_client",), "classes": ("partition.classes_per_client",),
-                  "class_ring": ("partition.classes_per_client",)}
+                  "class_ring": ("partition.classes_per_client",),
+                  "quantity": ("partition.quantity_law", "partition.min_size"),
+                  "natural": ("partition.writers", "data.group_column")}
+# partition.quantity_law -> the parameter its draw reads
+QUANTITY_KEYS = {"lognormal": ("partition.quantity_sigma",), "power_law": ("partition.quantity_exponent",)}
 
 
 def core_keys(record: dict[str, Any]) -> tuple[str, ...]:
     """``CORE_KEYS`` plus the core keys that the recipe's own values make read: the partition
-    kind's keys, ``local.momentum`` for SGD, ``local.lr_decay`` for the exponential schedule,
+    kind's keys (and quantity skew's law's parameter, feature shift's domains where set), ``local.momentum`` for SGD, ``local.lr_decay`` for the exponential schedule,
     ``local.schedule`` when it is set."""
-    local = record.get("local", {})
-    return (CORE_KEYS + PARTITION_KEYS.get(record.get("partition", {}).get("kind"), ())
+    local, partition = record.get("local", {}), record.get("partition", {})
+    kind = partition.get("kind")
+    return (CORE_KEYS + PARTITION_KEYS.get(kind, ())
+            + (QUANTITY_KEYS.get(partition.get("quantity_law"), ()) if kind == "quantity" else ())
+            + (("partition.domains",) if partition.get("domains") else ())
             + (("local.momentum",) if local.get("optimizer") == "sgd" else ())
             + (("local.lr_decay",) if local.get("lr_schedule") == "exponential" else ())
             + (("local.schedule",) if local.get("schedule") is not None else ()))

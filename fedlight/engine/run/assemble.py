@@ -119,8 +119,9 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
     evaluator = Evaluator(fabric, module, original, views, o.eval, recipe.seed, client_shares)
     plugins: list[RoundPlugin] = []
     if recipe.eval.local_test:
+        domains = None if data.train_domain is None else (data.train_domain.numpy(), data.test_domain.numpy())
         plugins.append(LocalTests(fabric, evaluator, trainable, [parts[c] for c in trainable], data.train_y.numpy(),
-                                  data.test_y.numpy(), recipe.seed))
+                                  data.test_y.numpy(), recipe.seed, domains))
     if aggregator.uses_public_set:  # FLESD: the public client's images, never trained on, or those replacing them
         public_images = (images[tensors[public].to(images.device)] if original.public_x is None
                          else fabric.to_device(original.public_x))

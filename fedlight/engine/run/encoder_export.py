@@ -138,7 +138,8 @@ def _inputs_from_data(record: dict[str, Any]) -> dict[str, Any]:
     """results.json's ``inputs`` for a run that predates them: from the run's training images (its
     ``data.subset`` of them), read again from ``data.root``."""
     d = record["data"]
-    data = take_subset(load_dataset(d["name"], d["root"], d["download"], record["seed"]), d.get("subset"),
+    columns = (d.get("image_column", "image"), d.get("label_column", "label"), d.get("group_column"))
+    data = take_subset(load_dataset(d["name"], d["root"], d["download"], record["seed"], columns), d.get("subset"),
                        d.get("test_subset"), record["seed"])
     mean, std = data.mean_std()
     return {"channels": data.channels, "image_size": data.image_size,

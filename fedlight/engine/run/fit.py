@@ -9,6 +9,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
 from lightning.fabric import Fabric
 
@@ -17,6 +18,7 @@ from fedlight.catalog import NO_ATTACK
 from fedlight.config.schema import Recipe
 from fedlight.cpus import busy_machine, default_threads
 from fedlight.data.image_data import ImageData
+from fedlight.data.domains import shift_features
 from fedlight.data.locate import data_on_disk
 from fedlight.data.partition import partition
 from fedlight.data.public_set import balanced_outside_subset
@@ -42,7 +44,7 @@ def prepare_data(recipe: Recipe, load: Callable[..., ImageData] = load_dataset) 
     with ``partition.public_balanced`` draw the public set outside the subset (``data.public_x``)
     (raises UserError on missing data, bad partitions or too few images for the public set)."""
     d, p, s = recipe.data, recipe.partition, recipe.stream
-    full = load(d.name, d.root, d.download, recipe.seed)
+    full = load(d.name, d.root, d.download, recipe.seed, (d.image_column, d.label_column, d.group_column))
     data = take_subset(full, d.subset, d.test_subset, recipe.seed)
     kind, per_client = p.kind, p.classes_per_client
     if s.classes_per_client is not None:  # a stream's classes are its device's partition's classes
@@ -50,9 +52,20 @@ def prepare_data(recipe: Recipe, load: Callable[..., ImageData] = load_dataset) 
             raise UserError("stream.classes_per_client needs stream.velocity set and partition.kind iid or classes; "
                             "set stream.velocity or drop stream.classes_per_client")
         kind, per_client = "classes", s.classes_per_client
-    parts = partition(kind, data.train_y.numpy(), recipe.clients.num, numpy_rng(recipe.seed, "partition"),
-                      alpha=p.alpha, min_size=p.min_size, shards_per_client=p.shards_per_client,
-                      classes_per_client=per_client)
+    rng, labels = numpy_rng(recipe.seed, "partition"), data.train_y.numpy()
+    groups = None if data.train_group is None else data.train_group.numpy()
+
+    def split(idx: np.ndarray, clients: int) -> list[np.ndarray]:  # partition.kind over the samples ``idx``
+        return partition(kind, labels[idx], clients, rng, alpha=p.alpha, min_size=p.min_size,
+                         shards_per_client=p.shards_per_client, classes_per_client=per_client, law=p.quantity_law,
+                         sigma=p.quantity_sigma, exponent=p.quantity_exponent,
+                         groups=None if groups is None else groups[idx], writers=p.writers)
+
+    if p.domains:  # feature shift: the label partition within each domain (fedlight/data/domains.py)
+        shifted = shift_features(data, p.domains, recipe.clients.num, numpy_rng(recipe.seed, "domains"), split)
+        data, parts = shifted.data, shifted.parts
+    else:
+        parts = split(np.arange(len(labels)), recipe.clients.num)
     if p.public_balanced:  # as many images as the public client's share, which trains no client either way
         picked = balanced_outside_subset(full.train_y, d.subset, len(parts[p.public_client]), full.num_classes,
                                          recipe.seed)

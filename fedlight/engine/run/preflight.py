@@ -16,7 +16,7 @@ from fedlight.config.schema import Recipe
 from fedlight.data.locate import check_data_root
 from fedlight.engine.run import launch
 from fedlight.engine.run.run_folder import check_run_dir
-from fedlight.optional import require_loggers
+from fedlight.optional import require_hf_datasets, require_loggers
 
 
 def preflight(recipe: Recipe, resume: bool, overwrite: bool) -> None:
@@ -30,6 +30,7 @@ def preflight(recipe: Recipe, resume: bool, overwrite: bool) -> None:
     check_names(recipe.method, recipe.server, recipe.model.backbone, recipe.plugins, recipe.faults.attack)
     require_loggers(recipe.loggers)
     d = recipe.data
+    require_hf_datasets(d.name)
     check_data_root(d.name, d.root, d.download)
     if not launch.is_child():  # rank 0 owns the run folder (it alone claims it)
         check_run_dir(Path(recipe.run_dir), asdict(recipe), resume, overwrite, recipe.run.min_free_mb)

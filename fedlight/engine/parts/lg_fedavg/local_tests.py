@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from lightning.fabric import Fabric
 
-from fedlight.data.partition import matching_test_split
+from fedlight.data.partition import domain_test_split, matching_test_split
 from fedlight.engine.loop.comm_ledger import CommLedger
 from fedlight.engine.loop.interfaces import ACCURACY, RoundPlugin, State
 from fedlight.engine.parts.lg_fedavg.local_tester import LOCAL_METRICS, LocalTester
@@ -33,15 +33,20 @@ class LocalTests(RoundPlugin):
         train_parts: their sample indices into the training set.
         train_labels: (N,) training labels; test_labels: (M,) test labels (local test splits).
         seed: run seed (the local test splits).
+        domains: under feature shift, the (N,) training and (M,) test samples' domains: a client's local
+            test split is then drawn from its own domain's test images (``domain_test_split``).
     """
 
     needs_clients = True
     metric_prefixes = LOCAL_METRICS
 
     def __init__(self, fabric: Fabric, evaluator: Any, clients: list[int], train_parts: list[np.ndarray],
-                 train_labels: np.ndarray, test_labels: np.ndarray, seed: int = 0) -> None:
+                 train_labels: np.ndarray, test_labels: np.ndarray, seed: int = 0,
+                 domains: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         self.fabric, self.clients = fabric, clients
-        test = matching_test_split(train_labels, train_parts, test_labels, numpy_rng(seed, "local-test"))
+        rng = numpy_rng(seed, "local-test")
+        test = (matching_test_split(train_labels, train_parts, test_labels, rng) if domains is None
+                else domain_test_split(train_labels, train_parts, test_labels, rng, *domains))
         self.tester = LocalTester(evaluator, train_parts, test, [float(len(p)) for p in train_parts])
 
     def evaluate(self, round_: int, clients: dict[int, State], global_state: State,
