@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from fedlight.compression.update_compression import UpdateCompression
 from fedlight.errors import UserError
 
 
@@ -26,6 +27,7 @@ class RoundOptions:
         loggers: where the scalars and hparams go (``fedlight.engine.output.loggers``).
         client_state: the client-state store, ``memory`` or ``disk`` (``store.choose_store``).
         state_cache_mb: the disk store's cache bound in MiB.
+        compression: how clients compress their uploads (``server.compress``); None: they send their model.
         record: the resolved recipe as a plain mapping, written to results.json and TensorBoard
             as it is; the loop never reads it.
     """
@@ -44,6 +46,7 @@ class RoundOptions:
     loggers: tuple[str, ...] = ("tensorboard",)
     client_state: Literal["memory", "disk"] = "memory"
     state_cache_mb: int = 256
+    compression: UpdateCompression | None = None
     record: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

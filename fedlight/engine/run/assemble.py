@@ -96,7 +96,8 @@ def part_options(recipe: Recipe, aggregator: Aggregator) -> PartOptions:
                           workers=recipe.fabric.workers, batched_clients=l.batched_clients,
                           projector_samples=recipe.eval.projector_samples,
                           loggers=tuple(recipe.loggers),
-                          state_cache_mb=recipe.run.state_cache_mb, record=asdict(recipe))
+                          state_cache_mb=recipe.run.state_cache_mb, record=asdict(recipe),
+                          compression=registry.build_compression(recipe.server, aggregator, recipe.seed))
     policy, exchange, stream = recipe.exchange.policy, None, None
     if policy != "none" and name != "exchange":
         needs = ("needs local.iterations (CF-CL's Ta, e.g. 50); set it" if l.iterations is None
@@ -167,15 +168,18 @@ def new_device_options(recipe: Recipe, aggregator: Aggregator) -> NewDeviceOptio
     return NewDeviceOptions(**asdict(cfg))
 
 
-def client_store_kind(recipe: Recipe, module: FederatedModule, aggregator: Aggregator, clients: int) -> str:
+def client_store_kind(recipe: Recipe, module: FederatedModule, aggregator: Aggregator, clients: int,
+                      options: RoundOptions) -> str:
     """``run.client_state`` resolved: ``auto`` keeps the states in memory while every client's
-    model state (its private tensors, its whole model for local-only) fits in ``run.state_cache_mb``.
-    What a schedule keeps per client (SOFed's buffer ids, CF-CL's pulled set) is not counted: it
-    is small beside a model and only known once the client has trained."""
+    model state (its private tensors, its whole model for local-only, error feedback's residual) fits in
+    ``run.state_cache_mb``. What a schedule keeps per client (SOFed's buffer ids, CF-CL's pulled set) is
+    not counted: it is small beside a model and only known once the client has trained."""
     per_client = module.private_state()
     if aggregator.keeps_models_local:
         per_client = {**module.shared_state(), **per_client}
-    return choose_store(recipe.run.client_state, state_bytes(per_client), clients, recipe.run.state_cache_mb)
+    residual = options.compression.residual_bytes(module.shared_state()) if options.compression else 0
+    return choose_store(recipe.run.client_state, state_bytes(per_client) + residual, clients,
+                        recipe.run.state_cache_mb)
 
 
 def build_views(recipe: Recipe, data: ImageData, device: torch.device = torch.device("cpu")) -> ViewMaker:
@@ -258,12 +262,12 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
         recipe.seed, run_dir))
     schedule = build_schedule(fabric, recipe, o, data, module, images, labels, tensors, views, trainable)
     timing = build_timing(o.timing, module, aggregator, schedule, o.faults, recipe.local.batch_size, len(parts),
-                          trainable, recipe.seed)
+                          trainable, recipe.seed, o.round.compression)
     faults = SimulatedFaults(o.faults, recipe.seed, run_dir, fabric.global_rank, trainable, attack,
                              None if attack is None else registry.attack_settings(f.attack, f.attack_options,
                                                                                   f.attack_scale),
                              timing.lateness if isinstance(timing, RoundClock) else None)
-    round_ = replace(o.round, client_state=client_store_kind(recipe, module, aggregator, len(trainable)),
+    round_ = replace(o.round, client_state=client_store_kind(recipe, module, aggregator, len(trainable), o.round),
                      record=o.round.record if record is None else record)
     loop = (fabric, module, aggregator, evaluator, data, tensors, trainable, schedule, faults,
             plugins if timing is None else [timing, *plugins], round_, run_dir)  # the clock first: who takes part
