@@ -206,7 +206,9 @@ def test_a_bad_compression_setting_is_one_line_exit_2_before_anything_is_written
 @pytest.mark.parametrize("server, says", [
     ("{name: local_only, compress: {kind: fp16}}", "server.name=local_only: its clients upload nothing"),
     ("{name: scaffold, compress: {kind: fp16}}", "upload more than their model (control variates)"),
-], ids=["local_only", "scaffold"])
+    ("{name: flesd, compress: {kind: fp16}}", "upload similarities on a public set, which have their own dtype"),
+    ("{name: centralized, compress: {kind: qsgd}}", "server.name=centralized: its clients upload nothing"),
+], ids=["local_only", "scaffold", "flesd", "centralized"])
 def test_compression_where_no_model_update_is_uploaded_is_refused(tmp_path: Path, tiny_recipe: Path, capsys,
                                                                    server: str, says: str) -> None:
     method = ["method.name=scaffold", "method.objective=simclr"] if "scaffold" in server else []
