@@ -17,6 +17,7 @@ from fedlight.compression import codecs
 from fedlight.compression.update_compression import RESIDUAL, UpdateCompression
 from fedlight.config import load_recipe
 from fedlight.engine.run.fit import fit
+from fedlight.errors import UserError
 from fedlight.server.differential_privacy import dp_epsilon
 
 FAST = ["clients.num=4", "data.subset=400", "model.backbone=tiny_cnn", "eval.probe_epochs=1", "eval.knn_k=5",
@@ -148,6 +149,12 @@ def test_a_run_counts_the_compressed_bytes_up_and_resumes_bit_for_bit_with_error
         fit(load_recipe(tiny_recipe, [*FAST, server, *half]), resume=True)
         resumed = torch.load(tmp_path / store / "checkpoints/last.pt", weights_only=True)["global"]
         assert all(torch.equal(model["global"][k], resumed[k]) for k in resumed), store
+    assert res["recipe"]["resolved"]["server"]["compress"] == {"kind": "topk", "bits": 8, "block": None, "rotate": False,
+                                                               "fraction": 0.01, "error_feedback": True}
+    for changed in ("server={name: fedavg, compress: {kind: topk, fraction: 0.02, error_feedback: true}}",
+                    "server={name: fedavg}"):
+        with pytest.raises(UserError, match="--resume"):
+            fit(load_recipe(tiny_recipe, [*FAST, changed, f"run.dir={tmp_path / 'straight'}", "rounds=3"]), resume=True)
 
 
 def test_error_feedback_changes_the_run_and_dp_keeps_its_epsilon(tmp_path: Path, tiny_recipe: Path) -> None:
