@@ -22,6 +22,7 @@ run is deterministic on any number of processes and resumes bit for bit.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Annotated, Literal, NamedTuple
 
 import torch
@@ -36,6 +37,14 @@ RESIDUAL = "compress.residual."  # the client-store keys of error feedback's res
 CASTS = {"fp16": torch.float16, "bf16": torch.bfloat16}
 # the options that act only with some kinds, for the one-line refusal of the others
 KIND_OPTIONS = {"bits": ("qsgd",), "block": ("qsgd",), "rotate": ("qsgd",), "fraction": ("topk", "randk")}
+
+
+def tally(rows: Iterable[codecs.Rows]) -> dict[str, int]:
+    """The bytes of several tensors' ``rows``, summed by ledger dtype."""
+    sent: dict[str, int] = defaultdict(int)
+    for dtype, n in (row for tensor in rows for row in tensor):
+        sent[dtype] += n
+    return dict(sent)
 
 
 def bit_width(v: int) -> str | None:
@@ -89,12 +98,12 @@ class UpdateCompression:
         """``client``'s upload in ``round_`` from its ``payload`` (the model it trained, from ``global_state``)
         and its ``stored`` client state (error feedback's residual, under ``RESIDUAL``)."""
         if self.kind == "none":
-            return Upload(payload, self._raw(payload), {})
+            return Upload(payload, tally(codecs.cast_rows(v.numel(), v.dtype) for v in payload.values()), {})
         generator, stored = torch_generator(self.seed, "compress", round_, client), stored or {}
-        out, sent, residual = dict(payload), defaultdict(int), {}
+        out, sent, residual = dict(payload), [], {}
         for key, value in payload.items():
             if not self._compressed(key, value, global_state):
-                sent[codecs.dtype_name(value.dtype)] += value.numel() * value.element_size()
+                sent.append(codecs.cast_rows(value.numel(), value.dtype))
                 continue
             start = global_state[key].detach().cpu().double()
             update = value.detach().cpu().double() - start
@@ -102,18 +111,10 @@ class UpdateCompression:
                 update = update + stored[RESIDUAL + key].double()
             decoded, rows = self._encode(update, value.dtype, generator)
             out[key] = (start + decoded).to(value.device, value.dtype)
-            for dtype, n in rows:
-                sent[dtype] += n
+            sent.append(rows)
             if self.error_feedback:
                 residual[RESIDUAL + key] = (update - decoded).float()
-        return Upload(out, dict(sent), residual)
-
-    @staticmethod
-    def _raw(payload: State) -> dict[str, int]:
-        sent: dict[str, int] = defaultdict(int)
-        for value in payload.values():
-            sent[codecs.dtype_name(value.dtype)] += value.numel() * value.element_size()
-        return dict(sent)
+        return Upload(out, tally(sent), residual)
 
     @staticmethod
     def _compressed(key: str, value: torch.Tensor, global_state: State) -> bool:
