@@ -10,7 +10,8 @@ and its defaults are the paper's. A numeric parameter declares its range there t
 (``Annotated[float, positive]``, ``fedlight.config.checks``). A round plug-in from another package
 (``plugins.<name>.*``) is configured the same way, and so is ``server.dp``: the options of the
 differential-privacy wrapper around the chosen aggregator (``server/differential_privacy.py``), and
-so is an attack (``faults.attack_options.*``).
+``server.compress``, the compression of the uploads it receives (``compression/update_compression.py``),
+and so is an attack (``faults.attack_options.*``).
 
 ``resolved_settings`` records what a run's classes are built with, defaults included, so that a
 default changed in a later release cannot change an old run unnoticed (``engine/run/run_folder.py``
