@@ -97,6 +97,17 @@ def test_error_feedbacks_residual_plus_what_was_sent_is_the_update(kind: str) ->
     assert upload.payload["n"] is model["n"] and set(upload.residual) == {RESIDUAL + "w"}
 
 
+def test_only_the_trainable_parameters_are_compressed_and_buffers_travel_as_they_are() -> None:
+    """A BatchNorm variance rebuilt from a top-k update with a residual fell below 0 (NaN features in a run)."""
+    start = {"w": torch.zeros(100), "bn.running_var": torch.ones(100)}
+    model = {"w": torch.randn(100), "bn.running_var": torch.rand(100) + 0.5}
+    upload = UpdateCompression("topk", fraction=0.01, error_feedback=True).compress(model, start, 0, 0,
+                                                                                   parameters={"w"})
+    assert upload.payload["bn.running_var"] is model["bn.running_var"]
+    assert int((upload.payload["w"] != 0).sum()) == 1 and set(upload.residual) == {RESIDUAL + "w"}
+    assert upload.sent == {"float32": 4 + 400, "uint8": 1}  # one value, one 7-bit index; the variance whole
+
+
 def test_byte_counts_by_hand() -> None:
     w, b, n = torch.zeros(1000), torch.zeros(10), torch.tensor(0)  # two float tensors and an integer buffer
     state = {"w": w, "b": b, "n": n}
@@ -136,7 +147,9 @@ def test_a_run_counts_the_compressed_bytes_up_and_resumes_bit_for_bit_with_error
     server = f"server={{name: fedavg, compress: {TOP1}}}"
     res = fit(load_recipe(tiny_recipe, [*FAST, server, f"run.dir={tmp_path / 'straight'}"]))
     model = torch.load(tmp_path / "straight/checkpoints/last.pt", weights_only=True)
-    per_client = UpdateCompression("topk", fraction=0.01).upload_bytes(model["global"])
+    buffers = ("running_mean", "running_var", "num_batches_tracked")  # BatchNorm's: sent as they are
+    parameters = {k for k in model["global"] if not k.endswith(buffers)}
+    per_client = UpdateCompression("topk", fraction=0.01).upload_bytes(model["global"], parameters)
     assert res["comm"]["bytes_up"] == 2 * 4 * per_client  # 2 rounds x 4 clients
     with open(tmp_path / "straight/comm.csv") as f:
         up = [row for row in csv.DictReader(f) if row["direction"] == "up"]
@@ -173,7 +186,7 @@ def test_error_feedback_changes_the_run_and_dp_keeps_its_epsilon(tmp_path: Path,
 def test_a_robust_rule_sees_the_decoded_models(tmp_path: Path, tiny_recipe: Path) -> None:
     res = fit(load_recipe(tiny_recipe, [*FAST, "rounds=1", "server={name: median, compress: {kind: qsgd, bits: 2}}",
                                         f"run.dir={tmp_path / 'median'}"]))
-    assert res["history"][0]["knn_acc"] is not None and res["comm"]["bytes_up"] < res["comm"]["bytes_down"] / 10
+    assert res["history"][0]["knn_acc"] is not None and res["comm"]["bytes_up"] < res["comm"]["bytes_down"] / 5
 
 
 def test_the_clock_times_the_compressed_upload(tmp_path: Path, tiny_recipe: Path) -> None:

@@ -1,9 +1,10 @@
 """Compression of a client's upload (``server.compress``): the update, the client's model minus the global
 model it was sent, encoded before it leaves the client and decoded by the server before its rule sees it.
 
-A client's floating-point tensors that the global state holds are compressed one by one
-(``fedlight.compression.codecs``: the encodings, their math and their bytes); integer buffers (BatchNorm's
-batch counter) travel as they are. The server rebuilds the client's model as x_t + decoded update, so
+A client's trainable parameters are compressed one by one (``fedlight.compression.codecs``: the encodings,
+their math and their bytes); buffers travel as they are, since they are statistics, not steps of a descent:
+BatchNorm's running variance rebuilt from a sparse or quantized update, let alone one carrying a residual,
+can fall below 0 and make every feature NaN (a pilot run's top-1% with error feedback did, at round 4). The server rebuilds the client's model as x_t + decoded update, so
 every aggregator, robust rules and ``server.dp`` included, sees a model of the global state's shape.
 
 With ``error_feedback`` (Stich, Cordonnier, Jaggi, "Sparsified SGD with Memory", NeurIPS 2018;
@@ -22,7 +23,7 @@ run is deterministic on any number of processes and resumes bit for bit.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Annotated, Literal, NamedTuple
 
 import torch
@@ -45,6 +46,14 @@ def tally(rows: Iterable[codecs.Rows]) -> dict[str, int]:
     for dtype, n in (row for tensor in rows for row in tensor):
         sent[dtype] += n
     return dict(sent)
+
+
+def compressed(key: str, value: torch.Tensor, global_state: State, parameters: Collection[str] | None) -> bool:
+    """Whether ``value`` is a tensor of the model's update that is compressed: floating point, the global
+    state's, and a trainable parameter (every floating-point tensor where ``parameters`` is None)."""
+    start = global_state.get(key)
+    return (value.is_floating_point() and start is not None and start.shape == value.shape
+            and (parameters is None or key in parameters))
 
 
 def bit_width(v: int) -> str | None:
@@ -94,15 +103,16 @@ class UpdateCompression:
         return self.error_feedback
 
     def compress(self, payload: State, global_state: State, round_: int, client: int,
-                 stored: State | None = None) -> Upload:
+                 stored: State | None = None, parameters: Collection[str] | None = None) -> Upload:
         """``client``'s upload in ``round_`` from its ``payload`` (the model it trained, from ``global_state``)
-        and its ``stored`` client state (error feedback's residual, under ``RESIDUAL``)."""
+        and its ``stored`` client state (error feedback's residual, under ``RESIDUAL``); ``parameters``: the
+        names of the model's trainable parameters, the tensors compressed (None: every floating-point one)."""
         if self.kind == "none":
             return Upload(payload, tally(codecs.cast_rows(v.numel(), v.dtype) for v in payload.values()), {})
         generator, stored = torch_generator(self.seed, "compress", round_, client), stored or {}
         out, sent, residual = dict(payload), [], {}
         for key, value in payload.items():
-            if not self._compressed(key, value, global_state):
+            if not compressed(key, value, global_state, parameters):
                 sent.append(codecs.cast_rows(value.numel(), value.dtype))
                 continue
             start = global_state[key].detach().cpu().double()
@@ -116,12 +126,6 @@ class UpdateCompression:
                 residual[RESIDUAL + key] = (update - decoded).float()
         return Upload(out, tally(sent), residual)
 
-    @staticmethod
-    def _compressed(key: str, value: torch.Tensor, global_state: State) -> bool:
-        """Whether ``value`` is a tensor of the model's update: floating point, and the global state's."""
-        start = global_state.get(key)
-        return value.is_floating_point() and start is not None and start.shape == value.shape
-
     def _encode(self, update: torch.Tensor, dtype: torch.dtype, generator: torch.Generator) -> codecs.Sent:
         """One tensor's ``update`` (float64) as the server decodes it, values sent in ``dtype``."""
         if self.kind in CASTS:
@@ -132,14 +136,15 @@ class UpdateCompression:
             return codecs.top_k(update, self.fraction, dtype)
         return codecs.random_k(update, self.fraction, dtype, not self.error_feedback, generator)
 
-    def upload_bytes(self, state: State) -> int:
-        """The bytes a client uploads for a payload shaped as ``state`` (the virtual clock's upload, known
-        before anyone trains; the ledger counts the same)."""
-        return sum(n for tensor in state.values() for _, n in self._rows(tensor))
+    def upload_bytes(self, state: State, parameters: Collection[str] | None = None) -> int:
+        """The bytes a client uploads for a payload shaped as ``state`` with these ``parameters`` compressed (the
+        virtual clock's upload, known before anyone trains; the ledger counts the same)."""
+        return sum(n for key, tensor in state.items()
+                   for _, n in self._rows(tensor, compressed(key, tensor, state, parameters)))
 
-    def _rows(self, value: torch.Tensor) -> codecs.Rows:
+    def _rows(self, value: torch.Tensor, compress: bool) -> codecs.Rows:
         n = value.numel()
-        if self.kind == "none" or not value.is_floating_point():
+        if self.kind == "none" or not compress:
             return codecs.cast_rows(n, value.dtype)
         if self.kind in CASTS:
             return codecs.cast_rows(n, CASTS[self.kind])
@@ -148,9 +153,9 @@ class UpdateCompression:
         k = codecs.kept(n, self.fraction)
         return codecs.top_k_rows(n, k, value.dtype) if self.kind == "topk" else codecs.cast_rows(k, value.dtype)
 
-    def residual_bytes(self, state: State) -> int:
+    def residual_bytes(self, state: State, parameters: Collection[str] | None = None) -> int:
         """What error feedback keeps per client for a model shaped as ``state``: a float32 residual of each
-        floating-point tensor (0 without it)."""
+        compressed tensor (0 without it)."""
         if not self.error_feedback:
             return 0
-        return sum(v.numel() * 4 for v in state.values() if v.is_floating_point())
+        return sum(v.numel() * 4 for k, v in state.items() if compressed(k, v, state, parameters))

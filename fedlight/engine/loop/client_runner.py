@@ -61,6 +61,8 @@ class ClientRunner:
         self.rank, self.world = fabric.global_rank, fabric.world_size
         self.store = store if store is not None else ClientStateStore(owns=self.owns)
         self.keeps_payloads = faults.needs_payloads  # the fault model revises the round's payloads: keep them all
+        # what ``server.compress`` compresses: the model's trainable parameters (its buffers travel as they are)
+        self._parameters = frozenset(name for name, _ in workers.modules[0].named_parameters())
 
     def payload(self, module: FederatedModule) -> State:
         """What a client that just trained on ``module`` uploads."""
@@ -184,7 +186,8 @@ class ClientRunner:
         if self.compression is None:
             ledger.record(round_, client, "up", payload)
             return payload, {}
-        upload = self.compression.compress(payload, global_state, round_, client, self.store.get(client))
+        upload = self.compression.compress(payload, global_state, round_, client, self.store.get(client),
+                                           self._parameters)
         ledger.record_bytes(round_, client, "up", upload.sent)
         return upload.payload, upload.residual
 

@@ -177,7 +177,8 @@ def client_store_kind(recipe: Recipe, module: FederatedModule, aggregator: Aggre
     per_client = module.private_state()
     if aggregator.keeps_models_local:
         per_client = {**module.shared_state(), **per_client}
-    residual = options.compression.residual_bytes(module.shared_state()) if options.compression else 0
+    parameters = {name for name, _ in module.named_parameters()}
+    residual = options.compression.residual_bytes(module.shared_state(), parameters) if options.compression else 0
     return choose_store(recipe.run.client_state, state_bytes(per_client) + residual, clients,
                         recipe.run.state_cache_mb)
 

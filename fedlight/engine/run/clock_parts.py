@@ -122,9 +122,11 @@ def build_timing(options: TimingOptions, module: FederatedModule, aggregator: Ag
                         "tell beforehand (ClientSchedule.planned_steps is None); drop clock.devices")
     moved = state_bytes(module.shared_state()) if aggregator.communicates else 0
     up = (moved if aggregator.payload_is_state else state_bytes(module.payload())) if aggregator.communicates else 0
-    up_size = state_bytes if compression is None else compression.upload_bytes
-    if compression is not None and aggregator.communicates:
-        up = up_size(module.shared_state())
+    up_size = state_bytes
+    if compression is not None:  # its trainable parameters compressed, its buffers as they are
+        parameters = frozenset(name for name, _ in module.named_parameters())
+        up_size = lambda state: compression.upload_bytes(state, parameters)  # noqa: E731
+        up = up_size(module.shared_state()) if aggregator.communicates else 0
     cost = TripCost(build_devices(clock, clients, seed), schedule.planned_steps, batch_size,
                     lambda r, c: draw_fault(faults, seed, r, c).work, moved, up)
     dropped = lambda r, c: draw_fault(faults, seed, r, c).dropped  # noqa: E731
