@@ -22,6 +22,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from scipy import stats as dist
 
 from fedlight import stats
 
@@ -30,9 +31,9 @@ ARMS = ("plain", "topk_ef", "topk")
 PILOT_SEEDS = list(range(3000, 3005))
 MARGIN = 2.0  # points, both claims
 CAP = 24  # rule v3's cap on n
-# Fixed from the pilot in REPRODUCTION.md before any verdict run (None: not yet registered).
-MIN_LIFT: float | None = None
-VERDICT_SEEDS: list[int] = []
+# Fixed from the pilot in REPRODUCTION.md ("v3 compressed uploads: the pilot"), before any verdict run.
+MIN_LIFT: float | None = 6.61  # a third of plain's pilot lift, 19.83
+VERDICT_SEEDS: list[int] = list(range(3100, 3124))  # n = 24, rule v3's cap (both claims would need more)
 
 
 def load(folder: Path, arm: str, seed: int) -> dict | None:
@@ -109,9 +110,13 @@ def pilot() -> None:
     print(f"min_lift = max(2, plain's mean lift / 3) = {max(2.0, float(np.mean(plain - floors)) / 3):.2f}")
     for name, d in (("A topk_ef - plain", ef - plain), ("B plain - topk", plain - topk)):
         sd_plus = stats.sd_upper(float(d.std(ddof=1)), len(d))
-        n = stats.seeds_from_pilot(d, 1.0, cap=CAP) if len(d) >= stats.MIN_PILOT_SEEDS else None
+        if len(d) < stats.MIN_PILOT_SEEDS:
+            print(f"{name}: {d.mean():+.2f} (n is sized from {stats.MIN_PILOT_SEEDS} pilot seeds)")
+            continue
+        n = stats.seeds_from_pilot(d, 1.0, cap=CAP)
+        reach = float(dist.t.ppf(0.975, CAP - 1)) * sd_plus / np.sqrt(CAP)
         print(f"{name}: {d.mean():+.2f}, sd {d.std(ddof=1):.2f}, sd+ (80%) {sd_plus:.2f}, n for +-1 point: "
-              f"{n if n is not None else f'(sized from {stats.MIN_PILOT_SEEDS} pilot seeds)'}")
+              + (str(n) if n is not None else f"more than {CAP}; at {CAP} the half-width is {reach:.2f}"))
 
 
 def verdict() -> None:
