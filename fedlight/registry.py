@@ -10,7 +10,8 @@ and its defaults are the paper's. A numeric parameter declares its range there t
 (``Annotated[float, positive]``, ``fedlight.config.checks``). A round plug-in from another package
 (``plugins.<name>.*``) is configured the same way, and so is ``server.dp``: the options of the
 differential-privacy wrapper around the chosen aggregator (``server/differential_privacy.py``), and
-so is an attack (``faults.attack_options.*``).
+``server.compress``, the compression of the uploads it receives (``compression/update_compression.py``),
+and so is an attack (``faults.attack_options.*``).
 
 ``resolved_settings`` records what a run's classes are built with, defaults included, so that a
 default changed in a later release cannot change an old run unnoticed (``engine/run/run_folder.py``
@@ -27,6 +28,7 @@ from typing import Any
 import torch
 
 from fedlight.attacks.attack import Attack
+from fedlight.compression.update_compression import KIND_OPTIONS, UpdateCompression
 from fedlight.catalog import (ATTACKS, BACKBONES, METHODS, NO_ATTACK, PLUGINS, SCHEDULES, SERVERS, check_attack_name,
                               check_name)
 from fedlight.config.coerce import coerce
@@ -37,7 +39,7 @@ from fedlight.server.aggregator import Aggregator
 from fedlight.server.differential_privacy import DifferentialPrivacy, wrap_problem
 
 __all__ = ["ATTACKS", "BACKBONES", "METHODS", "PLUGINS", "SCHEDULES", "SERVERS", "accepted_keys", "attack_settings",
-           "build_attack", "build_method", "build_plugins", "build_server", "is_wrapper", "objective_of",
+           "build_attack", "build_compression", "build_method", "build_plugins", "build_server", "is_wrapper", "objective_of",
            "resolved_settings", "validate"]
 
 # the server a method needs when the recipe's server does not fit it
@@ -57,6 +59,9 @@ SUPPLIED = {
 }
 # the ``server`` key that wraps the chosen aggregator in differential privacy (its value: the wrapper's options)
 DP_KEY = "dp"
+# the ``server`` key that compresses the clients' uploads to the chosen aggregator (its value: the options)
+COMPRESS_KEY = "compress"
+WRAPPER_KEYS = (DP_KEY, COMPRESS_KEY)  # server keys that are no option of the aggregator server.name names
 
 
 def _signature(cls: type) -> Mapping[str, inspect.Parameter]:
@@ -117,7 +122,7 @@ def accepted_keys(section: str, spec: dict[str, Any]) -> list[str]:
     section naming ``spec['name']`` (and ``spec['objective']``) takes, sorted."""
     keys = {p for cls in _chain(section, spec, METHODS if section == "method" else SERVERS)
             for p in _params(cls, section)}
-    return sorted(keys | ({DP_KEY} if section == "server" else set()))
+    return sorted(keys | (set(WRAPPER_KEYS) if section == "server" else set()))
 
 
 def _options(section: str, spec: dict[str, Any], table: dict[str, type],
@@ -152,6 +157,7 @@ def validate(method: dict[str, Any], server: dict[str, Any], num_clients: int,
     return the aggregator the ``server`` section built."""
     _options("method", method, METHODS)
     aggregator = build_server(server, num_clients - (public_client is not None), seed)  # N: the public client never trains
+    build_compression(server, aggregator, seed)
     needed = REQUIRED_SERVER.get(method.get("name"))
     if needed and server.get("name") != needed:
         raise UserError(f"method.name={method['name']} needs server.name={needed} (got {server.get('name')!r}); "
@@ -261,11 +267,12 @@ def build_server(server: dict[str, Any], num_clients: int, seed: int = 0) -> Agg
     wrapped in differential privacy where ``server.dp`` is set."""
     dp = _dp_options(server)
     name = server.get("name")
-    ((cls, kwargs),) = _options("server", {k: v for k, v in server.items() if k != DP_KEY}, SERVERS)
-    if DP_KEY in _signature(cls):
-        raise UserError(f"server.name={name}: the constructor of {SERVERS.origin(name)} takes '{DP_KEY}', which "
-                        f"a recipe's server.{DP_KEY} sets for differential privacy; rename that argument in the "
-                        "package that declares it")
+    ((cls, kwargs),) = _options("server", _own_options(server), SERVERS)
+    for key in WRAPPER_KEYS:
+        if key in _signature(cls):
+            raise UserError(f"server.name={name}: the constructor of {SERVERS.origin(name)} takes '{key}', which "
+                            f"a recipe's server.{key} sets around any aggregator; rename that argument in the "
+                            "package that declares it")
     _check_needs("server", cls, kwargs)
     engine = {"num_clients": num_clients, "seed": seed}
     kwargs.update({k: v for k, v in engine.items() if k in supplied(cls, "server")})
@@ -278,6 +285,62 @@ def build_server(server: dict[str, Any], num_clients: int, seed: int = 0) -> Agg
         raise UserError(f"server.dp cannot wrap server.name={name}: {problem}; drop server.dp or choose another "
                         "server.name")
     return DifferentialPrivacy(aggregator, **dp, seed=seed)
+
+
+def _own_options(server: dict[str, Any]) -> dict[str, Any]:
+    """The ``server`` section without the wrappers' keys (``server.dp``, ``server.compress``)."""
+    return {k: v for k, v in server.items() if k not in WRAPPER_KEYS}
+
+
+def _compress_options(server: dict[str, Any]) -> dict[str, Any] | None:
+    """The options of ``server.compress`` (the upload compression's), or None where it is unset."""
+    options = server.get(COMPRESS_KEY)
+    if options is None:
+        return None
+    if not isinstance(options, dict):
+        raise UserError(f"server.compress must be a mapping of the compression options (e.g. "
+                        f"server.compress={{kind: qsgd, bits: 4}}), got {options!r}")
+    if "name" in options:
+        raise UserError("server.compress.name: the compression is chosen by server.compress.kind; set that and drop "
+                        "server.compress.name")
+    ((_, kwargs),) = _options("server.compress", {**options, "name": COMPRESS_KEY}, {COMPRESS_KEY: UpdateCompression})
+    kind = kwargs.get("kind", "none")
+    for key, kinds in KIND_OPTIONS.items():
+        if key in kwargs and kind not in kinds:
+            raise UserError(f"server.compress.{key} acts only with server.compress.kind={' or '.join(kinds)} (got "
+                            f"kind={kind}); drop server.compress.{key} or change the kind")
+    block = kwargs.get("block")
+    if kwargs.get("rotate") and block is not None and block & (block - 1):
+        raise UserError(f"server.compress.block={block}: a rotated block must be a power of two (e.g. "
+                        f"{1 << block.bit_length()}); change it or drop server.compress.rotate")
+    if kwargs.get("error_feedback") and kind == "none":
+        raise UserError("server.compress.error_feedback keeps what a client did not send, and kind=none sends "
+                        "everything; choose a kind (e.g. topk) or drop server.compress.error_feedback")
+    return kwargs
+
+
+def compression_refusal(aggregator: Aggregator) -> str | None:
+    """Why clients of ``aggregator`` have no model update to compress, or None."""
+    if not aggregator.communicates:
+        return "its clients upload nothing"
+    if aggregator.uses_public_set:
+        return "its clients upload similarities on a public set, which have their own dtype and top-k options"
+    if not aggregator.payload_is_state:
+        return "its clients upload more than their model (control variates), which has no update to compress"
+    return None
+
+
+def build_compression(server: dict[str, Any], aggregator: Aggregator, seed: int = 0) -> UpdateCompression | None:
+    """The compression ``server.compress`` asks of the clients' uploads to ``aggregator`` (None where it is
+    unset); raises a one-line UserError where its options are wrong or the server's clients upload no model."""
+    kwargs = _compress_options(server)
+    if kwargs is None:
+        return None
+    refusal = compression_refusal(aggregator)
+    if refusal:
+        raise UserError(f"server.compress cannot compress the uploads of server.name={server.get('name')}: "
+                        f"{refusal}; drop server.compress")
+    return UpdateCompression(**kwargs, seed=seed)
 
 
 def _plugin_options(name: Any, options: Any) -> list[tuple[type, dict[str, Any]]]:
@@ -391,18 +454,19 @@ def resolved_settings(method: dict[str, Any], server: dict[str, Any], backbone: 
 
     Returns:
         ``{"method": {name, objective (a wrapper's), every option}, "server": {..., "dp": {every option}
-        where server.dp is set},
+        where server.dp is set, "compress": {every option} where server.compress is set},
         "backbone": {name, feature_dim, parameters, ...}, "plugins": {name: {every option}}}``.
     """
     chain = _options("method", method, METHODS)
     head = {"name": method["name"]}
     if len(chain) > 1:
         head["objective"] = objective_of(method)
-    built = _constructed({"name": server["name"]}, _options("server", {k: v for k, v in server.items() if k != DP_KEY},
-                                                            SERVERS), "server")
-    dp = _dp_options(server)
+    built = _constructed({"name": server["name"]}, _options("server", _own_options(server), SERVERS), "server")
+    dp, compress = _dp_options(server), _compress_options(server)
     if dp is not None:
         built[DP_KEY] = _constructed({}, [(DifferentialPrivacy, dp)], "server.dp")
+    if compress is not None:
+        built[COMPRESS_KEY] = _constructed({}, [(UpdateCompression, compress)], "server.compress")
     return {"method": _constructed(head, chain, "method"), "server": built,
             "backbone": _backbone_built(backbone, channels, image_size),
             "plugins": {name: _constructed({}, _plugin_options(name, options), f"plugins.{name}")

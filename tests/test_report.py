@@ -273,13 +273,15 @@ def test_csv_and_latex_tables(tmp_path: Path) -> None:
     assert rows[0] == ["partition.alpha", "seeds", "linear probe, 100% labels mean (%)",
                        "linear probe, 100% labels std (%)", "linear probe, 100% labels random init (%)",
                        "kNN, 100% labels mean (%)", "kNN, 100% labels std (%)", "kNN, 100% labels random init (%)",
-                       "MB communicated", "below random init", "seeds without a value"]
-    assert rows[1] == ["0.1", "3", "60.0000", "10.0000", "10.0000", "42.0000", "3.4641", "10.0000", "1.0000", "", ""]
-    assert rows[2] == ["1.0", "2", "85.0000", "7.0711", "10.0000", "70.0000", "0.0000", "10.0000", "2.5000", "", ""]
+                       "MB communicated", "MB up", "below random init", "seeds without a value"]
+    assert rows[1][:9] == ["0.1", "3", "60.0000", "10.0000", "10.0000", "42.0000", "3.4641", "10.0000", "1.0000"]
+    assert rows[2][:9] == ["1.0", "2", "85.0000", "7.0711", "10.0000", "70.0000", "0.0000", "10.0000", "2.5000"]
+    assert rows[1][10:] == rows[2][10:] == ["", ""]
+    assert (rows[1][9], rows[2][9]) == ("0.5000", "1.2500")  # MB up: half of what went both ways
     tex = (sweep / "report.tex").read_text()
-    assert tex.startswith("\\begin{tabular}{llrrr}\n\\toprule\n") and tex.endswith("\\bottomrule\n\\end{tabular}\n")
+    assert tex.startswith("\\begin{tabular}{llrrrr}\n\\toprule\n") and tex.endswith("\\bottomrule\n\\end{tabular}\n")
     assert "partition.alpha & seeds & linear probe, 100\\% labels (\\%) & kNN, 100\\% labels (\\%)" in tex
-    assert "0.1 & 3 & $60.00 \\pm 10.00$ (init 10.00) & $42.00 \\pm 3.46$ (init 10.00) & 1.00 \\\\" in tex
+    assert "0.1 & 3 & $60.00 \\pm 10.00$ (init 10.00) & $42.00 \\pm 3.46$ (init 10.00) & 1.00 & " in tex
 
 
 def test_group_by_and_metric_options(tmp_path: Path, capsys) -> None:
@@ -295,7 +297,8 @@ def test_group_by_and_metric_options(tmp_path: Path, capsys) -> None:
     assert ("- `name = simclr` mixes partition.alpha = 0.1, 1.0: its runs of one seed are averaged as if they were "
             "repeats; --group-by these keys too to keep them apart") in text
     assert sorted(p.name for p in out.glob("*_vs_*")) == ["knn_acc@1_vs_bytes.png", "knn_acc@1_vs_bytes.svg",
-                                                          "knn_acc@1_vs_round.png", "knn_acc@1_vs_round.svg"]
+                                                          "knn_acc@1_vs_round.png", "knn_acc@1_vs_round.svg",
+                                                          "knn_acc@1_vs_upload.png", "knn_acc@1_vs_upload.svg"]
     for bad, fragment in ((["--group-by", "partition.alpah"], "--group-by partition.alpah: not a recipe key"),
                           (["--metric", "f1"], "--metric f1: no finished run measured it; choose from")):
         capsys.readouterr()
@@ -317,7 +320,7 @@ def test_plots_start_at_random_init_with_integer_rounds_and_the_legend_outside(t
     done = [r for r in runs if r.finished]
     files = plots.write_plots([((0.1,), done[:3]), ((1.0,), done[3:])], ["partition.alpha"],
                               ["linear_probe_acc@1", "knn_acc@1"], tmp_path / "plots")
-    assert len(files) == 2 * len(figures) == 8  # each plot as PNG and SVG
+    assert len(files) == 2 * len(figures) == 12  # each plot as PNG and SVG: vs round, bytes and upload bytes
     assert all((tmp_path / "plots" / f).stat().st_size > 0 for f in files)
     assert (tmp_path / "plots/knn_acc@1_vs_round.svg").read_text().lstrip().startswith("<?xml")
     for fig in figures:

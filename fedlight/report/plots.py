@@ -1,12 +1,14 @@
-"""Plots of a report, each as PNG and SVG: for every metric, accuracy vs round and accuracy vs bytes, and,
-where some group's runs have a virtual clock, accuracy vs virtual hours (those groups only).
+"""Plots of a report, each as PNG and SVG: for every metric, accuracy vs round, accuracy vs bytes (every
+direction) and accuracy vs upload bytes (``bytes_up``, what ``server.compress`` shrinks), and, where some
+group's runs have a virtual clock, accuracy vs virtual hours (those groups only).
 
 One line per group, named by its keys' values as a reader says them (``alpha = 0.1``, the
 key's last part unless two keys share it; an arm by its name: ``fedlight.report.arm_groups``):
 the mean over the group's seeds (the shaded band: ± one sample standard deviation, n - 1,
 where there are two or more seeds, as the legend says) at the rounds every seed evaluated,
 starting from round 0, the random-init model (``results.json``'s ``baseline``, 0 bytes sent).
-The x of the bytes plot is the mean cumulative bytes sent by that round, of the hours plot the mean
+The x of the bytes plot is the mean cumulative bytes sent by that round (the upload plot's: uploaded), of
+the hours plot the mean
 virtual hours at its end (``virtual_seconds``; round 0 at 0 hours). Round ticks are
 integers; the legend sits outside the axes, right of the data, so no curve hides behind it.
 """
@@ -31,7 +33,7 @@ from fedlight.report.arm_groups import Group, group_label  # noqa: E402
 from fedlight.report.runs import Run  # noqa: E402
 from fedlight.report.timing import HOUR, group_clocked  # noqa: E402
 
-KINDS = ("round", "bytes")
+KINDS = ("round", "bytes", "upload")
 HOURS = "hours"  # the third kind, where some group has a virtual clock
 FORMATS = ("png", "svg")  # a picture for report.md, a vector drawing for papers
 BAND = "band: ± 1 std over seeds"
@@ -52,6 +54,11 @@ def curve(runs: list[Run], metric: str) -> tuple[np.ndarray, np.ndarray, np.ndar
     diverged) is left out of its rounds' means instead of cutting the group's line short."""
     return _mean_curve(runs, metric, lambda history: np.cumsum(
         [sum(v for k, v in row.items() if k.startswith("bytes_")) for row in history]))
+
+
+def upload_curve(runs: list[Run], metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``curve`` with the mean cumulative bytes uploaded (``bytes_up``) for x."""
+    return _mean_curve(runs, metric, lambda history: np.cumsum([row.get("bytes_up", 0) for row in history]))
 
 
 def hours_curve(runs: list[Run], metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -102,11 +109,12 @@ def plot_files(groups: list[Group], metrics: list[str]) -> list[str]:
 
 
 XLABEL = {"round": "round (0 = random init)", "bytes": "MB communicated (cumulative)",
+          "upload": "MB uploaded (cumulative)",
           HOURS: "virtual hours (0 = random init)"}
 
 
 def write_plots(groups: list[Group], keys: list[str], metrics: list[str], out: Path) -> list[str]:
-    """Two plots per metric with a history into ``out`` (three with a clock), each as PNG and SVG; returns
+    """Three plots per metric with a history into ``out`` (four with a clock), each as PNG and SVG; returns
     their file names."""
     files = []
     banded = any(len({r.seed for r in runs}) > 1 for _, runs in groups)
@@ -115,7 +123,8 @@ def write_plots(groups: list[Group], keys: list[str], metrics: list[str], out: P
         for values, runs in groups:
             name = group_label(keys, values)
             rounds, sent, acc, std = curve(runs, metric)
-            lines = [("round", rounds, acc, std), ("bytes", sent / 1e6, acc, std)]
+            lines = [("round", rounds, acc, std), ("bytes", sent / 1e6, acc, std),
+                     ("upload", upload_curve(runs, metric)[1] / 1e6, acc, std)]
             if HOURS in figures and group_clocked((values, runs)):
                 lines.append((HOURS, *(hours_curve(runs, metric)[1:])))
             for kind, x, y, sd in lines:

@@ -6,7 +6,8 @@ seed run twice counts once, as its runs' mean) in percent beside its random-init
 mean of the runs' ``baseline``; a group that ends below it says so: ``45.00 ± 1.00 (init
 50.00; below init)``, except on a metric where lower is better, an adversary's AUC), how many of
 its seeds have no finite value (a diverged run's NaN, a metric one run did not measure: ``1 seed
-without a value``), and the bytes communicated per run in MB (10^6 bytes). Column headers name
+without a value``), and the bytes communicated per run in MB (10^6 bytes), all directions and the uploads
+alone (``MB up``: what ``server.compress`` shrinks). Column headers name
 the label fraction of the probe and kNN accuracies (``linear probe, 10% labels (%)``).
 """
 
@@ -79,22 +80,23 @@ class GroupTable:
 
     keys: list[str]
     metrics: list[str]
-    rows: list[tuple[tuple[Any, ...], int, list[Cell], float]]  # (key values, seeds, a cell per metric, MB)
+    rows: list[tuple[tuple[Any, ...], int, list[Cell], float, float]]  # (key values, seeds, a cell per metric, MB, MB up)
 
     @classmethod
     def build(cls, groups: list[tuple[tuple[Any, ...], list[Run]]], keys: list[str], metrics: list[str]) -> GroupTable:
         rows = [(values, len({r.seed for r in runs}), [metric_cell(runs, m) for m in metrics],
-                 statistics.fmean(r.total_bytes for r in runs) / 1e6) for values, runs in groups]
+                 statistics.fmean(r.total_bytes for r in runs) / 1e6,
+                 statistics.fmean(r.sent("bytes_up") for r in runs) / 1e6) for values, runs in groups]
         return cls(keys, metrics, rows)
 
     def headers(self) -> list[str]:
         return [*self.keys, "seeds", *(f"{metric_names.title(m)}{metric_names.unit(m)}" for m in self.metrics),
-                "MB communicated"]
+                "MB communicated", "MB up"]
 
     def markdown(self) -> list[str]:
         """The table's Markdown lines."""
-        rows = [[*map(md_cell, values), str(seeds), *(c.with_init() for c in cells), f"{mb:.2f}"]
-                for values, seeds, cells, mb in self.rows]
+        rows = [[*map(md_cell, values), str(seeds), *(c.with_init() for c in cells), f"{mb:.2f}", f"{up:.2f}"]
+                for values, seeds, cells, mb, up in self.rows]
         return markdown_table(self.headers(), rows)
 
     def csv(self) -> str:
@@ -105,15 +107,15 @@ class GroupTable:
         writer = csv.writer(buffer, lineterminator="\n")
         metric_columns = [f"{metric_names.title(m)} {part}{metric_names.unit(m)}" for m in self.metrics
                           for part in ("mean", "std", "random init")]
-        writer.writerow([*self.keys, "seeds", *metric_columns, "MB communicated", "below random init",
+        writer.writerow([*self.keys, "seeds", *metric_columns, "MB communicated", "MB up", "below random init",
                          "seeds without a value"])
-        for values, seeds, cells, mb in self.rows:
+        for values, seeds, cells, mb, up in self.rows:
             numbers = [_number(x) for c in cells for x in (c.mean, c.std, c.init)]
             below = "; ".join(metric_names.title(m) for m, c in zip(self.metrics, cells) if c.below_init)
             missing = "; ".join(f"{metric_names.title(m)}: {c.missing}" for m, c in zip(self.metrics, cells)
                                 if c.missing)
             keys = ("" if v is None or v is ABSENT else v for v in values)
-            writer.writerow([*keys, seeds, *numbers, f"{mb:.4f}", below, missing])
+            writer.writerow([*keys, seeds, *numbers, f"{mb:.4f}", f"{up:.4f}", below, missing])
         return buffer.getvalue()
 
     def latex(self) -> str:
@@ -122,13 +124,13 @@ class GroupTable:
         Written by hand: the one library that writes LaTeX tables here would be pandas (with
         jinja2), which fedlight does not depend on, for a dozen lines of text.
         """
-        align = "l" * (len(self.keys) + 1) + "r" * (len(self.metrics) + 1)
+        align = "l" * (len(self.keys) + 1) + "r" * (len(self.metrics) + 2)
         lines = [f"\\begin{{tabular}}{{{align}}}", "\\toprule",
                  " & ".join(latex_escape(h) for h in self.headers()) + " \\\\", "\\midrule"]
-        for values, seeds, cells, mb in self.rows:
+        for values, seeds, cells, mb, up in self.rows:
             metric_cells = [latex_cell(c) for c in cells]
             lines.append(" & ".join([*(latex_escape(cell_text(v)) for v in values), str(seeds), *metric_cells,
-                                     f"{mb:.2f}"]) + " \\\\")
+                                     f"{mb:.2f}", f"{up:.2f}"]) + " \\\\")
         return "\n".join([*lines, "\\bottomrule", "\\end{tabular}"]) + "\n"
 
 

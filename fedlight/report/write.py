@@ -1,5 +1,5 @@
 """``fedlight report``: finished runs grouped by recipe keys, as ``report.md``, ``report.csv``,
-``report.tex`` and two plots per metric (PNG and SVG).
+``report.tex`` and three plots per metric (PNG and SVG): accuracy vs round, vs bytes and vs upload bytes.
 
 Runs are grouped by ``--group-by KEYS`` (default: their arms, or every recipe key that varies
 and defines the experiment: ``fedlight.report.arm_groups``). Each group's row gives, per final
@@ -78,8 +78,8 @@ def render(runs: list[Run], sources: list[str], table: GroupTable, plots: list[s
              "(`init`; `below init` where training ended below it, except on an adversary's AUC, where lower is "
              "better; `N seeds without a value` where some seeds' runs have none: a NaN, or a metric not "
              "measured, left out of the mean); probe and kNN headers name the labels they "
-             "were fit on. Bytes: sent per run (up + down + device to device), mean over seeds, in MB (10^6 bytes). "
-             "The same table: `report.csv`, `report.tex`.", ""]
+             "were fit on. Bytes: sent per run (up + down + device to device), mean over seeds, in MB (10^6 bytes); "
+             "`MB up`: the uploads alone. The same table: `report.csv`, `report.tex`.", ""]
     lines += table.markdown() + [""] + [f"- {note}" for note in notes] + ([""] if notes else []) + (timing or [])
     if len(table.rows) > 1:
         lines += [f"Each group against a reference, seed by seed (difference, 95% interval, verdict, and verdict "

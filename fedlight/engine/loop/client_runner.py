@@ -1,7 +1,8 @@
 """Each sampled client's local work in a round, on one process's worker models.
 
 A client: the global shared state + its own stored private state -> its schedule's local
-training -> its payload (``module.payload()``, or a plug-in's message) folded into the
+training -> its payload (``module.payload()``, or a plug-in's message), compressed for the upload where
+``server.compress`` asks (``fedlight.compression``) and decoded for the server, folded into the
 aggregator's accumulator (or kept whole, ``engine/loop/aggregation.py``), unless its fault drops it
 or its result diverged; its private state (and the schedule's) saved. A client that keeps
 state between rounds is always trained by rank ``c % world_size``, so its state never moves
@@ -16,6 +17,7 @@ from typing import Any, Callable
 import torch
 from lightning.fabric import Fabric
 
+from fedlight.compression.update_compression import RESIDUAL
 from fedlight.engine.loop import preemption
 from fedlight.engine.loop.aggregation import fold
 from fedlight.engine.loop.batched_clients import BatchedClients
@@ -45,8 +47,8 @@ class ClientRunner:
         sizes: every client's sample count (dealing clients to ranks).
         workers: this process's worker models.
         options: the loop's options: the run seed (each client's generator is keyed by seed, round
-            and client) and ``batched_clients`` (train a worker's clients that many at a time as one
-            step, ``engine/loop/batched_clients.py``; None: one by one).
+            and client), ``batched_clients`` (train a worker's clients that many at a time as one
+            step, ``engine/loop/batched_clients.py``; None: one by one) and ``compression`` (of the uploads).
         store: where this rank's clients' private state lives (default: in memory).
     """
 
@@ -55,10 +57,12 @@ class ClientRunner:
                  store: ClientStore | None = None) -> None:
         self.fabric, self.aggregator, self.schedule, self.faults = fabric, aggregator, schedule, faults
         self.plugins, self.sizes, self.workers = plugins, sizes, workers
-        self.seed, self.batched = options.seed, options.batched_clients
+        self.seed, self.batched, self.compression = options.seed, options.batched_clients, options.compression
         self.rank, self.world = fabric.global_rank, fabric.world_size
         self.store = store if store is not None else ClientStateStore(owns=self.owns)
         self.keeps_payloads = faults.needs_payloads  # the fault model revises the round's payloads: keep them all
+        # what ``server.compress`` compresses: the model's trainable parameters (its buffers travel as they are)
+        self._parameters = frozenset(name for name, _ in workers.modules[0].named_parameters())
 
     def payload(self, module: FederatedModule) -> State:
         """What a client that just trained on ``module`` uploads."""
@@ -78,7 +82,8 @@ class ClientRunner:
         long for another: cross-silo, 2 processes, 13.6% -> 1.8% of a round)."""
         for plugin in self.plugins:
             sampled = plugin.participants(sampled)
-        stateful = module.private_state() or self.aggregator.keeps_models_local or self.schedule.keeps_clients
+        stateful = (module.private_state() or self.aggregator.keeps_models_local or self.schedule.keeps_clients
+                    or (self.compression is not None and self.compression.keeps_state))
         w = len(self.workers)
         if stateful:
             mine = [c for c in sampled if self.owns(c) and self._due(c)]
@@ -137,8 +142,7 @@ class ClientRunner:
         state, or a new client's); returns what the store keeps for it."""
         module.load_partial(global_state)
         private = self.store.get(client) or {}
-        prefix = self.schedule.state_prefix
-        module_state = {k: v for k, v in private.items() if not (prefix and k.startswith(prefix))}
+        module_state = self.model_tensors(private)
         if module_state:
             module.load_partial(module_state)
         if not module_state.keys() >= module.private_state().keys():
@@ -159,9 +163,10 @@ class ClientRunner:
             started = time.perf_counter()
             work = self.schedule.train(module, client, round_, self._generator(round_, client), private, fault.work)
             report["seconds"] = time.perf_counter() - started
-        payload = self.faults.damage(self.payload(module), fault)
+        trained, residual = self.faults.damage(self.payload(module), fault), {}
+        payload = trained
         if self.aggregator.communicates:
-            ledger.record(round_, client, "up", payload)
+            payload, residual = self._upload(round_, client, trained, global_state, ledger)
             report["update_norm"] = update_norm(payload, global_state)  # TensorBoard's histogram (RunLog)
         if work.d2d_bytes:  # images received from other clients, 8 bits per pixel
             ledger.rows.append([round_, client, "d2d", "uint8", work.d2d_bytes])
@@ -169,12 +174,24 @@ class ClientRunner:
         report.update(loss=work.result.mean_loss, steps=work.result.steps, samples=int(work.weight), **work.report)
         for plugin in self.plugins:
             report.update(plugin.client_reading(module))
-        problem = self.faults.problem(work.result.mean_loss, payload)
+        problem = self.faults.problem(work.result.mean_loss, trained)
         if problem:  # excluded; its private state is not saved
             report.update(status="diverged", detail=problem)
             return acc
-        self.store.put(client, {**self._persistent_state(module), **work.state})
+        self.store.put(client, {**self._persistent_state(module), **work.state, **residual})
         return fold(self.aggregator, acc, client, work.weight, payload, self.keeps_payloads)
+
+    def _upload(self, round_: int, client: int, payload: State, global_state: State,
+                ledger: CommLedger) -> tuple[State, State]:
+        """(what the server receives of ``payload``, the client's new residual): the payload itself, or its
+        compressed update decoded, counted in the ledger as the bytes that went up."""
+        if self.compression is None:
+            ledger.record(round_, client, "up", payload)
+            return payload, {}
+        upload = self.compression.compress(payload, global_state, round_, client, self.store.get(client),
+                                           self._parameters)
+        ledger.record_bytes(round_, client, "up", upload.sent)
+        return upload.payload, upload.residual
 
     def _persistent_state(self, module: FederatedModule) -> State:
         """What the store keeps for a client: its private state (and its whole model for local-only)."""
@@ -186,9 +203,18 @@ class ClientRunner:
         return gather_dicts(self.fabric, self.store.state_dict())
 
     def model_states(self, clients: dict[int, State]) -> dict[int, State]:
-        """Stored client states without the schedule's entries (its model's tensors only)."""
-        prefix = self.schedule.state_prefix
-        return {c: {k: v for k, v in s.items() if not (prefix and k.startswith(prefix))} for c, s in clients.items()}
+        """Stored client states without the schedule's or the compression's entries (its model's tensors only)."""
+        return {c: self.model_tensors(s) for c, s in clients.items()}
+
+    def model_tensors(self, stored: State) -> State:
+        """One client's ``stored`` state without the schedule's entries and error feedback's residual."""
+        prefixes = self.state_prefixes()
+        return {k: v for k, v in stored.items() if not k.startswith(prefixes)} if prefixes else stored
+
+    def state_prefixes(self) -> tuple[str, ...]:
+        """The client-store keys that are no model tensor: the schedule's, and error feedback's residual."""
+        residual = self.compression is not None and self.compression.keeps_state
+        return tuple(p for p in [self.schedule.state_prefix, RESIDUAL if residual else ""] if p)
 
     def split_changed(self, module: FederatedModule, clients: list[int], shared_before: set[str]) -> None:
         """The method changed what it shares: every client of this rank starts the layers it now keeps

@@ -41,8 +41,13 @@ class CommLedger:
 
     def record(self, round_: int, client: int, direction: str, payload: dict[str, torch.Tensor]) -> None:
         """Count ``payload`` as sent by/to ``client`` in ``round_`` (``direction`` in ``DIRECTIONS``)."""
+        self.record_bytes(round_, client, direction, payload_bytes(payload))
+
+    def record_bytes(self, round_: int, client: int, direction: str, sent: dict[str, int]) -> None:
+        """Count ``sent`` (bytes by ledger dtype: a compressed upload's values, scales and packed ``uint8``
+        codes, signs and indices) as sent by/to ``client`` in ``round_``."""
         assert direction in DIRECTIONS, direction
-        for dtype, n in sorted(payload_bytes(payload).items()):
+        for dtype, n in sorted(sent.items()):
             self.rows.append([round_, client, direction, dtype, n])
 
     def totals(self, round_: int | None = None, rows: list[list] | None = None) -> dict[str, int]:

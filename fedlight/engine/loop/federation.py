@@ -87,7 +87,7 @@ class Federation:
     def restore(self) -> None:
         """Continue from the run folder's checkpoint (every rank); ``run`` then trains the rounds left.
         Raises a UserError for no intact checkpoint, or ``rounds`` below the rounds it has completed."""
-        prefixes = tuple(p for p in [self.schedule.state_prefix] if p)  # client state that is no model tensor
+        prefixes = self.clients.state_prefixes()  # client state that is no model tensor
         self.run_state = self.checkpoint.restore(self.options.rounds, len(self.parts), prefixes)
         self.restored = True
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from fedlight.compression.update_compression import UpdateCompression
 from fedlight.errors import UserError
 from fedlight.eval.collapse import CollapseAlarm
 
@@ -29,6 +30,7 @@ class RoundOptions:
         state_cache_mb: the disk store's cache bound in MiB.
         checkpoint_every: write the checkpoint every N rounds (and after the last, and before any stop).
         collapse: the collapse alarm's thresholds, patience and whether it stops the run.
+        compression: how clients compress their uploads (``server.compress``); None: they send their model.
         record: the resolved recipe as a plain mapping, written to results.json and TensorBoard
             as it is; the loop never reads it.
     """
@@ -49,6 +51,7 @@ class RoundOptions:
     state_cache_mb: int = 256
     checkpoint_every: int = 1
     collapse: CollapseAlarm = CollapseAlarm()
+    compression: UpdateCompression | None = None
     record: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -33,6 +33,7 @@ from fedlight.engine.loop.compiled_step import compile_step
 from fedlight.engine.loop.evaluator import Evaluator
 from fedlight.engine.loop.federation import Federation
 from fedlight.engine.loop.interfaces import ClientSchedule, PluginContext, RoundPlugin, ScheduleContext
+from fedlight.engine.loop.round_options import RoundOptions
 from fedlight.engine.loop.sampling import owner
 from fedlight.engine.parts.cfcl.exchange_schedule import ExchangeSchedule
 from fedlight.engine.parts.clock.round_clock import RoundClock
@@ -52,15 +53,19 @@ from fedlight.seeding import numpy_rng
 from fedlight.server.aggregator import Aggregator
 
 
-def client_store_kind(recipe: Recipe, module: FederatedModule, aggregator: Aggregator, clients: int) -> str:
+def client_store_kind(recipe: Recipe, module: FederatedModule, aggregator: Aggregator, clients: int,
+                      options: RoundOptions) -> str:
     """``run.client_state`` resolved: ``auto`` keeps the states in memory while every client's
-    model state (its private tensors, its whole model for local-only) fits in ``run.state_cache_mb``.
-    What a schedule keeps per client (SOFed's buffer ids, CF-CL's pulled set) is not counted: it
-    is small beside a model and only known once the client has trained."""
+    model state (its private tensors, its whole model for local-only, error feedback's residual) fits in
+    ``run.state_cache_mb``. What a schedule keeps per client (SOFed's buffer ids, CF-CL's pulled set) is
+    not counted: it is small beside a model and only known once the client has trained."""
     per_client = module.private_state()
     if aggregator.keeps_models_local:
         per_client = {**module.shared_state(), **per_client}
-    return choose_store(recipe.run.client_state, state_bytes(per_client), clients, recipe.run.state_cache_mb)
+    parameters = {name for name, _ in module.named_parameters()}
+    residual = options.compression.residual_bytes(module.shared_state(), parameters) if options.compression else 0
+    return choose_store(recipe.run.client_state, state_bytes(per_client) + residual, clients,
+                        recipe.run.state_cache_mb)
 
 
 def build_views(recipe: Recipe, data: ImageData, device: torch.device = torch.device("cpu")) -> ViewMaker:
@@ -140,12 +145,12 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
         recipe.seed, run_dir))
     schedule = build_schedule(fabric, recipe, o, data, module, images, labels, tensors, views, trainable)
     timing = build_timing(o.timing, module, aggregator, schedule, o.faults, recipe.local.batch_size, len(parts),
-                          trainable, recipe.seed)
+                          trainable, recipe.seed, o.round.compression)
     faults = SimulatedFaults(o.faults, recipe.seed, run_dir, fabric.global_rank, trainable, attack,
                              None if attack is None else registry.attack_settings(f.attack, f.attack_options,
                                                                                   f.attack_scale),
                              timing.lateness if isinstance(timing, RoundClock) else None)
-    round_ = replace(o.round, client_state=client_store_kind(recipe, module, aggregator, len(trainable)),
+    round_ = replace(o.round, client_state=client_store_kind(recipe, module, aggregator, len(trainable), o.round),
                      record=o.round.record if record is None else record)
     loop = (fabric, module, aggregator, evaluator, data, tensors, trainable, schedule, faults,
             plugins if timing is None else [timing, *plugins], round_, run_dir)  # the clock first: who takes part

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from fedlight import registry
 from fedlight.clock.devices import ClockOptions, TripCost, build_devices
 from fedlight.clock.events import AsyncOptions, EventSchedule
+from fedlight.compression.update_compression import UpdateCompression
 from fedlight.engine.loop.async_rounds import InFlight
 from fedlight.engine.loop.client_faults import FaultOptions, draw_fault
 from fedlight.engine.loop.interfaces import ClientSchedule
@@ -109,9 +110,10 @@ def check_timed_method(module: FederatedModule, options: TimingOptions) -> None:
 
 def build_timing(options: TimingOptions, module: FederatedModule, aggregator: Aggregator, schedule: ClientSchedule,
                  faults: FaultOptions, batch_size: int, clients: int, trainable: list[int],
-                 seed: int) -> RoundClock | InFlight | None:
+                 seed: int, compression: UpdateCompression | None = None) -> RoundClock | InFlight | None:
     """The part that keeps the run's virtual time: the synchronous rounds' clock, the asynchronous server's
-    held updates and schedule, or None without ``clock.devices``."""
+    held updates and schedule, or None without ``clock.devices``. A client's upload takes the time of
+    ``compression``'s bytes where the uploads are compressed."""
     clock, asynchrony = options.clock, options.asynchrony
     if not clock.on:
         return None
@@ -120,11 +122,16 @@ def build_timing(options: TimingOptions, module: FederatedModule, aggregator: Ag
                         "tell beforehand (ClientSchedule.planned_steps is None); drop clock.devices")
     moved = state_bytes(module.shared_state()) if aggregator.communicates else 0
     up = (moved if aggregator.payload_is_state else state_bytes(module.payload())) if aggregator.communicates else 0
+    up_size = state_bytes
+    if compression is not None:  # its trainable parameters compressed, its buffers as they are
+        parameters = frozenset(name for name, _ in module.named_parameters())
+        up_size = lambda state: compression.upload_bytes(state, parameters)  # noqa: E731
+        up = up_size(module.shared_state()) if aggregator.communicates else 0
     cost = TripCost(build_devices(clock, clients, seed), schedule.planned_steps, batch_size,
                     lambda r, c: draw_fault(faults, seed, r, c).work, moved, up)
     dropped = lambda r, c: draw_fault(faults, seed, r, c).dropped  # noqa: E731
     if not asynchrony.on:
         return RoundClock(clock, cost, trainable, seed, dropped,
-                          track_bytes=aggregator.payload_is_state and aggregator.communicates)
+                          track_bytes=aggregator.payload_is_state and aggregator.communicates, up_size=up_size)
     events = EventSchedule(asynchrony, trainable, seed, cost.devices.availability, cost, dropped)
     return InFlight(events, asynchrony, aggregator, {name for name, _ in module.named_parameters()})

@@ -81,7 +81,8 @@ def part_options(recipe: Recipe, aggregator: Aggregator) -> PartOptions:
                           projector_samples=recipe.eval.projector_samples,
                           loggers=tuple(recipe.loggers),
                           state_cache_mb=recipe.run.state_cache_mb, checkpoint_every=recipe.run.checkpoint_every,
-                          record=asdict(recipe), collapse=collapse_alarm(recipe))
+                          record=asdict(recipe), collapse=collapse_alarm(recipe),
+                          compression=registry.build_compression(recipe.server, aggregator, recipe.seed))
     policy, exchange, stream = recipe.exchange.policy, None, None
     if policy != "none" and name != "exchange":
         needs = ("needs local.iterations (CF-CL's Ta, e.g. 50); set it" if l.iterations is None

@@ -30,6 +30,9 @@ NOT_THE_EXPERIMENT = ("rounds", "faults.max_bad_clients", "run", "fabric.rendezv
 RESOLVED = "resolved"
 CONSTRUCTOR_SECTIONS = ("method", "server", "plugins", "faults.attack_options")
 DP = "dp"  # the server record's differential-privacy options (``server.dp``), present where the run used them
+# the server record's wrappers around any aggregator: differential privacy, and the uploads' compression
+# (``server.compress``), each present where the run used it
+WRAPPERS = (DP, "compress")
 # a run's recipe.yaml is a copy of its resolved recipe, written again when the run resumes
 RECIPE_COPY_FIX = "it only records the run's recipe: delete it and rerun with --resume, which writes it again"
 RESULTS_FIX = "it is the run's own record: restore it from a backup, or start the run again with --overwrite"
@@ -124,8 +127,8 @@ def _record_damage(record: Any) -> str | None:
     parts = {section: record.get(section) for section in ("method", "server", "backbone", "plugins", "attack")}
     if isinstance(parts["plugins"], dict):
         parts.update({f"plugins.{name}": options for name, options in parts["plugins"].items()})
-    if isinstance(parts["server"], dict) and DP in parts["server"]:
-        parts["server.dp"] = parts["server"][DP]
+    if isinstance(parts["server"], dict):
+        parts.update({f"server.{w}": parts["server"][w] for w in WRAPPERS if w in parts["server"]})
     for where, value in parts.items():
         if value is not None and not isinstance(value, dict):
             return f"its {where} is a {type(value).__name__}, not a mapping"
@@ -135,14 +138,15 @@ def _record_damage(record: Any) -> str | None:
 def _settings(record: dict[str, Any]) -> dict[str, Any]:
     """A ``resolved`` record as ``{key: value}`` named as the recipe names them: ``method.temperature``,
     ``server.name``, ``server.dp.clip``, ``model.backbone``, ``model.backbone.parameters``, ``plugins.marker.scale``,
-    ``faults.attack``, ``faults.attack_scale``, ``faults.attack_options.z``; a plug-in or ``server.dp`` that is on
-    is ``"on"`` under its own name."""
+    ``faults.attack``, ``faults.attack_scale``, ``faults.attack_options.z``; a plug-in, ``server.dp`` or
+    ``server.compress`` that is on is ``"on"`` under its own name."""
     out = {f"{section}.{k}": v for section in ("method", "server") for k, v in (record.get(section) or {}).items()
-           if (section, k) != ("server", DP)}
-    dp = (record.get("server") or {}).get(DP)
-    if dp is not None:
-        out["server.dp"] = "on"
-        out.update({f"server.dp.{k}": v for k, v in dp.items()})
+           if not (section == "server" and k in WRAPPERS)}
+    for wrapper in WRAPPERS:
+        options = (record.get("server") or {}).get(wrapper)
+        if options is not None:
+            out[f"server.{wrapper}"] = "on"
+            out.update({f"server.{wrapper}.{k}": v for k, v in options.items()})
     out.update({"model.backbone" if k == "name" else f"model.backbone.{k}": v
                 for k, v in (record.get("backbone") or {}).items()})
     for name, options in (record.get("plugins") or {}).items():
@@ -157,10 +161,11 @@ def _check_same_settings(saved_path: Path, recorded: dict[str, Any], resolved: d
     """Refuse, naming the first key, where the installed code would build the run's method, server,
     backbone or plug-ins otherwise than the run recorded. An option only one side has is no
     difference (an option a later release adds keeps the old behaviour by default, as a recipe key
-    does); a plug-in, or the differential privacy of ``server.dp``, that only one side has is."""
+    does); a plug-in, or the differential privacy of ``server.dp`` or compression of ``server.compress``, that only
+    one side has is."""
     old, new = _settings(recorded), _settings(resolved)
     switched = {f"plugins.{name}" for name in {*(recorded.get("plugins") or {}), *(resolved.get("plugins") or {})}}
-    switched.add("server.dp")
+    switched.update(f"server.{w}" for w in WRAPPERS)
     changed = [k for k in old if k in new and old[k] != new[k]] + sorted(k for k in switched if (k in old) != (k in new))
     if not changed:
         return

@@ -34,12 +34,15 @@ class RoundClock(RoundPlugin):
         dropped: ``(round, client) -> bool``, whether a client's fault drops it (it never lands).
         track_bytes: a client moves the global state each way, whose size may change between rounds
             (LG-FedAvg keeping its local layers): the trip's bytes follow the round's global state.
+        up_size: with ``track_bytes``, the bytes a client uploads for a model shaped as the global state
+            (the state's own, or its compressed update's: ``server.compress``).
     """
 
     def __init__(self, options: ClockOptions, cost: TripCost, clients: list[int], seed: int,
-                 dropped: Callable[[int, int], bool], track_bytes: bool = False) -> None:
+                 dropped: Callable[[int, int], bool], track_bytes: bool = False,
+                 up_size: Callable[[State], int] = state_bytes) -> None:
         self.options, self.cost, self.clients, self.seed, self.dropped = options, cost, clients, seed, dropped
-        self.track_bytes = track_bytes
+        self.track_bytes, self.up_size = track_bytes, up_size
         self.now, self.busy, self.waited = 0.0, 0.0, 0.0  # virtual seconds; client-seconds working and idle
         self.round_, self.start = -1, 0.0
         self.trips: dict[int, float] = {}  # this round's clients -> their trip's seconds
@@ -48,7 +51,7 @@ class RoundClock(RoundPlugin):
     def on_round_start(self, round_: int, global_state: State) -> None:
         self.round_ = round_
         if self.track_bytes:
-            self.cost.down_bytes = self.cost.up_bytes = state_bytes(global_state)
+            self.cost.down_bytes, self.cost.up_bytes = state_bytes(global_state), self.up_size(global_state)
 
     def participants(self, sampled: list[int]) -> list[int]:
         """The round's clients: the loop's sample where every client is online and none is over-selected,
