@@ -29,25 +29,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import tempfile
 import time
 from pathlib import Path
 
-from fedlight import registry
 from fedlight.clock.devices import TripCost
 from fedlight.clock.events import EventSchedule
-from fedlight.config import load_recipe
 from fedlight.engine.loop.async_rounds import InFlight
 from fedlight.engine.loop.run_checkpoint import RunCheckpoint
 from fedlight.engine.parts.clock.round_clock import RoundClock
 from fedlight.server import asynchronous
-from fedlight.engine.run.assemble import build_federation
-from fedlight.engine.run.fit import build_module, make_fabric, prepare_data
 
-from round_training import train_rounds
+from round_training import cross_device_federation, medians, restore, take_turns, timed, train_rounds
 
-REPO = Path(__file__).resolve().parents[1]
 CLOCK = ["clock.devices=lognormal", "clock.seconds_per_sample=0.01"]
 SIDES = {
     "sync": [],
@@ -65,42 +58,17 @@ CLOCK_TIMED = [(owner, name, 1.0) for owner, name in CLOCK_CODE] + [(owner, name
 CHECKPOINT_TIMED = [(RunCheckpoint, "save", 1.0)]
 
 
-def timed(methods: list[tuple[object, str, float]]) -> tuple[list[float], list[tuple[object, str, object]]]:
-    """Wrap each (owner, method, sign) to add sign x its CPU seconds to a counter; the counter and what to
-    put back."""
-    spent, patched = [0.0], []
-    for owner, name, sign in methods:
-        original = getattr(owner, name)
-
-        def wrapper(*args, _original=original, _sign=sign, **kwargs):
-            start = time.process_time()
-            try:
-                return _original(*args, **kwargs)
-            finally:
-                spent[0] += _sign * (time.process_time() - start)
-        setattr(owner, name, wrapper)
-        patched.append((owner, name, original))
-    return spent, patched
-
-
 def seconds_per_client(overrides: list[str], clients: int, threads: int) -> tuple[float, float, float]:
     """CPU seconds of whole rounds (no evaluation) per client trained, over rounds that train about ``clients``
     clients, and the shares of them spent in the clock's code and in writing checkpoints."""
-    recipe = load_recipe(REPO / "benchmarks/workloads/cross_device_fmnist.yaml",
-                         ["fabric.accelerator=cpu", f"fabric.threads={threads}", "eval.projector_samples=0",
-                          *overrides])
-    data, parts = prepare_data(recipe)
-    fabric = make_fabric(recipe)
-    fed = build_federation(fabric, recipe, data, parts, build_module(recipe, data),
-                           registry.build_server(recipe.server, recipe.clients.num), Path(tempfile.mkdtemp()))
+    fed = cross_device_federation(overrides, threads)
     per_round = 10 if "asynchrony.buffer=10" in overrides else 100  # clients a step lands
     (in_clock, clock_patched), (in_checkpoint, checkpoint_patched) = timed(CLOCK_TIMED), timed(CHECKPOINT_TIMED)
     started = time.process_time()
     try:
         rounds = train_rounds(fed, max(1, clients // per_round))
     finally:
-        for owner, name, original in clock_patched + checkpoint_patched:
-            setattr(owner, name, original)
+        restore(clock_patched + checkpoint_patched)
     spent = time.process_time() - started
     trained = sum(rep["status"] == "ok" for _, reports in rounds for rep in reports)
     return spent / trained, in_clock[0] / spent, in_checkpoint[0] / spent
@@ -112,18 +80,19 @@ def profile_steps(steps: int = 10, threads: int = 1) -> None:
     import cProfile
     import pstats
 
-    recipe = load_recipe(REPO / "benchmarks/workloads/cross_device_fmnist.yaml",
-                         ["fabric.accelerator=cpu", f"fabric.threads={threads}", "eval.projector_samples=0",
-                          *SIDES["fedbuff K=10"]])
-    data, parts = prepare_data(recipe)
-    fed = build_federation(make_fabric(recipe), recipe, data, parts, build_module(recipe, data),
-                           registry.build_server(recipe.server, recipe.clients.num), Path(tempfile.mkdtemp()))
+    fed = cross_device_federation(SIDES["fedbuff K=10"], threads)
     train_rounds(fed, 2)
     profiler = cProfile.Profile()
     profiler.enable()
     train_rounds(fed, steps)
     profiler.disable()
     pstats.Stats(profiler).sort_stats("cumulative").print_stats(20)
+
+
+def say(repeat: int, side: str, measured: tuple[float, ...]) -> None:
+    """One side's line of one repeat: ms a client, the clock's share, the checkpoints' share."""
+    print(f"repeat {repeat} {side}: {measured[0] * 1000:.2f} ms a client, {measured[1]:.3%} in the clock's code, "
+          f"{measured[2]:.2%} in checkpoints", flush=True)
 
 
 def main() -> None:
@@ -137,23 +106,9 @@ def main() -> None:
     if args.profile:
         profile_steps(threads=args.threads)
         return
-    timings: dict[str, list[float]] = {side: [] for side in SIDES}
-    shares: dict[str, list[float]] = {side: [] for side in SIDES}
-    checkpoints: dict[str, list[float]] = {side: [] for side in SIDES}
-    for repeat in range(args.repeats):
-        order = list(SIDES) if repeat % 2 == 0 else list(SIDES)[::-1]
-        for side in order:
-            per_client, share, checkpoint = seconds_per_client(SIDES[side], args.clients, args.threads)
-            timings[side].append(per_client)
-            shares[side].append(share)
-            checkpoints[side].append(checkpoint)
-            print(f"repeat {repeat + 1} {side}: {per_client * 1000:.2f} ms a client, {share:.3%} in the clock's code, "
-                  f"{checkpoint:.2%} in checkpoints", flush=True)
-    base = statistics.median(timings["sync"])
-    summary = {side: {"ms_per_client": statistics.median(t) * 1000, "ratio_to_sync": statistics.median(t) / base,
-                      "clock_share": statistics.median(shares[side]),
-                      "checkpoint_share": statistics.median(checkpoints[side]), "runs_ms": [x * 1000 for x in t]}
-               for side, t in timings.items()}
+    measured = take_turns(list(SIDES), args.repeats, lambda side: seconds_per_client(SIDES[side], args.clients,
+                                                                                      args.threads), say)
+    summary = medians(measured, "sync", ("ms_per_client", "clock_share", "checkpoint_share"))
     for side, s in summary.items():
         print(f"{side:23s} {s['ms_per_client']:.2f} ms a client (median of {args.repeats}), "
               f"{s['ratio_to_sync']:.3f}x sync, {s['clock_share']:.3%} of it in the clock's code, "

@@ -165,7 +165,7 @@ def synthetic_loader(images: int, test: int) -> Callable[..., Any]:
     shapes = {"fashion_mnist": (1, 28, 10), "mnist": (1, 28, 10), "cifar10": (3, 32, 10), "cifar100": (3, 32, 100),
               "svhn": (3, 32, 10), "synthetic": (3, 16, 10)}
 
-    def load(name: str, root: str, download: bool, seed: int) -> Any:
+    def load(name: str, root: str, download: bool, seed: int, columns: tuple = ()) -> Any:  # columns: hf_disk's
         channels, size, classes = shapes[name]
         return synthetic(seed, train=images, test=test, classes=classes, channels=channels, size=size)
     return load

@@ -247,18 +247,30 @@ def _check_needs(section: str, cls: type, kwargs: dict[str, Any]) -> None:
                             f"{section}.{key}")
 
 
+def _wrapper_options(server: dict[str, Any], key: str, cls: type, what: str, example: str,
+                     chooser: str) -> dict[str, Any] | None:
+    """The options of the wrapper ``server.<key>`` (``cls``'s, the ``what`` options), or None where it is unset;
+    refused in one line when it is no mapping (``example``: a setting that works) or names itself (``chooser``:
+    what chooses it)."""
+    options = server.get(key)
+    if options is None:
+        return None
+    if not isinstance(options, dict):
+        raise UserError(f"server.{key} must be a mapping of the {what} options (e.g. server.{key}={example}), "
+                        f"got {options!r}")
+    if "name" in options:
+        raise UserError(f"server.{key}.name: {chooser}; drop server.{key}.name")
+    ((_, kwargs),) = _options(f"server.{key}", {**options, "name": key}, {key: cls})
+    return kwargs
+
+
 def _dp_options(server: dict[str, Any]) -> dict[str, Any] | None:
     """The options of ``server.dp`` (the differential-privacy wrapper's), or None where it is unset."""
-    dp = server.get(DP_KEY)
-    if dp is None:
-        return None
-    if not isinstance(dp, dict):
-        raise UserError(f"server.dp must be a mapping of the differential-privacy options (e.g. "
-                        f"server.dp={{noise_multiplier: 1.0, clip: 1.0}}, or server.dp={{}} for the defaults), got {dp!r}")
-    if "name" in dp:
-        raise UserError("server.dp.name: server.dp wraps the aggregator server.name names; drop server.dp.name")
-    ((cls, kwargs),) = _options("server.dp", {**dp, "name": DP_KEY}, {DP_KEY: DifferentialPrivacy})
-    _check_needs("server.dp", cls, kwargs)
+    kwargs = _wrapper_options(server, DP_KEY, DifferentialPrivacy, "differential-privacy",
+                              "{noise_multiplier: 1.0, clip: 1.0}, or server.dp={} for the defaults",
+                              "server.dp wraps the aggregator server.name names")
+    if kwargs is not None:
+        _check_needs("server.dp", DifferentialPrivacy, kwargs)
     return kwargs
 
 
@@ -294,16 +306,10 @@ def _own_options(server: dict[str, Any]) -> dict[str, Any]:
 
 def _compress_options(server: dict[str, Any]) -> dict[str, Any] | None:
     """The options of ``server.compress`` (the upload compression's), or None where it is unset."""
-    options = server.get(COMPRESS_KEY)
-    if options is None:
+    kwargs = _wrapper_options(server, COMPRESS_KEY, UpdateCompression, "compression", "{kind: qsgd, bits: 4}",
+                              "the compression is chosen by server.compress.kind; set that")
+    if kwargs is None:
         return None
-    if not isinstance(options, dict):
-        raise UserError(f"server.compress must be a mapping of the compression options (e.g. "
-                        f"server.compress={{kind: qsgd, bits: 4}}), got {options!r}")
-    if "name" in options:
-        raise UserError("server.compress.name: the compression is chosen by server.compress.kind; set that and drop "
-                        "server.compress.name")
-    ((_, kwargs),) = _options("server.compress", {**options, "name": COMPRESS_KEY}, {COMPRESS_KEY: UpdateCompression})
     kind = kwargs.get("kind", "none")
     for key, kinds in KIND_OPTIONS.items():
         if key in kwargs and kind not in kinds:
