@@ -49,6 +49,7 @@ SIDES = {
     "fedbuff K=10": [*CLOCK, "asynchrony.mode=fedbuff", "asynchrony.concurrency=100", "asynchrony.buffer=10"],
 }
 SIDES |= {f"{side}, ckpt/10": [*SIDES[side], "run.checkpoint_every=10"] for side in ("fedbuff K=100", "fedbuff K=10")}
+SIDES["fedbuff K=10, ckpt/100"] = [*SIDES["fedbuff K=10"], "run.checkpoint_every=100"]  # one per 1,000 clients
 
 
 CLOCK_CODE = [(EventSchedule, "plan"), (EventSchedule, "commit"), (InFlight, "land"), (InFlight, "columns"),
@@ -102,11 +103,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--profile", action="store_true", help="profile 10 whole FedBuff K=10 steps instead")
+    parser.add_argument("--sides", nargs="+", choices=list(SIDES), default=list(SIDES),
+                        help="the sides to time (sync, the reference, is always one)")
     args = parser.parse_args()
     if args.profile:
         profile_steps(threads=args.threads)
         return
-    measured = take_turns(list(SIDES), args.repeats, lambda side: seconds_per_client(SIDES[side], args.clients,
+    sides = ["sync", *(side for side in args.sides if side != "sync")]
+    measured = take_turns(sides, args.repeats, lambda side: seconds_per_client(SIDES[side], args.clients,
                                                                                       args.threads), say)
     summary = medians(measured, "sync", ("ms_per_client", "clock_share", "checkpoint_share"))
     for side, s in summary.items():
