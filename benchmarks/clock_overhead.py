@@ -27,10 +27,7 @@ inside the same rounds: ratios that the load moves far less.
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
-from pathlib import Path
 
 from fedlight.clock.devices import TripCost
 from fedlight.clock.events import EventSchedule
@@ -39,7 +36,8 @@ from fedlight.engine.loop.run_checkpoint import RunCheckpoint
 from fedlight.engine.parts.clock.round_clock import RoundClock
 from fedlight.server import asynchronous
 
-from round_training import cross_device_federation, medians, restore, take_turns, timed, train_rounds
+from round_training import (cross_device_federation, medians, restore, sides_parser, take_turns, timed,
+                            train_rounds, write_summary)
 
 CLOCK = ["clock.devices=lognormal", "clock.seconds_per_sample=0.01"]
 SIDES = {
@@ -97,11 +95,7 @@ def say(repeat: int, side: str, measured: tuple[float, ...]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", type=int, default=300, help="clients trained per side and repeat")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--json", type=Path)
+    parser = sides_parser(__doc__.splitlines()[0], clients=300, threads=2)
     parser.add_argument("--profile", action="store_true", help="profile 10 whole FedBuff K=10 steps instead")
     parser.add_argument("--sides", nargs="+", choices=list(SIDES), default=list(SIDES),
                         help="the sides to time (sync, the reference, is always one)")
@@ -111,14 +105,11 @@ def main() -> None:
         return
     sides = ["sync", *(side for side in args.sides if side != "sync")]
     measured = take_turns(sides, args.repeats, lambda side: seconds_per_client(SIDES[side], args.clients,
-                                                                                      args.threads), say)
+                                                                                args.threads), say)
     summary = medians(measured, "sync", ("ms_per_client", "clock_share", "checkpoint_share"))
-    for side, s in summary.items():
-        print(f"{side:23s} {s['ms_per_client']:.2f} ms a client (median of {args.repeats}), "
-              f"{s['ratio_to_sync']:.3f}x sync, {s['clock_share']:.3%} of it in the clock's code, "
-              f"{s['checkpoint_share']:.2%} in checkpoints")
-    if args.json:
-        args.json.write_text(json.dumps(summary, indent=2))
+    write_summary(summary, lambda side, s: f"{side:23s} {s['ms_per_client']:.2f} ms a client (median of "
+                  f"{args.repeats}), {s['ratio_to_sync']:.3f}x sync, {s['clock_share']:.3%} of it in the clock's "
+                  f"code, {s['checkpoint_share']:.2%} in checkpoints", args.json)
 
 
 if __name__ == "__main__":

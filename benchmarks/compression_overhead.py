@@ -20,14 +20,12 @@ tens of percent, each side also reports the share of its own training time spent
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
-from pathlib import Path
 
 from fedlight.compression.update_compression import UpdateCompression
 
-from round_training import cross_device_federation, medians, restore, take_turns, timed, train_rounds
+from round_training import (cross_device_federation, medians, restore, sides_parser, take_turns, timed,
+                            train_rounds, write_summary)
 
 SIDES = {
     "none": [],
@@ -61,21 +59,13 @@ def say(repeat: int, side: str, measured: tuple[float, ...]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", type=int, default=200, help="clients trained per side and repeat")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+    args = sides_parser(__doc__.splitlines()[0], clients=200, threads=1).parse_args()
     measured = take_turns(list(SIDES), args.repeats, lambda side: seconds_per_client(SIDES[side], args.clients,
                                                                                       args.threads), say)
     summary = medians(measured, "none", ("ms_per_client", "compression_share", "bytes_up_per_client"))
-    for side, s in summary.items():
-        print(f"{side:15s} {s['ms_per_client']:.2f} ms a client (median of {args.repeats}), "
-              f"{s['ratio_to_none']:.3f}x none, {s['compression_share']:.2%} compressing, "
-              f"{s['bytes_up_per_client'] / 1e3:.1f} kB up a client")
-    if args.json:
-        args.json.write_text(json.dumps(summary, indent=2))
+    write_summary(summary, lambda side, s: f"{side:15s} {s['ms_per_client']:.2f} ms a client (median of "
+                  f"{args.repeats}), {s['ratio_to_none']:.3f}x none, {s['compression_share']:.2%} compressing, "
+                  f"{s['bytes_up_per_client'] / 1e3:.1f} kB up a client", args.json)
 
 
 if __name__ == "__main__":

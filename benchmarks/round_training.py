@@ -8,6 +8,8 @@ those steps, so they measure what they did when a round's training was one metho
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
 import tempfile
 import time
@@ -112,3 +114,21 @@ def medians(measured: dict[str, list[tuple[float, ...]]], base: str, names: tupl
                    **{name: statistics.median(m[i] for m in runs) for i, name in enumerate(names) if i},
                    "runs_ms": ms[side]}
             for side, runs in measured.items()}
+
+
+def sides_parser(description: str, clients: int, threads: int) -> argparse.ArgumentParser:
+    """The options every side-by-side benchmark takes: clients a side and repeat, repeats, threads, --json."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--clients", type=int, default=clients, help="clients trained per side and repeat")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=threads)
+    parser.add_argument("--json", type=Path)
+    return parser
+
+
+def write_summary(summary: dict[str, dict], line: Callable[[str, dict], str], path: Path | None) -> None:
+    """Print ``line(side, medians)`` for each side of ``medians``' summary, and write it as JSON to ``path``."""
+    for side, values in summary.items():
+        print(line(side, values))
+    if path is not None:
+        path.write_text(json.dumps(summary, indent=2))
