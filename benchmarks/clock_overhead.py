@@ -22,7 +22,7 @@ events, the trips' lengths, holding and rebasing updates, the columns) and in wr
 inside the same rounds: ratios that the load moves far less.
 
     python benchmarks/clock_overhead.py --clients 300 --repeats 3 --json clock_overhead.json
-    python benchmarks/clock_overhead.py --profile   # cProfile of 10 whole FedBuff K=10 steps, checkpoints included
+    python benchmarks/clock_overhead.py --profile   # cProfile of 10 whole FedBuff K=10 steps (--profile SIDE: another)
 """
 
 from __future__ import annotations
@@ -73,13 +73,13 @@ def seconds_per_client(overrides: list[str], clients: int, threads: int) -> tupl
     return spent / trained, in_clock[0] / spent, in_checkpoint[0] / spent
 
 
-def profile_steps(steps: int = 10, threads: int = 1) -> None:
-    """cProfile of ``steps`` whole FedBuff K=10 steps (``run_round``: training, landing, the history, the
-    checkpoint with the updates in flight), after two steps' warm-up; the top of the cumulative times."""
+def profile_steps(side: str = "fedbuff K=10", steps: int = 10, threads: int = 1) -> None:
+    """cProfile of ``steps`` whole rounds or steps of ``side`` (``run_round``: training, landing, the history,
+    the checkpoint), after two warm-up ones; the top of the cumulative times."""
     import cProfile
     import pstats
 
-    fed = cross_device_federation(SIDES["fedbuff K=10"], threads)
+    fed = cross_device_federation(SIDES[side], threads)
     train_rounds(fed, 2)
     profiler = cProfile.Profile()
     profiler.enable()
@@ -96,12 +96,13 @@ def say(repeat: int, side: str, measured: tuple[float, ...]) -> None:
 
 def main() -> None:
     parser = sides_parser(__doc__.splitlines()[0], clients=300, threads=2)
-    parser.add_argument("--profile", action="store_true", help="profile 10 whole FedBuff K=10 steps instead")
+    parser.add_argument("--profile", nargs="?", const="fedbuff K=10", choices=list(SIDES),
+                        help="profile 10 whole rounds or steps of one side instead (default: fedbuff K=10)")
     parser.add_argument("--sides", nargs="+", choices=list(SIDES), default=list(SIDES),
                         help="the sides to time (sync, the reference, is always one)")
     args = parser.parse_args()
     if args.profile:
-        profile_steps(threads=args.threads)
+        profile_steps(args.profile, threads=args.threads)
         return
     sides = ["sync", *(side for side in args.sides if side != "sync")]
     measured = take_turns(sides, args.repeats, lambda side: seconds_per_client(SIDES[side], args.clients,
