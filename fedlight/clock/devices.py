@@ -136,6 +136,10 @@ class Availability:
     def online(self, client: int, t: float) -> bool:
         return True
 
+    def online_among(self, clients: list[int], t: float) -> list[int]:
+        """Those of ``clients`` online at ``t``, in their order."""
+        return clients
+
     def next_online(self, client: int, t: float) -> float:
         """The first time >= ``t`` at which ``client`` is online (inf: never again)."""
         return t
@@ -162,6 +166,9 @@ class Windows(Availability):
     def online(self, client: int, t: float) -> bool:
         i, spans = self._at(client, t), self.windows[client]
         return i < len(spans) and spans[i][0] <= t
+
+    def online_among(self, clients: list[int], t: float) -> list[int]:
+        return [c for c in clients if self.online(c, t)]
 
     def next_online(self, client: int, t: float) -> float:
         i, spans = self._at(client, t), self.windows[client]

@@ -19,9 +19,8 @@ resumed run plans the same step again.
 
 from __future__ import annotations
 
-import copy
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 
 from fedlight.clock.devices import Availability
@@ -87,7 +86,7 @@ def staleness_weight(options: AsyncOptions, tau: int) -> float:
     return 1.0 if tau <= b else 1.0 / (a * (tau - b) + 1)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Trip:
     """One client's trip: dispatched at ``start`` with model ``version``, lands at ``end``.
 
@@ -154,7 +153,8 @@ class EventSchedule:
 
     def plan(self) -> Step:
         """The next server step, from the committed state (planning twice gives the same step)."""
-        line = copy.deepcopy(self.timeline)
+        line = self.timeline  # its lists copied (trips are frozen): planning changes only the copy
+        line = replace(line, flying=list(line.flying), landed=list(line.landed), dispatched=list(line.dispatched))
         v, k = line.version, self.options.step_size
         if line.seq == 0:
             self._dispatch(line, self.options.concurrency)
@@ -193,7 +193,7 @@ class EventSchedule:
         """Up to ``n`` new trips at ``line.now`` from ``line.version``: drawn uniformly among the clients online,
         not in flight and not dispatched at this version yet (the version's first draw as a synchronous round's)."""
         busy = {trip.client for trip in line.flying} | set(line.dispatched)
-        idle = [c for c in self.clients if c not in busy and self.availability.online(c, line.now)]
+        idle = self.availability.online_among([c for c in self.clients if c not in busy], line.now)
         n = min(n, len(idle))
         if n <= 0:
             return []

@@ -49,7 +49,10 @@ class InFlight(RoundPlugin):
 
     def land(self, kept: dict[int, tuple[float, State]], global_state: State) -> State:
         """Hold the updates trained this step (``kept``: client -> (weight, its model on the CPU); a dropped
-        or diverged client has none), apply those that land in it and commit the step; the new global state."""
+        or diverged client has none), apply those that land in it and commit the step; the new global state.
+
+        ``kept``'s models are this step's own copies (``aggregation.fold``): a change is taken, and rebased,
+        in place, so that holding 100 updates allocates no model beyond the copy each client made."""
         step, version = self.step, self.schedule.timeline.version
         lands_now = {trip.seq for trip in step.applied}
         on_cpu = {k: v.detach().cpu() for k, v in global_state.items()}
@@ -57,7 +60,7 @@ class InFlight(RoundPlugin):
             if trip.client in kept:
                 weight, model = kept[trip.client]
                 as_change = trip.seq not in lands_now and self.options.mode == "fedbuff"
-                self.held[trip.seq] = (weight, {k: v - on_cpu[k] if k in self.parameters else v
+                self.held[trip.seq] = (weight, {k: v.sub_(on_cpu[k]) if k in self.parameters else v
                                                 for k, v in model.items()} if as_change else model, as_change)
         landed = [(trip, self.held.pop(trip.seq)) for trip in step.applied if trip.seq in self.held]
         self.staleness = [version - trip.version for trip, _ in landed]
@@ -67,7 +70,7 @@ class InFlight(RoundPlugin):
                 global_state = mix(global_state, model, self.options.alpha * staleness_weight(self.options, tau))
             return global_state
         updates = [Landed(trip.client, weight, staleness_weight(self.options, tau),
-                          {k: on_cpu[k] + v if k in self.parameters else v for k, v in model.items()}
+                          {k: v.add_(on_cpu[k]) if k in self.parameters else v for k, v in model.items()}
                           if as_change else model)
                    for (trip, (weight, model, as_change)), tau in zip(landed, self.staleness)]
         return apply_buffer(self.aggregator, global_state, updates, self.options.server_lr)

@@ -336,7 +336,10 @@ class Federation:
     def _log_and_save(self, row: dict[str, Any], ledger_rows: list[list], reports: list[Report],
                       bars: RoundBars, save: bool = True) -> None:
         """Step 10: on rank 0 the loggers (``RunLog.round``), then, when ``save``, the checkpoint (every rank: a
-        collective), results.json without final metrics (the run goes on) and the progress bar's line.
+        collective) and results.json without final metrics (the run goes on), then the progress bar's line.
+        results.json goes with the checkpoint, so it never holds a round a kill would train again; and a
+        run of many short rounds (an asynchronous one's server steps) with sparse checkpoints does not
+        rewrite its whole history every round (``BENCHMARKS.md`` section 9).
 
         The loggers come first: a kill between the two leaves a round logged and not in the checkpoint, which
         the resume drops from TensorBoard, the CSV and MLflow and logs again (the same numbers: a resume is
@@ -351,9 +354,10 @@ class Federation:
             raise
         if save:
             self._save(state)
+            if self.rank == 0:
+                results = state.results(self.options.record, self.wall, None, self.evaluator.inputs())
+                atomic_write_json(self.run_dir / RESULTS, results)
         if self.rank == 0:
-            results = state.results(self.options.record, self.wall, None, self.evaluator.inputs())
-            atomic_write_json(self.run_dir / RESULTS, results)
             bars.show(row, self.last_eval)
 
     def _save(self, state: RunState) -> None:

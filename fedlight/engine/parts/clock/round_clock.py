@@ -70,14 +70,14 @@ class RoundClock(RoundPlugin):
     def _online(self) -> list[int]:
         """The clients online at the round's start, which waits (``self.start``) until there is one."""
         availability = self.cost.devices.availability
-        online = [c for c in self.clients if availability.online(c, self.start)]
+        online = availability.online_among(self.clients, self.start)
         if not online:
             self.start = min(availability.next_online(c, self.start) for c in self.clients)
             if math.isinf(self.start):
                 raise UserError(f"round {self.round_ + 1}: no client is online at virtual second {self.now:.0f} "
                                 "and none comes online again: the availability trace ends; lengthen its windows "
                                 "or lower rounds")
-            online = [c for c in self.clients if availability.online(c, self.start)]
+            online = availability.online_among(self.clients, self.start)
         return online
 
     def _late(self, keep: int) -> dict[int, str]:
