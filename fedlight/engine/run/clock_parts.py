@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from fedlight import registry
+from fedlight.attacks.attack import Attack
 from fedlight.clock.devices import ClockOptions, TripCost, build_devices
 from fedlight.clock.events import AsyncOptions, EventSchedule
 from fedlight.compression.update_compression import UpdateCompression
@@ -62,13 +62,14 @@ def timing_options(recipe: Recipe, aggregator: Aggregator, schedule: str, popula
                             "drop them")
         build_devices(clock, recipe.clients.num, recipe.seed)  # a trace file is read and checked now
     if asynchrony.on:
-        check_asynchrony(asynchrony, clock, aggregator, server, population, recipe)
+        check_asynchrony(asynchrony, clock, aggregator, server, population, recipe.new_device.rotation is not None)
     return TimingOptions(clock, asynchrony)
 
 
 def check_asynchrony(a: AsyncOptions, clock: ClockOptions, aggregator: Aggregator, server: str, population: int,
-                     recipe: Recipe) -> None:
-    """Raise the UserError for an asynchronous server that cannot run with the rest of the recipe."""
+                     new_device: bool) -> None:
+    """Raise the UserError for an asynchronous server that cannot run with the rest of the recipe
+    (``new_device``: ``new_device.rotation`` joins a device); the attack is ``check_timed_attack``'s."""
     mode = f"asynchrony.mode={a.mode}"
     if not clock.on:
         raise UserError(f"{mode} orders updates by when they land: set clock.devices (e.g. fixed or lognormal)")
@@ -91,13 +92,18 @@ def check_asynchrony(a: AsyncOptions, clock: ClockOptions, aggregator: Aggregato
     if a.mode == "fedasync" and server != "fedavg":
         raise UserError(f"asynchrony.mode=fedasync mixes each update into the model itself (Xie et al. 2019), with "
                         f"no room for server.name={server}: use server.name=fedavg, or asynchrony.mode=fedbuff")
-    if recipe.new_device.rotation is not None:
+    if new_device:
         raise UserError(f"new_device.rotation joins a device in a synchronous round; {mode} has none: drop one")
-    f = recipe.faults
-    attack = registry.build_attack(f.attack, f.attack_options, f.attack_scale)
-    if attack is not None and attack.needs_benign:
-        raise UserError(f"faults.attack={f.attack} crafts its payload from a synchronous round's benign ones; {mode} "
-                        "applies updates as they land: choose an attack that needs none (e.g. sign_flip)")
+
+
+def check_timed_attack(options: TimingOptions, attack: Attack | None, name: str) -> None:
+    """Refuse an asynchronous server beside an attack (``faults.attack=name``, built) that crafts its payload
+    from a synchronous round's benign ones."""
+    a = options.asynchrony
+    if a.on and attack is not None and attack.needs_benign:
+        raise UserError(f"faults.attack={name} crafts its payload from a synchronous round's benign ones; "
+                        f"asynchrony.mode={a.mode} applies updates as they land: choose an attack that needs none "
+                        "(e.g. sign_flip)")
 
 
 def check_timed_method(module: FederatedModule, options: TimingOptions) -> None:

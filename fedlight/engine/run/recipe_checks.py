@@ -26,7 +26,7 @@ from fedlight.engine.loop.compiled_step import compile_refusal
 from fedlight.engine.loop.sampling import clients_per_round
 from fedlight.engine.parts.cfcl.exchange_schedule import check_label_free
 from fedlight.engine.parts.sofed.importance_score import check_score_head
-from fedlight.engine.run.clock_parts import check_timed_method
+from fedlight.engine.run.clock_parts import check_timed_attack, check_timed_method
 from fedlight.engine.run.part_options import PartOptions, part_options
 from fedlight.errors import UserError
 from fedlight.eval.probes import labelled_count
@@ -55,6 +55,7 @@ def check_recipe(recipe: Recipe) -> Aggregator:
     f = recipe.faults
     attack = registry.build_attack(f.attack, f.attack_options, f.attack_scale)  # its options, before any data
     options.faults.check_attackers(attackable_clients(recipe, server), attack)
+    check_timed_attack(options.timing, attack, f.attack)
     per_round, trainable = round_size(recipe, server), trainable_clients(recipe)
     with registry.SERVERS.building(recipe.server["name"], "server.name"):  # a plug-in's check that raises: one line
         server.check_clients(per_round, trainable)  # e.g. Krum's f; DP-FedAvg's sampling rate
