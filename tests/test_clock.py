@@ -342,6 +342,16 @@ def test_bad_clock_settings_are_one_line_before_anything_is_written(tmp_path: Pa
     assert not run.exists()
 
 
+def test_a_bad_trace_file_is_refused_before_anything_is_written(tmp_path: Path, tiny_recipe: Path, capsys) -> None:
+    trace = _trace(tmp_path, [{"client": c, "seconds_per_sample": 1} for c in range(5)])  # client 5 has none
+    run = tmp_path / "run"
+    code = main(["fit", "--recipe", str(tiny_recipe), "clients.num=6", f"run.dir={run}", "clock.devices=trace",
+                 f"clock.trace={trace}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "no entry for client 5" in err[0], err
+    assert not run.exists()
+
+
 def test_a_stop_between_two_clients_of_a_step_resumes_bit_for_bit(tmp_path: Path, tiny_recipe: Path,
                                                                    monkeypatch) -> None:
     """SIGTERM during a step's second client: the checkpoint holds the step's first client, the updates in

@@ -15,9 +15,10 @@ attacks that see a round's benign payloads.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from fedlight.attacks.attack import Attack
-from fedlight.clock.devices import ClockOptions, TripCost, build_devices
+from fedlight.clock.devices import ClockOptions, TripCost, build_devices, load_trace
 from fedlight.clock.events import AsyncOptions, EventSchedule
 from fedlight.compression.update_compression import UpdateCompression
 from fedlight.engine.loop.async_rounds import InFlight
@@ -60,7 +61,8 @@ def timing_options(recipe: Recipe, aggregator: Aggregator, schedule: str, popula
             raise UserError(f"server.name={server}'s accountant models Poisson sampling of every client; "
                             "clock.availability, clock.over_selection and clock.deadline_s change who takes part: "
                             "drop them")
-        build_devices(clock, recipe.clients.num, recipe.seed)  # a trace file is read and checked now
+        if clock.trace:  # read and checked now; the devices are drawn when the run builds its clock
+            load_trace(Path(clock.trace), recipe.clients.num, clock)
     if asynchrony.on:
         check_asynchrony(asynchrony, clock, aggregator, server, population, recipe.new_device.rotation is not None)
     return TimingOptions(clock, asynchrony)
