@@ -154,10 +154,10 @@ def _options(section: str, spec: dict[str, Any], table: dict[str, type],
 def validate(method: dict[str, Any], server: dict[str, Any], num_clients: int,
              public_client: int | None = None, seed: int = 0) -> Aggregator:
     """Raise a UserError if the ``method`` or ``server`` section does not fit its class or the rest;
-    return the aggregator the ``server`` section built."""
+    return the aggregator the ``server`` section built (``server.compress`` is checked where the run's
+    compression is built, ``build_compression``)."""
     _options("method", method, METHODS)
     aggregator = build_server(server, num_clients - (public_client is not None), seed)  # N: the public client never trains
-    build_compression(server, aggregator, seed)
     needed = REQUIRED_SERVER.get(method.get("name"))
     if needed and server.get("name") != needed:
         raise UserError(f"method.name={method['name']} needs server.name={needed} (got {server.get('name')!r}); "

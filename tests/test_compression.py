@@ -232,6 +232,8 @@ def test_a_bad_compression_setting_is_one_line_exit_2_before_anything_is_written
 def test_compression_where_no_model_update_is_uploaded_is_refused(tmp_path: Path, tiny_recipe: Path, capsys,
                                                                    server: str, says: str) -> None:
     method = ["method.name=scaffold", "method.objective=simclr"] if "scaffold" in server else []
+    if "flesd" in server:  # its public set, else that is refused first
+        method.append("partition.public_client=0")
     code = main(["fit", "--recipe", str(tiny_recipe), *FAST, *method, f"server={server}",
                  f"run.dir={tmp_path / 'r'}"])
     err = capsys.readouterr().err
