@@ -123,7 +123,8 @@ def test_wrapped_byol_scores_as_byol() -> None:
 def test_a_method_without_its_own_score_gets_sofed_compatibility_rule() -> None:
     """Sec. III: 1 - cos(embed(x), embed(flip(x))). SimCLR with identity parts embeds x = (a, b) as
     (a, b) / |(a, b)|: (1, 0) vs (0, 1) -> 1, (1, 1) vs (1, 1) -> 0; ``buffer.score`` has nothing to pick."""
-    from fedlight.engine.parts.sofed.importance_score import ImportanceScoring, check_score_head, importance_scorer
+    from fedlight.engine.parts.sofed.importance_score import ImportanceScoring, importance_scorer
+    from fedlight.engine.run.recipe_checks import check_score_head
     from fedlight.errors import UserError
     from fedlight.methods.fedprox import FedProx
 

@@ -25,7 +25,7 @@ from fedlight.engine.loop.batched_clients import batch_refusal, refused
 from fedlight.engine.loop.compiled_step import compile_refusal
 from fedlight.engine.loop.sampling import clients_per_round
 from fedlight.engine.parts.cfcl.exchange_schedule import check_label_free
-from fedlight.engine.parts.sofed.importance_score import check_score_head
+from fedlight.engine.parts.sofed.importance_score import ImportanceScoring, ScoreHead
 from fedlight.engine.run.clock_parts import check_timed_attack, check_timed_method
 from fedlight.engine.run.part_options import PartOptions, part_options
 from fedlight.errors import UserError
@@ -109,6 +109,16 @@ def check_method_for_parts(module: FederatedModule, o: PartOptions) -> None:
     if o.exchange is not None:
         check_label_free(module)
     check_timed_method(module, o.timing)
+
+
+def check_score_head(module: FederatedModule, head: ScoreHead) -> None:
+    """Raise a UserError where ``buffer.score=projection`` would be silently ignored: a method with no
+    eq. 3 of its own (no ``ImportanceScoring``) is scored by SOFed's sec. III rule, which has no online
+    output to pick (``importance_score.importance_scorer``)."""
+    if head == "projection" and not isinstance(module, ImportanceScoring):
+        raise UserError(f"buffer.score=projection picks the online output eq. 3 compares, but {type(module).__name__} "
+                        "has no score of its own (sec. III's flip rule scores it, with no output to pick); drop "
+                        "buffer.score, or use a method with a predictor (byol, or fedu / fedema around it)")
 
 
 def check_privacy(recipe: Recipe, server: Aggregator, attack: Attack | None, per_round: int, trainable: int) -> None:

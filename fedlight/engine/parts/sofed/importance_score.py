@@ -14,7 +14,6 @@ from typing import Callable, Literal, Protocol, runtime_checkable
 
 import torch
 
-from fedlight.errors import UserError
 from fedlight.methods.federated_module import FederatedModule
 
 ScoreHead = Literal["prediction", "projection"]
@@ -57,11 +56,3 @@ def importance_scorer(module: FederatedModule, head: ScoreHead) -> Callable[[tor
         return lambda x: module.importance_score(x, head)
     return lambda x: flip_disagreement(module.embed, x)
 
-
-def check_score_head(module: FederatedModule, head: ScoreHead) -> None:
-    """Raise a UserError where ``buffer.score=projection`` would be silently ignored: a method with no
-    eq. 3 of its own is scored by sec. III's rule, which has no online output to pick."""
-    if head == "projection" and not isinstance(module, ImportanceScoring):
-        raise UserError(f"buffer.score=projection picks the online output eq. 3 compares, but {type(module).__name__} "
-                        "has no score of its own (sec. III's flip rule scores it, with no output to pick); drop "
-                        "buffer.score, or use a method with a predictor (byol, or fedu / fedema around it)")
