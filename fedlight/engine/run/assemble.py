@@ -115,6 +115,7 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
     labels = data.train_y
     f = recipe.faults
     attack = registry.build_attack(f.attack, f.attack_options, f.attack_scale)
+    attack_settings = None if attack is None else registry.attack_settings(f.attack, f.attack_options, f.attack_scale)
     if attack is not None and attack.poisons_labels:  # the attackers' own data, poisoned for the whole run
         labels = poisoned_labels(labels, tensors, attackers(f.attackers, trainable, recipe.seed, None), attack,
                                  data.num_classes)
@@ -146,9 +147,7 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
     schedule = build_schedule(fabric, recipe, o, data, module, images, labels, tensors, views, trainable)
     timing = build_timing(o.timing, module, aggregator, schedule, o.faults, recipe.local.batch_size, len(parts),
                           trainable, recipe.seed, o.round.compression)
-    faults = SimulatedFaults(o.faults, recipe.seed, run_dir, fabric.global_rank, trainable, attack,
-                             None if attack is None else registry.attack_settings(f.attack, f.attack_options,
-                                                                                  f.attack_scale),
+    faults = SimulatedFaults(o.faults, recipe.seed, run_dir, fabric.global_rank, trainable, attack, attack_settings,
                              timing.lateness if isinstance(timing, RoundClock) else None)
     round_ = replace(o.round, client_state=client_store_kind(recipe, module, aggregator, len(trainable), o.round),
                      record=o.round.record if record is None else record)
