@@ -53,9 +53,9 @@ from fedlight.seeding import numpy_rng
 from fedlight.server.aggregator import Aggregator
 
 
-def client_store_kind(recipe: Recipe, module: FederatedModule, aggregator: Aggregator, clients: int,
+def client_store_kind(requested: str, module: FederatedModule, aggregator: Aggregator, clients: int,
                       options: RoundOptions) -> str:
-    """``run.client_state`` resolved: ``auto`` keeps the states in memory while every client's
+    """``run.client_state`` (``requested``) resolved: ``auto`` keeps the states in memory while every client's
     model state (its private tensors, its whole model for local-only, error feedback's residual) fits in
     ``run.state_cache_mb``. What a schedule keeps per client (SOFed's buffer ids, CF-CL's pulled set) is
     not counted: it is small beside a model and only known once the client has trained."""
@@ -64,8 +64,7 @@ def client_store_kind(recipe: Recipe, module: FederatedModule, aggregator: Aggre
         per_client = {**module.shared_state(), **per_client}
     parameters = {name for name, _ in module.named_parameters()}
     residual = options.compression.residual_bytes(module.shared_state(), parameters) if options.compression else 0
-    return choose_store(recipe.run.client_state, state_bytes(per_client) + residual, clients,
-                        recipe.run.state_cache_mb)
+    return choose_store(requested, state_bytes(per_client) + residual, clients, options.state_cache_mb)
 
 
 def build_views(recipe: Recipe, data: ImageData, device: torch.device = torch.device("cpu")) -> ViewMaker:
@@ -149,8 +148,8 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
                           trainable, recipe.seed, o.round.compression)
     faults = SimulatedFaults(o.faults, recipe.seed, run_dir, fabric.global_rank, trainable, attack, attack_settings,
                              timing.lateness if isinstance(timing, RoundClock) else None)
-    round_ = replace(o.round, client_state=client_store_kind(recipe, module, aggregator, len(trainable), o.round),
-                     record=o.round.record if record is None else record)
+    store = client_store_kind(recipe.run.client_state, module, aggregator, len(trainable), o.round)
+    round_ = replace(o.round, client_state=store, record=o.round.record if record is None else record)
     loop = (fabric, module, aggregator, evaluator, data, tensors, trainable, schedule, faults,
             plugins if timing is None else [timing, *plugins], round_, run_dir)  # the clock first: who takes part
     return AsyncFederation(*loop, in_flight=timing) if isinstance(timing, InFlight) else Federation(*loop)

@@ -81,17 +81,18 @@ def build_module(recipe: Recipe, data: ImageData) -> FederatedModule:
         module = registry.build_method(recipe.method, recipe.model.backbone, data.channels, data.image_size,
                                        data.num_classes, OptimizerSpec(l.optimizer, l.lr, l.momentum, l.weight_decay))
     except MemoryError:  # torch raises it (a RuntimeError on some builds) when a size in method.* is absurd
-        raise _too_large(recipe) from None
+        raise _too_large(recipe.method) from None
     except RuntimeError as exc:
         if "allocate" not in str(exc) and "memory" not in str(exc):
             raise
-        raise _too_large(recipe) from None
+        raise _too_large(recipe.method) from None
     return module.to(memory_format=torch.channels_last) if recipe.fabric.channels_last else module
 
 
-def _too_large(recipe: Recipe) -> UserError:
-    sizes = ", ".join(f"method.{k}={v}" for k, v in recipe.method.items() if isinstance(v, int) and v > 10_000)
-    return UserError(f"the model of method.name={recipe.method['name']} does not fit in memory"
+def _too_large(method: dict[str, Any]) -> UserError:
+    """The refusal of a ``method`` section whose model does not fit in memory, naming its large sizes."""
+    sizes = ", ".join(f"method.{k}={v}" for k, v in method.items() if isinstance(v, int) and v > 10_000)
+    return UserError(f"the model of method.name={method['name']} does not fit in memory"
                      + (f" ({sizes})" if sizes else "") + "; make its sizes smaller")
 
 
