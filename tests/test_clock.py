@@ -327,6 +327,8 @@ def test_fedbuff_killed_between_two_checkpoints_resumes_from_the_earlier_and_end
       "server.name=scaffold"], "control variates"),
     (["clock.devices=fixed", "asynchrony.mode=fedbuff", "asynchrony.concurrency=2", "clock.deadline_s=5"],
      "synchronous rounds"),
+    (["clock.devices=fixed", "asynchrony.mode=fedbuff", "asynchrony.concurrency=2", "new_device.rotation=90"],
+     "new_device.rotation joins a device in a synchronous round"),
     (["clock.devices=fixed", "asynchrony.mode=fedbuff", "asynchrony.concurrency=2", "faults.attack=alie",
       "faults.attackers=0.5"], "faults.attack=alie crafts its payload"),
     (["clock.devices=uniform"], "max_seconds_per_sample"),
