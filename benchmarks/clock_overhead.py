@@ -112,7 +112,7 @@ def say(repeat: int, side: str, measured: tuple[float, ...]) -> None:
 
 
 def main() -> None:
-    parser = sides_parser(__doc__.splitlines()[0], clients=300, threads=2)
+    parser = sides_parser(__doc__.splitlines()[0], clients=300, threads=1)  # a 20-image client is one thread's work
     parser.add_argument("--profile", nargs="?", const="fedbuff K=10", choices=list(SIDES),
                         help="profile one side (default: fedbuff K=10) and sync over --clients clients instead, "
                              "and print where their own times per client differ most")
