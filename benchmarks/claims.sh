@@ -461,3 +461,28 @@ if want v3_archive; then
   bash benchmarks/archive_runs.sh runs/v3 benchmarks/results/v3-runs.tar.xz
   bash benchmarks/archive_runs.sh runs/pilot_v3 benchmarks/results/v3-pilot-runs.tar.xz
 fi
+
+# ===== v4 blocks (REPRODUCTION.md, "v4 MOON under drift" and "v4 SOFed at a longer horizon"), planned before any run =====
+# MOON at the paper's E = 10 on v3's twin T5, drift read every round; the pilot (seeds 3300-3304) gives the
+# drift check (python benchmarks/drift_check.py runs/pilot_v4/moon_e10 fedavg fedavg-e2), R, min_lift and n,
+# and v4_moon_drift is added after it with those numbers.
+MOON_E10=(--set clients.num=5 --set data.subset=10000 --set local.epochs=10 --set rounds=60 --set 'eval.readings=[drift]'
+  --metric test_acc --extra drift_cka --per-round --per-seed)
+if want v4_pilot_moon_drift; then
+  $C --seeds 3300 3301 3302 3303 3304 --out runs/pilot_v4/moon_e10 "${MOON_E10[@]}" --reference fedavg \
+    --row fedavg recipes/fedavg_fmnist.yaml --row moon recipes/moon_fmnist.yaml method.mu=5 \
+    --row fedavg-e2 recipes/fedavg_fmnist.yaml local.epochs=2
+fi
+# SOFed's v3 twin trained 96 rounds: first the check that round 48 of a 96-round run is v3's 48-round run
+# (seed 1000's sofed row, beside runs/v3/sofed/sofed/seed1000), then the block, n = 13 from v3's verdict runs.
+SOFED96=(--metric knn_acc --set rounds=96 --set eval.every=16 --set eval.label_fraction=1.0 --set data.test_subset=10000)
+if want v4_sofed_horizon_check; then
+  $C --seeds 1000 --out runs/v4/sofed_check "${SOFED96[@]}" --per-round --row sofed $S
+fi
+if want v4_sofed_horizon; then
+  python benchmarks/reproduce.py --rule v4 --set fabric.threads=1 --seeds $(seq 3500 3512) --out runs/v4/sofed \
+    --block v4_sofed_horizon "${SOFED96[@]}" --at-round 48 --control fedsimclr-is --min-lift 3.74 --per-seed \
+    --learns sofed --learns byol-rr --learns fedsimclr-is \
+    --row sofed $S --row byol-rr $S buffer.policy=random --row fedsimclr-is $S "$FS" \
+    --claim sofed '>' byol-rr 'Table III: IS above RR'
+fi
