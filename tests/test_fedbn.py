@@ -89,3 +89,35 @@ def test_supervised_fedbn_scores_each_client_with_its_own_bn(tmp_path: Path, tin
     assert 0 <= res["final"]["test_acc"] <= 1
     # the new test's one-time upload of every local model (LG-FedAvg's accounting) is the only BN traffic
     assert res["comm"]["bytes_new_test"] > 0 and last["bytes_up"] == last["bytes_down"]
+
+
+def test_simclr_fedbn_local_test_is_each_clients_knn_on_its_own_split(tmp_path: Path, tiny_recipe: Path) -> None:
+    """Without a classifier, eval.local_test scores each client's model by kNN (local_knn_acc) and runs no new
+    test (it would need a classifier): no crash, no local_test_acc, nothing uploaded for it."""
+    res = fit(load_recipe(tiny_recipe, [*FAST, "method={name: fedbn, objective: simclr, hidden_dim: 32, "
+                                               "output_dim: 16}", "eval.local_test=true", f"run.dir={tmp_path / 'run'}"]))
+    last = res["history"][-1]
+    assert 0 <= last["local_knn_acc"] <= 1 and last["local_knn_acc_std"] is not None
+    assert "local_test_acc" not in last and res["comm"]["bytes_new_test"] == 0
+    assert 0 <= res["baseline"]["local_knn_acc"] <= 1
+
+
+def test_local_knn_pairs_each_clients_bank_with_its_own_test_split() -> None:
+    """Hand-made: client 0's queries are its own bank points with their labels (kNN, k = 1: all right);
+    client 1's test labels are the other class (all wrong): mean 0.5, spread 0.5."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from fedlight.engine.parts.lg_fedavg.local_tester import LocalTester
+
+    x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.1], [0.1, 1.0]])
+    data = SimpleNamespace(train_x=x, train_y=torch.tensor([0, 1, 0, 1]), test_x=x,
+                           test_y=torch.tensor([0, 1, 1, 0]), num_classes=2)
+    module = SimpleNamespace(has_classifier=False, features=lambda t: t, load_partial=lambda state: None)
+    evaluator = SimpleNamespace(module=module, data=data, options=SimpleNamespace(knn_k=1, knn_temperature=0.1),
+                                apply=lambda fn, t: fn(t), fabric=SimpleNamespace(to_device=lambda t: t))
+    tester = LocalTester(evaluator, [np.array([0, 1]), np.array([2, 3])], [np.array([0, 1]), np.array([2, 3])],
+                         [2.0, 2.0])
+    out = tester.metrics([{"w": torch.zeros(1)}, {"w": torch.ones(1)}])
+    assert out == {"local_knn_acc": 0.5, "local_knn_acc_std": 0.5}

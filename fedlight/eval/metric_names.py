@@ -16,7 +16,8 @@ LABELLED = (PROBE, KNN)  # fit on eval.label_fraction of the training labels
 TITLES = {PROBE: "linear probe", KNN: "kNN", TEST: "test", "client_knn_acc": "kNN on clients' own shares",
           "client_knn_acc_worst10": "kNN, worst 10% of clients", "finetune_acc": "fine-tune", "rankme": "RankMe",
           "spectrum_top1": "top singular value's share", "embedding_std_mean": "embedding std",
-          "drift_cka": "client-to-global CKA", "drift_cka_min": "client-to-global CKA, lowest"}
+          "drift_cka": "client-to-global CKA", "drift_cka_min": "client-to-global CKA, lowest",
+          "local_knn_acc": "kNN, each client's model on its own test split"}
 # the label-free readings a run's final line prints beside its accuracies (the others: history, TensorBoard, report)
 FINAL_READINGS = ("rankme",)
 # LG-FedAvg's adversary (Liang et al. 2020, fair representations): its AUC at telling the protected attribute is what

@@ -1,7 +1,12 @@
 """LG-FedAvg's evaluation (section 2.4): every client's own model, its own test split and ensembles.
 
 * local test: client k's model (global layers + its local layers) on its local test split
-  (test samples of its own classes, ``matching_test_split``): mean and spread over clients;
+  (test samples of its own classes, ``matching_test_split``): mean and spread over clients; a
+  method without a classifier (SimCLR, BYOL, ... under FedBN) is scored by the run's weighted kNN
+  instead (``local_knn_acc``): its own training share, labelled, as the bank, its local test split as
+  the queries, so each client's encoder is judged on the data it is meant for (FedBN, Li et al.
+  ICLR 2021, scores each client's model on its own domain); no new test, averaged model or fairness
+  columns then, which read a classifier;
 * new test: the ensemble of all clients' models on the full test set (``fedlight.eval.ensemble``);
 * the averaged model: the sample-weighted mean of the clients' models on the full test set;
 * what the new test costs: every client's local model sent to the server once (section 3.1,
@@ -23,12 +28,13 @@ import torch
 from torchmetrics.functional.classification import binary_auroc
 
 from fedlight.engine.loop.evaluator import mean_and_spread
+from fedlight.eval.probes import knn_accuracy
 from fedlight.eval.ensemble import ensemble_accuracies
 from fedlight.server.ops import weighted_average
 
 State = dict[str, torch.Tensor]
-LOCAL_METRICS = ("local_test_acc", "new_test_acc", "avg_model_acc", "class_acc", "class_auc", "adv_auc",
-                 "postfit_adv_auc")
+LOCAL_METRICS = ("local_test_acc", "local_knn_acc", "new_test_acc", "avg_model_acc", "class_acc", "class_auc",
+                 "adv_auc", "postfit_adv_auc")
 
 
 class LocalTester:
@@ -77,6 +83,8 @@ class LocalTester:
         """
         ev = self.evaluator
         module, data = ev.module, ev.data
+        if not module.has_classifier:
+            return self._local_knn(models)
         test_y = data.test_y.to(ev.fabric.device)
         logits, local_acc, fair = [], [], []
         for client, state in enumerate(models):
@@ -88,8 +96,7 @@ class LocalTester:
                 local_acc.append(float((out[part].argmax(1) == test_y[part]).float().mean()))
             if data.test_a is not None:
                 fair.append(self._fair(out, client))
-        common = set.intersection(*(set(m) for m in models))  # never-trained clients may lack private keys
-        module.load_partial(weighted_average([{k: m[k] for k in common} for m in models], self.weights))
+        self._load_average(models)
         avg_acc = float((ev.apply(module.classify, data.test_x).argmax(1) == test_y).float().mean())
         out: dict[str, float | None] = {
             **mean_and_spread("local_test_acc", local_acc),
@@ -99,6 +106,32 @@ class LocalTester:
         for key in (fair[0] if fair else {}):
             out.update(mean_and_spread(key, [f[key] for f in fair]))
         return out
+
+    def _local_knn(self, models: list[State]) -> dict[str, float | None]:
+        """``local_knn_acc`` (mean and spread over clients): each client's model by the run's weighted kNN
+        (``eval.knn_k``, ``eval.knn_temperature``), its training share (N_k, with labels) the bank and its
+        local test split the queries; the worker model is left holding the averaged model."""
+        ev = self.evaluator
+        module, data, o = ev.module, ev.data, ev.options
+        accs = []
+        for client, state in enumerate(models):
+            bank, queries = self.train_parts[client], self.test_parts[client]
+            if len(bank) and len(queries):
+                module.load_partial(state)
+                accs.append(knn_accuracy(ev.apply(module.features, data.train_x[bank]),
+                                         ev.fabric.to_device(data.train_y[bank]),
+                                         ev.apply(module.features, data.test_x[queries]),
+                                         ev.fabric.to_device(data.test_y[queries]), data.num_classes, o.knn_k,
+                                         o.knn_temperature))
+        self._load_average(models)
+        return mean_and_spread("local_knn_acc", accs)
+
+    def _load_average(self, models: list[State]) -> None:
+        """Load the sample-weighted mean of ``models`` into the worker model (the run's probe and kNN,
+        scored next, describe it rather than whichever client was scored last)."""
+        common = set.intersection(*(set(m) for m in models))  # never-trained clients may lack private keys
+        self.evaluator.module.load_partial(weighted_average([{k: m[k] for k in common} for m in models],
+                                                            self.weights))
 
     def _fair(self, logits: torch.Tensor, client: int) -> dict[str, float]:
         """Table 4's columns for the loaded client model; ``logits`` (M, 2) on the full test set."""

@@ -2,7 +2,8 @@
 
 Every client's model (the global layers + its own local layers) is scored on its local test
 split and, as an ensemble, on the full test set (``fedlight.engine.parts.lg_fedavg.local_tester.LocalTester``).
-The new test needs every client's local model sent to the server once (section 3.1,
+A method without a classifier is scored by kNN on its local test split instead (``local_knn_acc``), with
+no new test. The new test needs every client's local model sent to the server once (section 3.1,
 footnote: "only once after training"): ledger direction ``new_test``, charged in the round of
 the first evaluation, whose byte count every later one shares (the models' sizes never
 change), so a run grown by ``--resume`` is not charged twice and its ledger matches a straight
@@ -55,7 +56,7 @@ class LocalTests(RoundPlugin):
         so the run's probe and kNN, scored next, describe it."""
         private = {c: clients.get(c, {}) for c in self.clients}
         uploads = CommLedger()
-        if not any(row[2] == "new_test" for row in ledger):
+        if self.tester.evaluator.module.has_classifier and not any(row[2] == "new_test" for row in ledger):
             for c in self.clients:
                 uploads.record(round_, c, "new_test", self.tester.upload(private[c]))
         if self.fabric.global_rank != 0:
