@@ -1,18 +1,21 @@
 """The FedBN block (REPRODUCTION.md, "v3 FedBN under feature shift"): its table, and rule v3's reading.
 
     python benchmarks/fedbn_shift_claim.py pilot     # runs/fedbn_shift/pilot: table, min_lift and n
-    python benchmarks/fedbn_shift_claim.py verdict   # runs/fedbn_shift/verdict: table and the claim's verdict
+    python benchmarks/fedbn_shift_claim.py verdict 12.99   # runs/fedbn_shift/verdict: table and the claim's verdict
+    python benchmarks/fedbn_shift_claim.py pilot_simclr --objective simclr   # the SimCLR half (its own plan)
 
 Rows (``benchmarks/fedbn_shift_runs.sh``): ``fedbn`` and ``fedavg`` (supervised, the claim), and beside them
 ``simclr_shift`` / ``simclr_label`` (FedAvg-SimCLR's kNN under feature shift / Dirichlet 0.5 label skew).
 Metric ``local_test_acc`` in points: each client's model on its own domain's test images, the mean over
-clients; the floor is the seed's random-init value (results.json's ``baseline``).
+clients; the floor is the seed's random-init value (results.json's ``baseline``). With ``--objective simclr``
+the rows are ``fedbn_simclr`` and ``fedavg_simclr`` and the metric ``local_knn_acc`` (each client's own
+encoder by kNN on its own domain's test images, its training share the bank).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +23,9 @@ import numpy as np
 from fedlight import stats
 
 RUNS = Path(__file__).resolve().parents[1] / "runs" / "fedbn_shift"
-METRIC, KNN = "local_test_acc", "knn_acc"
+KNN = "knn_acc"
+OBJECTIVES = {"supervised": ("fedbn", "fedavg", "local_test_acc"),  # the claim's rows and metric, by objective
+              "simclr": ("fedbn_simclr", "fedavg_simclr", "local_knn_acc")}
 TARGET = 1.0  # rule v3's half-width wanted: max(1 point, a third of the paper's effect); 1 point here
 
 
@@ -38,40 +43,40 @@ def points(r: dict, key: str, where: str = "final") -> float:
     return 100 * r[where][key]
 
 
-def main(stage: str) -> None:
+def main(stage: str, min_lift: float | None, objective: str) -> None:
     folder = RUNS / stage
-    fedbn, fedavg = finished(folder, "fedbn"), finished(folder, "fedavg")
+    fedbn_arm, fedavg_arm, metric = OBJECTIVES[objective]
+    fedbn, fedavg = finished(folder, fedbn_arm), finished(folder, fedavg_arm)
     seeds = sorted(set(fedbn) & set(fedavg))
     print(f"## {stage} (runs/fedbn_shift/{stage}: {len(seeds)} seeds with both claim rows done: {seeds})\n")
     print("| seed | floor | FedAvg final | FedBN final | FedBN - FedAvg |\n|---|---|---|---|---|")
     for s in seeds:
-        floor = points(fedavg[s], METRIC, "baseline")
-        a, b = points(fedbn[s], METRIC), points(fedavg[s], METRIC)
+        floor = points(fedavg[s], metric, "baseline")
+        a, b = points(fedbn[s], metric), points(fedavg[s], metric)
         print(f"| {s} | {floor:.2f} | {b:.2f} | {a:.2f} | {a - b:+.2f} |")
     beside(folder)
     if len(seeds) < 3:
         print("\nfewer than 3 seeds: nothing to read")
         return
-    a = np.array([points(fedbn[s], METRIC) for s in seeds])
-    b = np.array([points(fedavg[s], METRIC) for s in seeds])
-    floors = np.array([points(fedavg[s], METRIC, "baseline") for s in seeds])
+    a = np.array([points(fedbn[s], metric) for s in seeds])
+    b = np.array([points(fedavg[s], metric) for s in seeds])
+    floors = np.array([points(fedavg[s], metric, "baseline") for s in seeds])
     control, method = stats.lift(b, floors), stats.lift(a, floors)
     print(f"\nFedAvg (control) lift {control.mean:.2f} (sd {control.sd:.2f}, 95% low {control.low:.2f}); "
           f"FedBN lift {method.mean:.2f} (95% low {method.low:.2f})")
     d = stats.paired(a, b)
     print(f"FedBN - FedAvg {d.mean:+.2f}, sd {d.sd:.2f}, 95% [{d.low:+.2f}, {d.high:+.2f}]")
-    if stage == "pilot":
+    if min_lift is None:  # a pilot
         print(f"min_lift = max(2, control lift / 3) = {max(2.0, control.mean / 3):.2f}")
         if len(seeds) >= 5:
             print(f"n (sd+ 80% of the differences, half-width {TARGET}): "
                   f"{stats.seeds_from_pilot(a - b, TARGET, cap=24) or 'more than 24'}")
         return
-    min_lift = float(sys.argv[2])
     if not stats.trained(b, floors, min_lift):
         print(f"control did not train (95% low {control.low:.2f} < min_lift {min_lift}): the claim is void")
         return
     test = stats.directional(d, +1)
-    print(f"A. FedBN > FedAvg on {METRIC}: p {test.p:.2g}: **{test.verdict}**")
+    print(f"A. FedBN > FedAvg on {metric}: p {test.p:.2g}: **{test.verdict}**")
 
 
 def beside(folder: Path) -> None:
@@ -89,4 +94,9 @@ def beside(folder: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "pilot")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("stage", nargs="?", default="pilot", help="the runs' folder under runs/fedbn_shift")
+    parser.add_argument("min_lift", nargs="?", type=float, help="the registered min_lift (a verdict); none: a pilot")
+    parser.add_argument("--objective", choices=list(OBJECTIVES), default="supervised")
+    args = parser.parse_args()
+    main(args.stage, args.min_lift, args.objective)

@@ -3,6 +3,7 @@
 # time, finished runs skipped (a second call only fills in what is missing).
 #   nice -n 10 bash benchmarks/fedbn_shift_runs.sh pilot 3900 3901 3902 3903 3904   # -> runs/fedbn_shift/pilot/<arm>-<seed>
 #   ARMS="simclr_shift simclr_label" nice -n 10 bash benchmarks/fedbn_shift_runs.sh pilot 3900 ...   # the beside rows
+#   ARMS="fedbn_simclr fedavg_simclr" nice -n 10 bash benchmarks/fedbn_shift_runs.sh pilot_simclr 3600 ...   # the SimCLR half
 #   python benchmarks/fedbn_shift_claim.py pilot                                      # the table (and, for verdict, the verdicts)
 # fedlight runs from this tree; each results.json records its commit and whether the tree was dirty.
 set -u
@@ -17,6 +18,8 @@ for s in "$@"; do
     case $arm in
       fedbn) R=recipes/fedbn_shift_fmnist.yaml; X=() ;;
       fedavg) R=recipes/fedbn_shift_fmnist.yaml; X=("method={name: supervised}") ;;
+      fedbn_simclr) R=recipes/fedavg_ssl_shift_fmnist.yaml; X=("method={name: fedbn, objective: simclr}" eval.local_test=true) ;;
+      fedavg_simclr) R=recipes/fedavg_ssl_shift_fmnist.yaml; X=(eval.local_test=true) ;;
       simclr_shift) R=recipes/fedavg_ssl_shift_fmnist.yaml; X=() ;;
       simclr_label) R=recipes/fedavg_ssl_shift_fmnist.yaml; X=(partition.kind=dirichlet "partition.domains=[]") ;;
     esac
