@@ -28,8 +28,8 @@ import torch
 from torchmetrics.functional.classification import binary_auroc
 
 from fedlight.engine.loop.evaluator import mean_and_spread
-from fedlight.eval.probes import knn_accuracy
 from fedlight.eval.ensemble import ensemble_accuracies
+from fedlight.eval.probes import knn_accuracy
 from fedlight.server.ops import weighted_average
 
 State = dict[str, torch.Tensor]
