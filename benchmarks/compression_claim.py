@@ -25,6 +25,7 @@ import numpy as np
 from scipy import stats as dist
 
 from fedlight import stats
+from rule_v4 import curves_line
 
 ROOT = Path(__file__).resolve().parents[1] / "runs" / "compression"
 ARMS = ("plain", "topk_ef", "topk")
@@ -130,6 +131,7 @@ def verdict() -> None:
         print("(no verdict until every registered seed has run)")
         return
     floors, plain, ef, topk = summary(by_seed)
+    print("means by round: " + curves_line({arm: [r[arm] for r in by_seed.values()] for arm in ARMS}, "knn_acc"))
     control = stats.lift(plain, floors)
     if control.low < MIN_LIFT:
         print(f"plain (control) lift >= {control.low:.2f} < min_lift {MIN_LIFT}: both claims void")

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from fedlight import stats
+from rule_v4 import curves_line
 
 RUNS = Path(__file__).resolve().parents[1] / "runs" / "fedbn_shift"
 KNN = "knn_acc"
@@ -64,6 +65,8 @@ def main(stage: str, min_lift: float | None, objective: str) -> None:
     control, method = stats.lift(b, floors), stats.lift(a, floors)
     print(f"\nFedAvg (control) lift {control.mean:.2f} (sd {control.sd:.2f}, 95% low {control.low:.2f}); "
           f"FedBN lift {method.mean:.2f} (95% low {method.low:.2f})")
+    print("means by round: " + curves_line({fedbn_arm: [fedbn[s] for s in seeds],
+                                            fedavg_arm: [fedavg[s] for s in seeds]}, metric))
     d = stats.paired(a, b)
     print(f"FedBN - FedAvg {d.mean:+.2f}, sd {d.sd:.2f}, 95% [{d.low:+.2f}, {d.high:+.2f}]")
     if min_lift is None:  # a pilot
@@ -91,6 +94,10 @@ def beside(folder: Path) -> None:
         per = [f"{100 * v:.1f}" for k, v in sorted(shift[s]["final"].items()) if k.startswith("knn_acc_domain")]
         a, b = points(shift[s], KNN), points(label[s], KNN)
         print(f"| {s} | {a:.2f} | {' / '.join(per)} | {b:.2f} | {a - b:+.2f} |")
+    for name, runs in (("feature shift", shift), ("label skew", label)):
+        final = np.mean([points(runs[s], KNN) for s in seeds])
+        floor = np.mean([points(runs[s], KNN, "baseline") for s in seeds])
+        print(f"{name}: mean {final:.2f}, random init {floor:.2f}, lift {final - floor:.2f}")
 
 
 if __name__ == "__main__":

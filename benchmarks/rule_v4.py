@@ -42,6 +42,13 @@ def curve(runs: list[dict], metric: str) -> dict[int, float]:
     return {r: 100 * float(np.mean([evals[r] for evals in per_run])) for r in rounds}
 
 
+def curves_line(rows: dict[str, list[dict]], metric: str) -> str:
+    """Each row's ``curve`` as one printed line: its mean at every round all its runs evaluated (what the
+    plateau check reads), so a block's script shows where its rows still moved."""
+    return "; ".join(f"{name}: " + ", ".join(f"round {r} {v:.2f}" for r, v in curve(runs, metric).items())
+                     for name, runs in rows.items())
+
+
 def window_start(round_: int, evaluated: list[int]) -> int | None:
     """The evaluation a plateau at ``round_`` is read against: the latest at or before the start of the last
     fifth of the rounds, round_ - max(1, round_ // 5); None where the runs evaluated nothing that early."""

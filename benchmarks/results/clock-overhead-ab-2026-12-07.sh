@@ -1,18 +1,31 @@
 #!/usr/bin/env bash
-# A/B: the clock's sides in the tree before the cut (/work/wt-old, commit 2d69e71) and after (/work/main), each
-# measurement its own process, the order rotated every repeat.
-cd /work/main/benchmarks
-one() { PYTHONPATH=$1 OMP_NUM_THREADS=1 /work/main/.venv/bin/python -c "
-import sys; sys.path.insert(0, '$1/benchmarks')
+# BENCHMARKS.md section 9, before and after: the clock's sides measured in two trees side by side, each
+# measurement its own process (clock_overhead.seconds_per_client over 1,000 clients), the order rotated
+# every repeat. Prints "repeat R before|after SIDE ms_per_client clock_share checkpoint_share minor_faults".
+#   git worktree add ../before 2d69e71 && cp benchmarks/clock_overhead.py ../before/benchmarks/
+#   bash benchmarks/results/clock-overhead-ab-2026-12-07.sh ../before .              # one thread, 4 repeats
+#   THREADS=2 REPEATS=3 AFTER_SIDES="sync|fedbuff K=100, ckpt/10" BEFORE_SIDES="fedbuff K=100, ckpt/10" \
+#     bash benchmarks/results/clock-overhead-ab-2026-12-07.sh ../before .          # the two-thread reading
+# (the "before" tree needs this commit's clock_overhead.py, which also counts page faults; the recorded outputs
+# came from a first form of this script with fixed paths, the same measurement and another rotation order)
+set -u
+BEFORE=$(cd "$1" && pwd); AFTER=$(cd "$2" && pwd)
+PY=${PYTHON:-$AFTER/.venv/bin/python}
+IFS='|' read -r -a after_sides <<< "${AFTER_SIDES-sync|fedbuff K=100, ckpt/10|fedbuff K=10, ckpt/100}"
+IFS='|' read -r -a before_sides <<< "${BEFORE_SIDES-fedbuff K=100, ckpt/10|fedbuff K=10, ckpt/100}"
+configs=()
+for s in "${after_sides[@]}"; do configs+=("$AFTER|$s|after"); done
+for s in "${before_sides[@]}"; do configs+=("$BEFORE|$s|before"); done
+one() {  # tree side label
+  (cd "$1/benchmarks" && PYTHONPATH=$1 OMP_NUM_THREADS=${THREADS:-1} "$PY" -c "
 from clock_overhead import SIDES, seconds_per_client
-m = seconds_per_client(SIDES['$2'], 1000, 1)
-print('$3', '$2', round(m[0] * 1000, 3), round(m[1], 5), round(m[2], 5), round(m[3], 1), flush=True)" 2>/dev/null; }
-CONFIGS=("/work/main|sync|after" "/work/wt-old|fedbuff K=100, ckpt/10|before" "/work/main|fedbuff K=100, ckpt/10|after" "/work/wt-old|fedbuff K=10, ckpt/100|before" "/work/main|fedbuff K=10, ckpt/100|after")
-for r in 1 2 3 4; do
-  n=${#CONFIGS[@]}
+m = seconds_per_client(SIDES['$2'], 1000, ${THREADS:-1})
+print('$3', '$2', round(m[0] * 1000, 3), round(m[1], 5), round(m[2], 5), round(m[3], 1), flush=True)" 2>/dev/null)
+}
+n=${#configs[@]}
+for r in $(seq 1 "${REPEATS:-4}"); do
   for i in $(seq 0 $((n - 1))); do
-    c=${CONFIGS[$(( (i + r) % n ))]}
-    IFS='|' read -r tree side label <<< "$c"
+    IFS='|' read -r tree side label <<< "${configs[$(( (i + r) % n ))]}"
     echo -n "repeat $r "; one "$tree" "$side" "$label"
   done
 done

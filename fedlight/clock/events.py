@@ -153,8 +153,8 @@ class EventSchedule:
 
     def plan(self) -> Step:
         """The next server step, from the committed state (planning twice gives the same step)."""
-        line = self.timeline  # its lists copied (trips are frozen): planning changes only the copy
-        line = replace(line, flying=list(line.flying), landed=list(line.landed), dispatched=list(line.dispatched))
+        t = self.timeline  # trips are frozen: copying its lists is enough for planning to change only the copy
+        line = replace(t, flying=list(t.flying), landed=list(t.landed), dispatched=list(t.dispatched))
         v, k = line.version, self.options.step_size
         if line.seq == 0:
             self._dispatch(line, self.options.concurrency)
