@@ -43,8 +43,8 @@ BACKBONES: Table[Any] = Table("fedlight.backbones", {
         "small_cnn": "small_cnn", "tiny_cnn": "tiny_cnn", "resnet18": "resnet18_cifar", "moon_cnn": "MoonCNN",
         "cfcl_cnn": "CFCLCNN", "lenet5": "LeNet5", "mlp": "mlp", "mlp_small": "mlp_small"}.items()
 }, a_callable)
-# how a client spends its round (``local.schedule``); ``engine/run/assemble.py`` builds the built-in ones,
-# a package's is called with a ``ScheduleContext``
+# how a client spends its round (``local.schedule``), built from a ``ScheduleContext``: fedlight's own by their
+# ``from_context``, a package's factory called with it
 SCHEDULES: Table[Any] = Table("fedlight.schedules", {
     "epochs": "fedlight.engine.parts.fedavg.epoch_schedule:EpochSchedule",
     "stream": "fedlight.engine.parts.sofed.stream_schedule:StreamSchedule",
@@ -52,9 +52,14 @@ SCHEDULES: Table[Any] = Table("fedlight.schedules", {
 }, a_callable)
 
 # round plug-ins from other packages (``plugins: {name: {options}}``), built with a ``PluginContext``;
-# fedlight's own (LG-FedAvg's local tests and new device, FLESD's distillation, faults) are switched
-# on by their own keys (``engine/run/assemble.py``), so the table holds none
+# fedlight's own are switched on by their own keys (``ROUND_PARTS``), so the table holds none
 PLUGINS: Table[Any] = Table("fedlight.plugins", {}, subclass_of("fedlight.engine.loop.interfaces:RoundPlugin"))
+# fedlight's own round plug-ins, in the order they run, each built by its ``from_context(PluginContext)``, which
+# gives None where the recipe does not ask for it: LG-FedAvg's local tests (``eval.local_test``), FLESD's public-set
+# distillation (a server that uses one), LG-FedAvg's new device (``new_device.rotation``), the ``drift`` reading
+ROUND_PARTS = ("fedlight.engine.parts.lg_fedavg.local_tests:LocalTests",
+               "fedlight.engine.parts.flesd.public_set_distillation:PublicSetDistillation",
+               "fedlight.engine.parts.lg_fedavg.new_device:NewDevice", "fedlight.engine.loop.client_drift:ClientDrift")
 
 # Byzantine attacks (``faults.attack``; ``faults.attack_options`` are the constructor's options, docs/attacks.md)
 ATTACKS: Table[Any] = Table("fedlight.attacks", {

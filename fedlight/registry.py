@@ -20,6 +20,7 @@ compares the record when the run resumes).
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import typing
 from collections.abc import Mapping
@@ -29,8 +30,8 @@ import torch
 
 from fedlight.attacks.attack import Attack
 from fedlight.compression.update_compression import KIND_OPTIONS, UpdateCompression
-from fedlight.catalog import (ATTACKS, BACKBONES, METHODS, NO_ATTACK, PLUGINS, SCHEDULES, SERVERS, check_attack_name,
-                              check_name)
+from fedlight.catalog import (ATTACKS, BACKBONES, METHODS, NO_ATTACK, PLUGINS, ROUND_PARTS, SCHEDULES, SERVERS,
+                              check_attack_name, check_name)
 from fedlight.config.coerce import coerce
 from fedlight.errors import UserError
 from fedlight.methods.federated_module import FederatedModule, OptimizerSpec
@@ -369,9 +370,15 @@ def check_plugins(plugins: dict[str, Any]) -> None:
 
 
 def build_plugins(plugins: dict[str, Any], context: Any) -> list[Any]:
-    """The round plug-ins of the recipe's ``plugins`` section, each built as ``cls(context, **options)``
-    (``context``: an ``engine.plugin.PluginContext``), in the section's order."""
+    """The run's round plug-ins (``context``: an ``engine.loop.interfaces.PluginContext``): fedlight's own that
+    the recipe asks for (``catalog.ROUND_PARTS``, each ``cls.from_context(context)``), then those of the recipe's
+    ``plugins`` section, each ``cls(context, **options)``, in the section's order."""
     built = []
+    for entry in ROUND_PARTS:  # imported here, on first use, as the tables' built-ins are
+        module, _, attr = entry.partition(":")
+        part = getattr(importlib.import_module(module), attr).from_context(context)
+        if part is not None:
+            built.append(part)
     for name, options in plugins.items():
         ((cls, kwargs),) = _plugin_options(name, options)
         with PLUGINS.building(name, f"plugins.{name}"):

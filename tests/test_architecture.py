@@ -163,6 +163,14 @@ def test_the_round_loop_names_no_paper() -> None:
     assert named == []
 
 
+def test_the_assembler_builds_every_paper_part_through_the_tables() -> None:
+    """Built-in schedules and round plug-ins come from ``registry.SCHEDULES`` and ``catalog.ROUND_PARTS``, as an
+    outside package's do; ``assemble`` imports no paper's room (only the clock and the faults, which every run has)."""
+    papers = ("fedlight.engine.parts.cfcl", "fedlight.engine.parts.sofed", "fedlight.engine.parts.flesd",
+              "fedlight.engine.parts.lg_fedavg", "fedlight.engine.parts.fedavg", "fedlight.engine.loop.client_drift")
+    assert [n for n in _imports("engine/run")["engine/run/assemble.py"] if n.startswith(papers)] == []
+
+
 LONGEST_LOOP_FUNCTION = 40  # lines, docstring included: one screen
 
 

@@ -19,7 +19,7 @@ from fedlight.engine.loop.comm_ledger import payload_bytes
 from fedlight.data.public_set import balanced_outside_subset
 from fedlight.data.sources import load_dataset, subset_indices
 from fedlight.engine.parts.flesd.ensemble_distiller import EnsembleDistiller
-from fedlight.engine.run import assemble
+from fedlight.engine.parts.flesd.public_set_distillation import PublicSetDistillation
 from fedlight.engine.run.assemble import build_views
 from fedlight.engine.run.fit import build_module, fit, prepare_data
 from fedlight.errors import UserError
@@ -246,12 +246,13 @@ def test_a_real_flesd_run_distils_on_the_balanced_public_set(tmp_path: Path, tin
                                                              monkeypatch) -> None:
     seen: dict[str, torch.Tensor] = {}
 
-    class Spy(assemble.PublicSetDistillation):
-        def __init__(self, fabric, module, public_images, *args) -> None:
-            seen["public"] = public_images
-            super().__init__(fabric, module, public_images, *args)
+    built = PublicSetDistillation.__init__
 
-    monkeypatch.setattr(assemble, "PublicSetDistillation", Spy)
+    def spy(self, fabric, module, public_images, *args) -> None:
+        seen["public"] = public_images
+        built(self, fabric, module, public_images, *args)
+
+    monkeypatch.setattr(PublicSetDistillation, "__init__", spy)
     recipe = load_recipe(tiny_recipe, [*BALANCED, "rounds=1", f"run.dir={tmp_path / 'b'}"])
     res = fit(recipe)
     data, parts = prepare_data(recipe)

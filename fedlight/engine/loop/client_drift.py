@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedlight.engine.loop.interfaces import Report, RoundPlugin, State
+from fedlight.engine.loop.interfaces import PluginContext, Report, RoundPlugin, State
 from fedlight.eval.diagnostics import linear_cka
 from fedlight.methods.federated_module import FederatedModule
 
@@ -38,6 +38,15 @@ class ClientDrift(RoundPlugin):
     def __init__(self, module: FederatedModule, batch: torch.Tensor) -> None:
         self.module, self.batch = module, batch[:SAMPLES]
         self.global_features: torch.Tensor | None = None
+
+    @classmethod
+    def from_context(cls, context: PluginContext) -> ClientDrift | None:
+        """The drift reading where ``eval.readings`` names ``drift``, else None; its probe batch is the
+        readings' fixed test images, not augmented."""
+        c = context
+        if "drift" not in c.options.eval.readings:
+            return None
+        return cls(c.module, c.views.normalize(c.fabric.to_device(c.data.test_x[c.evaluator.reading_idx])))
 
     def on_round_start(self, round_: int, global_state: State) -> None:
         """The global encoder's features of the probe batch, before any client trains (it loads the round's

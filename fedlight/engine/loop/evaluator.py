@@ -54,6 +54,8 @@ class EvalOptions:
         reading_samples: test images whose two augmented views give alignment and uniformity.
         finetune: label fractions at which a copy of the encoder is fine-tuned with a linear head.
         finetune_epochs: the fine-tune's passes over its labelled images (``fedlight.eval.finetune``).
+        local_test: score each client on its own test split (``eval.local_test``, LG-FedAvg's local test:
+            ``engine.parts.lg_fedavg.local_tests``).
     """
 
     label_fraction: float = 1.0
@@ -65,6 +67,7 @@ class EvalOptions:
     reading_samples: int = 256
     finetune: tuple[float, ...] = ()
     finetune_epochs: int = 5
+    local_test: bool = False
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.readings if r not in READINGS]

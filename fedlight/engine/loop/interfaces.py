@@ -242,7 +242,8 @@ class FaultModel(RoundPlugin):
 
 @dataclass(frozen=True)
 class ScheduleContext:
-    """What a client schedule from another package (entry point ``fedlight.schedules``) is built from.
+    """What a client schedule is built from: ``factory(context)`` for a package's (entry point
+    ``fedlight.schedules``), ``cls.from_context(context)`` for a class that has one (fedlight's own).
 
     Attributes:
         fabric: devices, precision and this process's rank.
@@ -253,6 +254,8 @@ class ScheduleContext:
         views: batched augmentation (``views.views(x, n, generator)``).
         clients: the trainable clients this process keeps (``c % world_size == rank``).
         rounds: R; epochs, iterations, batch_size: ``local.*``; num_classes: C; seed: run seed.
+        options: every part's typed options (``engine.run.part_options.PartOptions``): fedlight's own
+            schedules read theirs there (SOFed's ``stream``, CF-CL's ``exchange``).
     """
 
     fabric: Any
@@ -269,12 +272,14 @@ class ScheduleContext:
     batch_size: int
     num_classes: int
     seed: int
+    options: Any = None
 
 
 @dataclass(frozen=True)
 class PluginContext:
-    """What a round plug-in from another package (entry point ``fedlight.plugins``) is built from:
-    ``cls(context, **options)``, the options being its recipe section ``plugins.<name>``.
+    """What a round plug-in is built from: ``cls(context, **options)`` for a package's (entry point
+    ``fedlight.plugins``), the options being its recipe section ``plugins.<name>``; ``cls.from_context(context)``
+    for fedlight's own (``catalog.ROUND_PARTS``), each switched on by its own recipe keys.
 
     Attributes:
         fabric: devices, precision and this process's rank.
@@ -284,6 +289,13 @@ class PluginContext:
         parts: every client's sample indices into ``images``.
         trainable: the clients that train (a public client excepted).
         rounds: R; num_classes: C; seed: the run seed; run_dir: the run folder.
+        views: the run's batched augmentation (``data.views.ViewMaker``).
+        aggregator: the run's server.
+        options: every part's typed options (``engine.run.part_options.PartOptions``).
+        data: the data as loaded (``data.image_data.ImageData``: test split, public images, domains);
+            ``images`` adds LG-FedAvg's new device's training images to its.
+        new_device: LG-FedAvg's new device (``data.rotated.RotatedDevice``: its rotated test images), or None.
+        public_client: the client whose share is FLESD's public set, or None.
     """
 
     fabric: Any
@@ -297,3 +309,9 @@ class PluginContext:
     num_classes: int
     seed: int
     run_dir: Path
+    views: Any = None
+    aggregator: Any = None
+    options: Any = None
+    data: Any = None
+    new_device: Any = None
+    public_client: int | None = None

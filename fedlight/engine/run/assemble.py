@@ -1,11 +1,11 @@
 """From a resolved recipe to a round loop and its parts: the edge where the Recipe stops.
 
-Builds the client schedule that ``part_options`` picked (``local.schedule``; other packages add
-schedules through ``registry.SCHEDULES``) and the round plug-ins the recipe and aggregator ask for
-(FLESD's public-set distillation, LG-FedAvg's local tests and new device, faults, then those of
-other packages that the recipe's ``plugins`` section names, through ``registry.PLUGINS``). Each part
-takes its own typed options (``part_options``), never a recipe section; the recipe's checks are
-``recipe_checks``', asked before anything is built.
+Builds the client schedule that ``part_options`` picked (``local.schedule``, from ``registry.SCHEDULES``),
+the round plug-ins the recipe asks for (``registry.build_plugins``: fedlight's own, each paper's in its room,
+then those of other packages that the recipe's ``plugins`` section names), the clock and the faults. Built-in
+and outside parts come through the same tables and the same contexts (``ScheduleContext``, ``PluginContext``),
+so this module names no paper's part. Each part takes its own typed options (``part_options``), never a recipe
+section; the recipe's checks are ``recipe_checks``', asked before anything is built.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from fedlight.data.views import ViewMaker, ViewParams, views_on_device
 from fedlight.engine.loop.async_federation import AsyncFederation
 from fedlight.engine.loop.async_rounds import InFlight
 from fedlight.engine.loop.client_attacks import attackers, poisoned_labels
-from fedlight.engine.loop.client_drift import ClientDrift
 from fedlight.engine.loop.client_store import choose_store
 from fedlight.engine.loop.compiled_step import compile_step
 from fedlight.engine.loop.evaluator import Evaluator
@@ -35,14 +34,8 @@ from fedlight.engine.loop.federation import Federation
 from fedlight.engine.loop.interfaces import ClientSchedule, PluginContext, RoundPlugin, ScheduleContext
 from fedlight.engine.loop.round_options import RoundOptions
 from fedlight.engine.loop.sampling import owner
-from fedlight.engine.parts.cfcl.exchange_schedule import ExchangeSchedule
 from fedlight.engine.parts.clock.round_clock import RoundClock
 from fedlight.engine.parts.faults.simulated_faults import SimulatedFaults
-from fedlight.engine.parts.fedavg.epoch_schedule import EpochSchedule
-from fedlight.engine.parts.flesd.public_set_distillation import PublicSetDistillation
-from fedlight.engine.parts.lg_fedavg.local_tests import LocalTests
-from fedlight.engine.parts.lg_fedavg.new_device import NewDevice
-from fedlight.engine.parts.sofed.stream_schedule import StreamSchedule
 from fedlight.engine.run.clock_parts import build_timing
 from fedlight.engine.run.part_options import PartOptions, part_options
 from fedlight.engine.run.recipe_checks import check_compile, check_method_for_parts
@@ -122,27 +115,9 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
         labels = torch.stack([data.train_y, data.train_a], dim=1)
     labels = fabric.to_device(labels)
     evaluator = Evaluator(fabric, module, original, views, o.eval, recipe.seed, client_shares)
-    plugins: list[RoundPlugin] = []
-    if recipe.eval.local_test:
-        domains = None if data.train_domain is None else (data.train_domain.numpy(), data.test_domain.numpy())
-        plugins.append(LocalTests(fabric, evaluator, trainable, [parts[c] for c in trainable], data.train_y.numpy(),
-                                  data.test_y.numpy(), recipe.seed, domains))
-    if aggregator.uses_public_set:  # FLESD: the public client's images, never trained on, or those replacing them
-        public_images = (images[tensors[public].to(images.device)] if original.public_x is None
-                         else fabric.to_device(original.public_x))
-        plugins.append(PublicSetDistillation(fabric, module, public_images, views, aggregator, evaluator.apply,
-                                             recipe.seed))
-    if rotated is not None:
-        device = len(parts) - 1
-        originals = [c for c in trainable if c != device]
-        plugins.append(NewDevice(fabric, evaluator, originals, device, [parts[c] for c in originals],
-                                 original.train_y.numpy(), rotated.test_x, rotated.test_y, o.new_device,
-                                 recipe.clients.fraction, recipe.seed))
-    if "drift" in recipe.eval.readings:  # the probe batch: the readings' fixed test images, not augmented
-        plugins.append(ClientDrift(module, views.normalize(fabric.to_device(original.test_x[evaluator.reading_idx]))))
-    plugins += registry.build_plugins(recipe.plugins, PluginContext(
+    plugins: list[RoundPlugin] = registry.build_plugins(recipe.plugins, PluginContext(
         fabric, module, evaluator, images, data.train_y, tensors, trainable, recipe.rounds, data.num_classes,
-        recipe.seed, run_dir))
+        recipe.seed, run_dir, views, aggregator, o, original, rotated, public))
     schedule = build_schedule(fabric, recipe, o, data, module, images, labels, tensors, views, trainable)
     timing = build_timing(o.timing, module, aggregator, schedule, o.faults, recipe.local.batch_size, len(parts),
                           trainable, recipe.seed, o.round.compression)
@@ -161,19 +136,12 @@ def build_schedule(fabric: Fabric, recipe: Recipe, o: PartOptions, data: ImageDa
     """How the recipe's clients spend a round (``o.schedule``)."""
     l, name = recipe.local, o.schedule
     mine = [c for c in trainable if owner(c, fabric.world_size) == fabric.global_rank]  # as ClientRunner.owns
-    if o.exchange is not None:  # CF-CL: rounds of Ta SGD iterations, D2D exchange
-        return ExchangeSchedule(fabric, module, images, data.train_y.numpy(), parts, views, mine, o.exchange,
-                                l.iterations, recipe.rounds, l.batch_size, data.num_classes, recipe.seed)
-    check_method_for_parts(module, o)
-    if o.stream is not None:  # SOFed: a stream through a replay buffer
-        return StreamSchedule(fabric, images, labels, data.train_y.numpy(), parts, views, o.stream, data.num_classes,
-                              recipe.seed)
-    if name == "epochs":
-        return EpochSchedule(fabric, images, labels, parts, views, l.epochs, l.batch_size)
+    check_method_for_parts(module, o)  # check_recipe asked already, unless a library caller skipped it
     with registry.SCHEDULES.building(name, f"local.schedule={name}"):
-        schedule = registry.SCHEDULES[name](ScheduleContext(
+        factory = registry.SCHEDULES[name]  # fedlight's own are classes built from the context by from_context
+        schedule = getattr(factory, "from_context", factory)(ScheduleContext(
             fabric, module, images, labels, data.train_y.numpy(), parts, views, mine, recipe.rounds, l.epochs,
-            l.iterations, l.batch_size, data.num_classes, recipe.seed))
+            l.iterations, l.batch_size, data.num_classes, recipe.seed, o))
     if not isinstance(schedule, ClientSchedule):
         raise UserError(f"local.schedule={name}: its factory ({registry.SCHEDULES.origin(name)}) returned a "
                         f"{type(schedule).__name__}, not a ClientSchedule; fix or uninstall the package that "

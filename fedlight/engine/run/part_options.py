@@ -61,7 +61,7 @@ def eval_options(recipe: Recipe) -> EvalOptions:
     """The evaluator's options from recipe section ``eval``."""
     e = recipe.eval
     return EvalOptions(e.label_fraction, tuple(e.extra_label_fractions), e.knn_k, e.knn_temperature, e.probe_epochs,
-                       tuple(e.readings), e.reading_samples, tuple(e.finetune), e.finetune_epochs)
+                       tuple(e.readings), e.reading_samples, tuple(e.finetune), e.finetune_epochs, e.local_test)
 
 
 def collapse_alarm(recipe: Recipe) -> CollapseAlarm:

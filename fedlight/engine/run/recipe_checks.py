@@ -45,10 +45,10 @@ def check_recipe(recipe: Recipe) -> Aggregator:
     server = registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client,
                                recipe.seed)
     check_public_balanced(recipe, server)
-    require_loggers(recipe.loggers)
     check_name("model.backbone", recipe.model.backbone, registry.BACKBONES)
     probe = registry.check_method_state(recipe.method, recipe.model.backbone)
     registry.check_plugins(recipe.plugins)
+    require_loggers(recipe.loggers)
     options = part_options(recipe, server)  # each part checks its own options; part_options, that they go together
     if probe is not None:
         check_method_for_parts(probe, options)

@@ -16,4 +16,5 @@ RESULTS = "results.json"
 
 
 def write_yaml(path: Path, obj: Any) -> None:
-    atomic_write_bytes(path, dump_yaml(obj).encode())
+    text = dump_yaml(obj)  # first: an object YAML cannot hold raises before any file is touched
+    atomic_write_bytes(path, text.encode())

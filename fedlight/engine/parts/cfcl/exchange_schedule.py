@@ -28,7 +28,7 @@ from fedlight.atomic_files import atomic_write_json
 from fedlight.data.partition import class_counts
 from fedlight.data.views import ViewMaker
 from fedlight.engine.loop.comm_ledger import payload_bytes
-from fedlight.engine.loop.interfaces import ClientSchedule, ClientWork, Report, State
+from fedlight.engine.loop.interfaces import ClientSchedule, ClientWork, Report, ScheduleContext, State
 from fedlight.engine.parts.cfcl.iteration_loop import train_client_iterations
 from fedlight.errors import UserError
 from fedlight.engine.parts.cfcl.delay import period_delay
@@ -148,6 +148,14 @@ class ExchangeSchedule(ClientSchedule):
         self.plan_seconds: dict[int, float] = {}
         self.placeholder = torch.full((len(images),), -1, dtype=torch.long, device=images.device)
         self.pixels = int(np.prod(images.shape[1:]))  # bytes of one uint8 image: 8 bits per pixel
+
+    @classmethod
+    def from_context(cls, context: ScheduleContext) -> ExchangeSchedule:
+        """``local.schedule=exchange``: rounds of ``local.iterations`` SGD iterations (Ta) with the exchange of
+        ``context.options.exchange``, for this process's devices."""
+        c = context
+        return cls(c.fabric, c.module, c.images, c.train_labels, c.parts, c.views, c.clients, c.options.exchange,
+                   c.iterations, c.rounds, c.batch_size, c.num_classes, c.seed)
 
     @torch.no_grad()
     def _embed(self, ids: np.ndarray, generator: torch.Generator | None = None,

@@ -10,7 +10,7 @@ from lightning.fabric import Fabric
 from fedlight.data.views import ViewMaker
 from fedlight.engine.loop.batched_clients import ClientPlan, train_clients
 from fedlight.engine.loop.client_faults import steps_done
-from fedlight.engine.loop.interfaces import ClientSchedule, ClientWork, State
+from fedlight.engine.loop.interfaces import ClientSchedule, ClientWork, ScheduleContext, State
 from fedlight.engine.loop.local_loop import steps_per_epoch, train_client
 from fedlight.methods.federated_module import FederatedModule
 
@@ -34,6 +34,12 @@ class EpochSchedule(ClientSchedule):
                  views: ViewMaker, epochs: int = 1, batch_size: int = 128) -> None:
         self.fabric, self.images, self.labels, self.parts, self.views = fabric, images, labels, parts, views
         self.epochs, self.batch_size = epochs, batch_size
+
+    @classmethod
+    def from_context(cls, context: ScheduleContext) -> EpochSchedule:
+        """``local.schedule=epochs``: ``local.epochs`` passes of ``local.batch_size``."""
+        c = context
+        return cls(c.fabric, c.images, c.labels, c.parts, c.views, c.epochs, c.batch_size)
 
     def planned_steps(self, client: int) -> int:
         return self.epochs * steps_per_epoch(len(self.parts[client]), self.batch_size)

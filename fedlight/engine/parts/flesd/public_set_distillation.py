@@ -16,7 +16,7 @@ import torch
 from lightning.fabric import Fabric
 
 from fedlight.data.views import ViewMaker
-from fedlight.engine.loop.interfaces import Report, RoundPlugin, State
+from fedlight.engine.loop.interfaces import PluginContext, Report, RoundPlugin, State
 from fedlight.engine.parts.flesd.ensemble_distiller import EnsembleDistiller
 from fedlight.methods.federated_module import FederatedModule
 from fedlight.server.aggregator import Aggregator
@@ -43,6 +43,17 @@ class PublicSetDistillation(RoundPlugin):
         self.public_images, self.aggregator, self.apply = public_images, aggregator, apply
         self.distiller = EnsembleDistiller(fabric, module, public_images, views, seed)
         aggregator.bind_distiller(self.distiller)
+
+    @classmethod
+    def from_context(cls, context: PluginContext) -> PublicSetDistillation | None:
+        """FLESD's distillation where the server uses a public set, else None: on the public client's images,
+        never trained on, or on those ``partition.public_balanced`` draws in their place."""
+        c = context
+        if not c.aggregator.uses_public_set:
+            return None
+        public = (c.images[c.parts[c.public_client].to(c.images.device)] if c.data.public_x is None
+                  else c.fabric.to_device(c.data.public_x))
+        return cls(c.fabric, c.module, public, c.views, c.aggregator, c.evaluator.apply, c.seed)
 
     def on_round_start(self, round_: int, global_state: State) -> None:
         self.distiller.round, self.distiller.steps = round_, 0  # the round's ESD (if any client answers)

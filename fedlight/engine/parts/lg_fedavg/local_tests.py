@@ -19,7 +19,7 @@ from lightning.fabric import Fabric
 
 from fedlight.data.partition import domain_test_split, matching_test_split
 from fedlight.engine.loop.comm_ledger import CommLedger
-from fedlight.engine.loop.interfaces import ACCURACY, RoundPlugin, State
+from fedlight.engine.loop.interfaces import ACCURACY, PluginContext, RoundPlugin, State
 from fedlight.engine.parts.lg_fedavg.local_tester import LOCAL_METRICS, LocalTester
 from fedlight.seeding import numpy_rng
 
@@ -49,6 +49,17 @@ class LocalTests(RoundPlugin):
         test = (matching_test_split(train_labels, train_parts, test_labels, rng) if domains is None
                 else domain_test_split(train_labels, train_parts, test_labels, rng, *domains))
         self.tester = LocalTester(evaluator, train_parts, test, [float(len(p)) for p in train_parts])
+
+    @classmethod
+    def from_context(cls, context: PluginContext) -> LocalTests | None:
+        """The local tests of the trainable clients where ``eval.local_test`` asks for them, else None."""
+        c = context
+        if not c.options.eval.local_test:
+            return None
+        d = c.data
+        domains = None if d.train_domain is None else (d.train_domain.numpy(), d.test_domain.numpy())
+        return cls(c.fabric, c.evaluator, c.trainable, [c.parts[i].numpy() for i in c.trainable], c.labels.numpy(),
+                   d.test_y.numpy(), c.seed, domains)
 
     def evaluate(self, round_: int, clients: dict[int, State], global_state: State,
                  ledger: list[list]) -> tuple[dict[str, float | None], list[list]]:

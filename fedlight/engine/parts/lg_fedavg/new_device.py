@@ -27,7 +27,7 @@ import torch
 from lightning.fabric import Fabric
 
 from fedlight.data.partition import matching_test_split
-from fedlight.engine.loop.interfaces import ACCURACY, Report, RoundPlugin, State
+from fedlight.engine.loop.interfaces import ACCURACY, PluginContext, Report, RoundPlugin, State
 from fedlight.engine.loop.sampling import sample_clients
 from fedlight.errors import UserError
 from fedlight.seeding import numpy_rng
@@ -86,6 +86,18 @@ class NewDevice(RoundPlugin):
         self.test_x, self.test_y = test_x, test_y
         self.arrival: int | None = None  # 0-based round the new device first trains
         self.round = 0
+
+    @classmethod
+    def from_context(cls, context: PluginContext) -> NewDevice | None:
+        """The new device that ``new_device.rotation`` adds (the last client), else None."""
+        c = context
+        if c.new_device is None:
+            return None
+        device = len(c.parts) - 1
+        originals = [i for i in c.trainable if i != device]
+        return cls(c.fabric, c.evaluator, originals, device, [c.parts[i].numpy() for i in originals],
+                   c.data.train_y.numpy(), c.new_device.test_x, c.new_device.test_y, c.options.new_device,
+                   c.options.round.fraction, c.seed)
 
     def on_round_start(self, round_: int, global_state: State) -> None:
         self.round = round_

@@ -21,7 +21,7 @@ from fedlight.engine.parts.sofed.buffer import ReplayBuffer
 from fedlight.data.streams import arrival_batches, segment
 from fedlight.data.views import ViewMaker
 from fedlight.engine.loop.client_faults import steps_done
-from fedlight.engine.loop.interfaces import ClientSchedule, ClientWork, Report, State
+from fedlight.engine.loop.interfaces import ClientSchedule, ClientWork, Report, ScheduleContext, State
 from fedlight.engine.output.tensorboard import partition_figure
 from fedlight.engine.parts.sofed.stream_loop import BufferOptions, train_client_stream
 from fedlight.errors import UserError
@@ -76,6 +76,13 @@ class StreamSchedule(ClientSchedule):
         self.fabric, self.images, self.labels, self.train_labels = fabric, images, labels, train_labels
         self.parts, self.views, self.options, self.buffer = parts, views, options, options.buffer
         self.num_classes, self.seed = num_classes, seed
+
+    @classmethod
+    def from_context(cls, context: ScheduleContext) -> StreamSchedule:
+        """``local.schedule=stream``: the stream and replay buffer of ``context.options.stream``."""
+        c = context
+        return cls(c.fabric, c.images, c.labels, c.train_labels, c.parts, c.views, c.options.stream, c.num_classes,
+                   c.seed)
 
     def train(self, module: FederatedModule, client: int, round_: int, generator: torch.Generator,
               private: State, work: float) -> ClientWork:
