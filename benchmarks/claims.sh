@@ -473,6 +473,14 @@ if want v4_pilot_moon_drift; then
     --row fedavg recipes/fedavg_fmnist.yaml --row moon recipes/moon_fmnist.yaml method.mu=5 \
     --row fedavg-e2 recipes/fedavg_fmnist.yaml local.epochs=2
 fi
+# only if the E = 10 pilot's drift check fails (REPRODUCTION.md, "If the drift check fails"): the same twin at
+# Dirichlet 0.1, against v3's T5 itself
+if want v4_pilot_moon_skew; then
+  $C --seeds 3310 3311 3312 3313 3314 --out runs/pilot_v4/moon_skew "${MOON_E10[@]}" --reference fedavg \
+    --row fedavg recipes/fedavg_fmnist.yaml partition.alpha=0.1 \
+    --row moon recipes/moon_fmnist.yaml method.mu=5 partition.alpha=0.1 \
+    --row fedavg-t5 recipes/fedavg_fmnist.yaml partition.alpha=0.5 local.epochs=2
+fi
 # SOFed's v3 twin trained 96 rounds: first the check that round 48 of a 96-round run is v3's 48-round run
 # (seed 1000's sofed row, beside runs/v3/sofed/sofed/seed1000), then the block, n = 13 from v3's verdict runs.
 SOFED96=(--metric knn_acc --set rounds=96 --set eval.every=16 --set eval.label_fraction=1.0 --set data.test_subset=10000)

@@ -1,7 +1,8 @@
 """Reads the pilot of REPRODUCTION.md's "v4 MOON under drift" by the rules that plan fixed before it.
 
 From the pilot's finished runs (``reproduce.py``'s layout under the block folder) it prints:
-- the drift check (``drift_check.py``): FedAvg's clients at E = 10 against E = 2;
+- the drift check (``drift_check.py``): FedAvg's clients at E = 10 against the reference row's (E = 2; v3's T5
+  for the skewed pilot);
 - R: the smallest of 10, 20, 30, 40, 50 where ``fedavg``'s mean ``test_acc`` over the seeds moves by under
   1 point against its value at round R - max(1, R // 5) (none: 50);
 - min_lift: max(2, a third of ``fedavg``'s mean lift over its random-init ``test_acc`` at R);
@@ -9,6 +10,7 @@ From the pilot's finished runs (``reproduce.py``'s layout under the block folder
   differences at R, half-width 1 point, cap 24).
 
     python benchmarks/moon_drift_pilot.py runs/pilot_v4/moon_e10
+    python benchmarks/moon_drift_pilot.py runs/pilot_v4/moon_skew --reference fedavg-t5
 """
 
 from __future__ import annotations
@@ -59,17 +61,18 @@ def plateau_round(fedavg: dict[int, dict]) -> tuple[int, list[str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("block", type=Path)
+    parser.add_argument("--reference", default="fedavg-e2", help="the drift reference row (default fedavg-e2)")
     args = parser.parse_args()
-    fedavg, moon, e2 = (runs(args.block, r) for r in ("fedavg", "moon", "fedavg-e2"))
+    fedavg, moon, e2 = (runs(args.block, r) for r in ("fedavg", "moon", args.reference))
     both = sorted(set(fedavg) & set(moon) & set(e2))
     if len(both) < stats.MIN_PILOT_SEEDS:
         raise SystemExit(f"the pilot has {len(both)} seeds with all three rows finished ({both}); the plan reads "
                          f"{stats.MIN_PILOT_SEEDS}")
-    row, ref = drift_by_seed(args.block, "fedavg"), drift_by_seed(args.block, "fedavg-e2")
+    row, ref = drift_by_seed(args.block, "fedavg"), drift_by_seed(args.block, args.reference)
     seeds = sorted(set(row) & set(ref) & set(both))
     mean_row, mean_ref = np.mean([row[s] for s in seeds]), np.mean([ref[s] for s in seeds])
     passes = all(row[s] > ref[s] for s in seeds) and mean_row >= RATIO * mean_ref
-    print(f"drift check over seeds {seeds}: D(fedavg) {mean_row:.5f}, D(fedavg-e2) {mean_ref:.5f} "
+    print(f"drift check over seeds {seeds}: D(fedavg) {mean_row:.5f}, D({args.reference}) {mean_ref:.5f} "
           f"({mean_row / mean_ref:.2f}x), fedavg further in {sum(row[s] > ref[s] for s in seeds)} of {len(seeds)}: "
           f"{'passes' if passes else 'fails'}")
     fedavg = {s: fedavg[s] for s in both}
