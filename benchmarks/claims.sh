@@ -473,6 +473,20 @@ if want v4_pilot_moon_drift; then
     --row fedavg recipes/fedavg_fmnist.yaml --row moon recipes/moon_fmnist.yaml method.mu=5 \
     --row fedavg-e2 recipes/fedavg_fmnist.yaml local.epochs=2
 fi
+# FLESD at alpha 0.01 with the authors' 200 ESD epochs (REPRODUCTION.md, "v4 FLESD at alpha 0.01: the block"): FT1's
+# rows and claims, the flesd row with server.epochs=200, rule v4, n = 24 fresh seeds (a refused seed is replaced by
+# the next, 3824 on, for every row)
+if want v4_flesd001; then
+  python benchmarks/reproduce.py --rule v4 --set fabric.threads=1 --seeds ${V4_FLESD_SEEDS:-$(seq 3800 3823)} \
+    --out runs/v4/flesd001 --block v4_flesd001 --set partition.alpha=0.01 --set data.subset=20000 \
+    --set 'eval.extra_label_fractions=[0.01]' --metric knn_acc --extra linear_probe_acc --extra esd_steps --per-seed \
+    --row flesd recipes/flesd_fmnist.yaml server.queue_size=1024 server.batch_size=64 server.epochs=200 \
+    --row fedavg recipes/fedavg_ssl_fmnist.yaml --row minlocal recipes/minlocal_ssl_fmnist.yaml \
+    --control fedavg --min-lift 2.00 --learns flesd --learns fedavg --learns minlocal \
+    --claim flesd '~' fedavg 'Table 1: FLESD (R = 2) within ~1-2 points of FedAvg (R = 10)' \
+    --claim fedavg '>' minlocal 'Table 1: FedAvg above Min-Local' \
+    --claim flesd '>' minlocal 'Table 1: FLESD above Min-Local'
+fi
 # only if the E = 10 pilot's drift check fails (REPRODUCTION.md, "If the drift check fails"): the same twin at
 # Dirichlet 0.1, against v3's T5 itself
 if want v4_pilot_moon_skew; then
