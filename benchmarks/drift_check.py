@@ -29,25 +29,31 @@ def drift_by_seed(block: Path, row: str) -> dict[int, float]:
     return out
 
 
+def check(block: Path, row_name: str, reference: str, seeds: set[int] | None = None) -> tuple[str, bool]:
+    """The check's table and verdict line for ``row_name`` against ``reference`` over the seeds both ran (of
+    ``seeds``, when given), and whether it passes."""
+    row, ref = drift_by_seed(block, row_name), drift_by_seed(block, reference)
+    both = sorted(set(row) & set(ref) & (set(row) if seeds is None else seeds))
+    if not both:
+        raise SystemExit(f"no seed with drift_cka in both {row_name} and {reference} under {block}")
+    lines = [f"| seed | D({row_name}) | D({reference}) | ratio |", "|---|---|---|---|"]
+    lines += [f"| {s} | {row[s]:.5f} | {ref[s]:.5f} | {row[s] / ref[s]:.2f} |" for s in both]
+    mean_row, mean_ref = sum(row[s] for s in both) / len(both), sum(ref[s] for s in both) / len(both)
+    further = sum(row[s] > ref[s] for s in both)
+    passes = further == len(both) and mean_row >= RATIO * mean_ref
+    lines.append(f"\nmean D: {row_name} {mean_row:.5f}, {reference} {mean_ref:.5f} ({mean_row / mean_ref:.2f}x); "
+                 f"{row_name} drifts further in {further} of {len(both)} seeds: "
+                 f"the drift check {'passes' if passes else 'fails'} (every seed and at least {RATIO}x)")
+    return "\n".join(lines), passes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("block", type=Path)
     parser.add_argument("row")
     parser.add_argument("reference")
     args = parser.parse_args()
-    row, ref = drift_by_seed(args.block, args.row), drift_by_seed(args.block, args.reference)
-    seeds = sorted(set(row) & set(ref))
-    if not seeds:
-        raise SystemExit(f"no seed with drift_cka in both {args.row} and {args.reference} under {args.block}")
-    print(f"| seed | D({args.row}) | D({args.reference}) | ratio |\n|---|---|---|---|")
-    for s in seeds:
-        print(f"| {s} | {row[s]:.5f} | {ref[s]:.5f} | {row[s] / ref[s]:.2f} |")
-    mean_row, mean_ref = sum(row[s] for s in seeds) / len(seeds), sum(ref[s] for s in seeds) / len(seeds)
-    every = all(row[s] > ref[s] for s in seeds)
-    passes = every and mean_row >= RATIO * mean_ref
-    print(f"\nmean D: {args.row} {mean_row:.5f}, {args.reference} {mean_ref:.5f} ({mean_row / mean_ref:.2f}x); "
-          f"{args.row} drifts further in {sum(row[s] > ref[s] for s in seeds)} of {len(seeds)} seeds: "
-          f"the drift check {'passes' if passes else 'fails'} (every seed and at least {RATIO}x)")
+    print(check(args.block, args.row, args.reference)[0])
 
 
 if __name__ == "__main__":

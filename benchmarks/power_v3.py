@@ -86,6 +86,14 @@ def lifts(folder: str, row: str, metric: str, at_round: int | None = None,
             for s, res in sorted(pilot_runs(folder, row, metric, at_round).items())}
 
 
+def capped_n(upper: float, target: float) -> tuple[int | None, str]:
+    """Rule v3's n for an sd bound ``upper`` and a half-width ``target`` (None past the cap), and how a table shows
+    it: the number, or the cap with the half-width it reaches."""
+    n = stats.seeds_needed(upper, target, cap=CAP)
+    reach = float(dist.t.ppf(0.975, CAP - 1)) * upper / math.sqrt(CAP)
+    return n, str(n) if n is not None else f"{CAP} (reaches +-{reach:.2f})"
+
+
 class PilotUnfinished(Exception):
     """A pilot with fewer seeds on disk than rule v3 sizes n from: its rows say so and size nothing."""
 
@@ -274,9 +282,7 @@ def main() -> None:
         effect = c.paper if c.paper is not None else abs(mean)
         target = max(1.0, effect / 3)
         upper = stats.sd_upper(sd, n_pilot, CONFIDENCE)
-        n = stats.seeds_needed(upper, target, cap=CAP)
-        reach = float(dist.t.ppf(0.975, CAP - 1)) * upper / math.sqrt(CAP)
-        shown = str(n) if n is not None else f"{CAP} (reaches +-{reach:.2f})"
+        n, shown = capped_n(upper, target)
         need[c.block] = max(need[c.block], n or CAP)
         if c.paper == 0.0:
             equivalences.append((c, sd, upper))
