@@ -242,6 +242,15 @@ def test_a_balanced_public_set_replaces_only_the_public_images(tiny_recipe: Path
     assert share.max() - share.min() > 1  # the Dirichlet share it replaces is not balanced
 
 
+def test_under_feature_shift_the_balanced_public_set_takes_the_public_clients_domain(tiny_recipe: Path) -> None:
+    """Client 0 is in the first domain (invert): its balanced stand-in is the same draw, inverted."""
+    recipe = load_recipe(tiny_recipe, [*BALANCED, "partition.domains=[invert, identity]"])
+    data, parts = prepare_data(recipe)
+    full = load_dataset(recipe.data.name, recipe.data.root, recipe.data.download, recipe.seed)
+    picked = balanced_outside_subset(full.train_y, 600, len(parts[0]), full.num_classes, recipe.seed)
+    assert torch.equal(data.public_x, 255 - full.train_x[picked])
+
+
 def test_a_real_flesd_run_distils_on_the_balanced_public_set(tmp_path: Path, tiny_recipe: Path,
                                                              monkeypatch) -> None:
     seen: dict[str, torch.Tensor] = {}

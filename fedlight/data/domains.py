@@ -111,11 +111,18 @@ class ShiftedData:
             ``test_domain`` (M,) say which domain each image belongs to.
         parts: every client's indices into ``data.train_x``.
         client_domain: (K,) the domain of each client.
+        transforms: each domain's transform, in domain order (for images drawn later, such as a
+            balanced public set that stands in for a client's share).
     """
 
     data: ImageData
     parts: list[np.ndarray]
     client_domain: np.ndarray
+    transforms: list[Transform]
+
+    def client_transform(self, client: int) -> Transform:
+        """The transform of ``client``'s domain."""
+        return self.transforms[int(self.client_domain[client])]
 
 
 def _cut(count: int, sizes: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
@@ -155,7 +162,7 @@ def shift_features(data: ImageData, names: list[str], num_clients: int, rng: np.
     shifted = replace(data, train_x=_apply(data.train_x, train, transforms), test_x=_apply(data.test_x, test, transforms),
                       train_domain=_domain_ids(train, len(data.train_y)), test_domain=_domain_ids(test, len(data.test_y)),
                       domain_names=tuple(names))
-    return ShiftedData(shifted, parts, np.repeat(np.arange(d), clients_per_domain))
+    return ShiftedData(shifted, parts, np.repeat(np.arange(d), clients_per_domain), transforms)
 
 
 def _apply(images: torch.Tensor, pieces: list[np.ndarray], transforms: list[Transform]) -> torch.Tensor:

@@ -61,15 +61,19 @@ def prepare_data(recipe: Recipe, load: Callable[..., ImageData] = load_dataset) 
                          sigma=p.quantity_sigma, exponent=p.quantity_exponent,
                          groups=None if groups is None else groups[idx], writers=p.writers)
 
+    in_domain: Callable[[torch.Tensor], torch.Tensor] = lambda x: x  # the public client's look
     if p.domains:  # feature shift: the label partition within each domain (fedlight/data/domains.py)
         shifted = shift_features(data, p.domains, recipe.clients.num, numpy_rng(recipe.seed, "domains"), split)
         data, parts = shifted.data, shifted.parts
+        if p.public_client is not None:
+            in_domain = shifted.client_transform(p.public_client)
     else:
         parts = split(np.arange(len(labels)), recipe.clients.num)
-    if p.public_balanced:  # as many images as the public client's share, which trains no client either way
+    if p.public_balanced:  # as many images as the public client's share, which trains no client either way,
+        # in that client's domain, so that only the classes' balance differs from the share it replaces
         picked = balanced_outside_subset(full.train_y, d.subset, len(parts[p.public_client]), full.num_classes,
                                          recipe.seed)
-        data = replace(data, public_x=full.train_x[picked])
+        data = replace(data, public_x=in_domain(full.train_x[picked]))
     return data, parts
 
 
