@@ -128,6 +128,16 @@ def test_transforms_by_hand() -> None:
         TRANSFORMS["colour"](np.random.default_rng(0))(images)
 
 
+def test_noise_draws_a_field_of_its_own_for_every_image_it_sees() -> None:
+    """The training split and the test split go through the transform one after the other: test image 0
+    must not carry training image 0's noise (as it did with a generator reseeded at every call)."""
+    grey = torch.full((3, 1, 8, 8), 128, dtype=torch.uint8)
+    noise = TRANSFORMS["noise"](np.random.default_rng(0))
+    train, test = noise(grey).int() - 128, noise(grey).int() - 128
+    assert not torch.equal(train, test) and train.abs().sum() > 0 and test.abs().sum() > 0
+    assert not any(torch.equal(train[i], test[j]) for i in range(3) for j in range(3))
+
+
 def test_feature_shift_partitions_within_each_domain() -> None:
     data = synthetic(0, train=600, test=150)
     split_rng = np.random.default_rng(0)

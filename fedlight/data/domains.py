@@ -49,12 +49,14 @@ def _blur(rng: np.random.Generator) -> Transform:
 
 
 def _noise(rng: np.random.Generator) -> Transform:
-    """Additive Gaussian pixel noise of std ~ U(0.1, 0.2) (in [0, 1] units), one fixed draw per
-    image from the domain's own generator: a noisy sensor."""
-    std, seed = rng.uniform(0.1, 0.2), int(rng.integers(2**62))
+    """Additive Gaussian pixel noise of std ~ U(0.1, 0.2) (in [0, 1] units), one draw per image
+    from the domain's own generator: a noisy sensor. The generator runs on from call to call, so
+    the training images, the test images and any set drawn later each get fields of their own (a
+    generator reseeded every call gave test image k the noise of training image k)."""
+    std, generator = rng.uniform(0.1, 0.2), torch.Generator().manual_seed(int(rng.integers(2**62)))
 
     def apply(x: torch.Tensor) -> torch.Tensor:
-        noise = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed))
+        noise = torch.randn(x.shape, generator=generator)
         return (x.float() / 255 + std * noise).clamp(0, 1).mul(255).round().to(torch.uint8)
 
     return apply
