@@ -201,6 +201,17 @@ def test_domain_test_split_keeps_each_client_in_its_domain() -> None:
     assert sum(map(len, split[:3])) >= 495 and sum(map(len, split[3:])) >= 495  # (up to classes nobody holds)
 
 
+def test_client_knn_shares_stay_in_each_clients_domain(tiny_recipe: Path) -> None:
+    from fedlight.engine.run.assemble import client_test_shares
+
+    recipe = load_recipe(tiny_recipe, ["partition.domains=[identity,invert]", "clients.num=4",
+                                       "eval.readings=[client_knn]"])
+    data, parts = prepare_data(recipe)
+    shares = client_test_shares(recipe, data, parts)
+    train_domain, test_domain = data.train_domain.numpy(), data.test_domain.numpy()
+    assert [set(test_domain[s]) for s in shares] == [set(train_domain[p]) for p in parts] == [{0}, {0}, {1}, {1}]
+
+
 def test_fedbn_scores_each_client_on_its_own_domain(tiny_recipe: Path) -> None:
     from fedlight.engine.run.fit import fit
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
@@ -53,6 +54,12 @@ class ImageData:
     @property
     def image_size(self) -> int:
         return self.train_x.shape[-1]
+
+    def domain_ids(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Under feature shift the (N,) training and (M,) test images' domains, else None."""
+        if self.train_domain is None or self.test_domain is None:
+            return None
+        return self.train_domain.numpy(), self.test_domain.numpy()
 
     def mean_std(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-channel mean and std of the training images in [0, 1], shapes (C,)."""

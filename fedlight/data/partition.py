@@ -305,3 +305,12 @@ def domain_test_split(train_labels: np.ndarray, parts: list[np.ndarray], test_la
             for client, chunk in zip(clients, split):
                 out[client] = tests[chunk]
     return out
+
+
+def local_test_split(train_labels: np.ndarray, parts: list[np.ndarray], test_labels: np.ndarray,
+                     rng: np.random.Generator, domains: tuple[np.ndarray, np.ndarray] | None) -> list[np.ndarray]:
+    """Each client's local test split: ``matching_test_split``, or under feature shift (``domains``:
+    the (N,) training and (M,) test samples' domains, ``ImageData.domain_ids``) ``domain_test_split``."""
+    if domains is None:
+        return matching_test_split(train_labels, parts, test_labels, rng)
+    return domain_test_split(train_labels, parts, test_labels, rng, *domains)

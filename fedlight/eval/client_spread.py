@@ -1,7 +1,8 @@
 """Does the encoder serve every client, or only the average one? A metric over clients' own test shares.
 
 Each client's held-out share is the test images of the classes it trains on, in its training class mix
-(``fedlight.data.partition.matching_test_split``, LG-FedAvg's local test). The global encoder's kNN
+(``fedlight.data.partition.local_test_split``, LG-FedAvg's local test; under feature shift drawn from the
+client's own domain). The global encoder's kNN
 predictions on the whole test set, scored share by share, give one accuracy per client; the run reports
 their mean, the mean of the worst tenth of clients (the fairness papers' worst-10%, e.g. Li et al.,
 "Fair resource allocation in federated learning", ICLR 2020) and their standard deviation.

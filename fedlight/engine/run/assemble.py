@@ -21,7 +21,7 @@ from lightning.fabric import Fabric
 from fedlight import registry
 from fedlight.config.schema import Recipe
 from fedlight.data.image_data import ImageData
-from fedlight.data.partition import matching_test_split
+from fedlight.data.partition import local_test_split
 from fedlight.data.rotated import add_rotated_device
 from fedlight.data.views import ViewMaker, ViewParams, views_on_device
 from fedlight.engine.loop.async_federation import AsyncFederation
@@ -71,13 +71,14 @@ def build_views(recipe: Recipe, data: ImageData, device: torch.device = torch.de
 
 
 def client_test_shares(recipe: Recipe, data: ImageData, parts: list[np.ndarray]) -> list[np.ndarray] | None:
-    """Each client's held-out share of the test split, in its training class mix (``matching_test_split``, seeded
-    by the run's seed), for the ``client_knn`` reading; None where the recipe does not ask for it."""
+    """Each client's held-out share of the test split, in its training class mix and, under feature shift,
+    from its own domain (``local_test_split``, seeded by the run's seed), for the ``client_knn`` reading;
+    None where the recipe does not ask for it."""
     if "client_knn" not in recipe.eval.readings:
         return None
     clients = [p for c, p in enumerate(parts) if c != recipe.partition.public_client]
     rng = numpy_rng(recipe.seed, "client-test")
-    return matching_test_split(data.train_y.numpy(), clients, data.test_y.numpy(), rng)
+    return local_test_split(data.train_y.numpy(), clients, data.test_y.numpy(), rng, data.domain_ids())
 
 
 def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: list[np.ndarray],

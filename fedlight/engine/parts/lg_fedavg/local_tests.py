@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from lightning.fabric import Fabric
 
-from fedlight.data.partition import domain_test_split, matching_test_split
+from fedlight.data.partition import local_test_split
 from fedlight.engine.loop.comm_ledger import CommLedger
 from fedlight.engine.loop.interfaces import ACCURACY, PluginContext, RoundPlugin, State
 from fedlight.engine.parts.lg_fedavg.local_tester import LOCAL_METRICS, LocalTester
@@ -35,7 +35,7 @@ class LocalTests(RoundPlugin):
         train_labels: (N,) training labels; test_labels: (M,) test labels (local test splits).
         seed: run seed (the local test splits).
         domains: under feature shift, the (N,) training and (M,) test samples' domains: a client's local
-            test split is then drawn from its own domain's test images (``domain_test_split``).
+            test split is then drawn from its own domain's test images (``local_test_split``).
     """
 
     needs_clients = True
@@ -46,8 +46,7 @@ class LocalTests(RoundPlugin):
                  domains: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         self.fabric, self.clients = fabric, clients
         rng = numpy_rng(seed, "local-test")
-        test = (matching_test_split(train_labels, train_parts, test_labels, rng) if domains is None
-                else domain_test_split(train_labels, train_parts, test_labels, rng, *domains))
+        test = local_test_split(train_labels, train_parts, test_labels, rng, domains)
         self.tester = LocalTester(evaluator, train_parts, test, [float(len(p)) for p in train_parts])
 
     @classmethod
@@ -57,9 +56,8 @@ class LocalTests(RoundPlugin):
         if not c.options.eval.local_test:
             return None
         d = c.data
-        domains = None if d.train_domain is None else (d.train_domain.numpy(), d.test_domain.numpy())
         return cls(c.fabric, c.evaluator, c.trainable, [c.parts[i].numpy() for i in c.trainable], c.labels.numpy(),
-                   d.test_y.numpy(), c.seed, domains)
+                   d.test_y.numpy(), c.seed, d.domain_ids())
 
     def evaluate(self, round_: int, clients: dict[int, State], global_state: State,
                  ledger: list[list]) -> tuple[dict[str, float | None], list[list]]:
