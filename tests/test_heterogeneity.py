@@ -187,6 +187,53 @@ def test_bad_heterogeneity_settings_end_in_one_line(tiny_recipe: Path, override:
     assert not (tiny_recipe.parent / "run").exists()
 
 
+FLESD_SERVER = "server={name: flesd, epochs: 2, queue_size: 64, batch_size: 32}"
+
+
+@pytest.mark.parametrize("overrides, named", [
+    (["clients.num=2", "partition.domains=[identity,rotate,blur]"], "lists 3 domains but clients.num=2"),
+    (["clients.num=3", "partition.public_client=0", FLESD_SERVER, "partition.domains=[identity,rotate,blur]"],
+     "domain 'identity' holds only the public client"),
+    (["partition.kind=natural", "partition.domains=[identity,invert]"], "the writers are the feature shift"),
+    (["new_device.rotation=90", "partition.domains=[identity,invert]"], "new_device.rotation draws"),
+    (["server={name: centralized}", "eval.local_test=true", "partition.domains=[identity,invert]"],
+     "set eval.local_test=false"),
+    (["data.test_subset=10", "partition.domains=[identity,invert]"], "a domain 5 test images, fewer than the 10"),
+])
+def test_feature_shift_that_cannot_go_with_the_recipe_ends_in_one_line(tiny_recipe: Path, overrides: list[str],
+                                                                       named: str, capsys) -> None:
+    from fedlight.cli import main
+
+    code = main(["fit", "--recipe", str(tiny_recipe), *overrides])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and named in err, err
+    assert not (tiny_recipe.parent / "run").exists()
+
+
+@pytest.mark.parametrize("names, shape, named", [
+    (["identity", "contrast"], (10, 1), "samples are 10 x 1 x 1"),
+    (["identity", "colour"], (1, 28), "colour shifts the hue of RGB images"),
+])
+def test_transforms_refuse_samples_they_cannot_take_before_any_data(names: list[str], shape: tuple[int, int],
+                                                                    named: str) -> None:
+    from fedlight.data.domains import check_domain_images
+
+    with pytest.raises(UserError, match=named):
+        check_domain_images(names, *shape)
+    check_domain_images(names[:1] + ["invert"], 3, 16)
+
+
+def test_a_sweep_refuses_a_shift_the_data_cannot_take_where_the_data_is_elsewhere(tiny_recipe: Path,
+                                                                                   tmp_path: Path) -> None:
+    from fedlight.engine.run.fit import check_elsewhere
+
+    elsewhere = f"data={{name: fashion_mnist, root: {tmp_path / 'none'}, download: false}}"
+    with pytest.raises(UserError, match="colour shifts the hue"):
+        check_elsewhere(load_recipe(tiny_recipe, [elsewhere, "partition.domains=[identity,colour]"]))
+    with pytest.raises(UserError, match="lists 3 domains"):
+        check_elsewhere(load_recipe(tiny_recipe, [elsewhere, "partition.domains=[identity,rotate,blur]"]))
+
+
 def test_domain_test_split_keeps_each_client_in_its_domain() -> None:
     from fedlight.data.partition import domain_test_split
 

@@ -67,14 +67,18 @@ def _invert(rng: np.random.Generator) -> Transform:
     return F.invert
 
 
+def _colour_refusal(channels: int) -> UserError:
+    return UserError(f"partition.domains: colour shifts the hue of RGB images, but these have {channels} "
+                     "channel(s); use invert or style instead")
+
+
 def _colour(rng: np.random.Generator) -> Transform:
     """A hue shift of U(0.25, 0.5) of the colour wheel (RGB images only)."""
     hue = rng.uniform(0.25, 0.5) * rng.choice([-1, 1])
 
     def apply(x: torch.Tensor) -> torch.Tensor:
         if x.shape[1] != 3:
-            raise UserError(f"partition.domains: colour shifts the hue of RGB images, but these have {x.shape[1]} "
-                            "channel(s); use invert or style instead")
+            raise _colour_refusal(x.shape[1])
         return F.adjust_hue(x, float(hue))
 
     return apply
@@ -102,6 +106,42 @@ TRANSFORMS: dict[str, Callable[[np.random.Generator], Transform]] = {
 def domain_transforms(names: list[str], rng: np.random.Generator) -> list[Transform]:
     """One transform a domain, each drawing its parameters from ``rng`` in domain order."""
     return [TRANSFORMS[name](rng) for name in names]
+
+
+def domain_clients(domains: int, num_clients: int) -> list[np.ndarray]:
+    """The clients of each domain: ``num_clients`` cut into ``domains`` contiguous groups as even as can be
+    (the first groups one larger where they do not divide)."""
+    return np.array_split(np.arange(num_clients), domains)
+
+
+def check_domain_clients(names: list[str], num_clients: int, public_client: int | None = None) -> None:
+    """Every domain needs a client that trains: at least one client a domain, and no domain whose only
+    client is the public one (it would be scored on and trained on by no one).
+
+    Raises:
+        UserError: naming ``clients.num`` or the domain, in one line.
+    """
+    if num_clients < len(names):
+        raise UserError(f"partition.domains lists {len(names)} domains but clients.num={num_clients}; every domain "
+                        "needs a client: raise clients.num or list fewer domains")
+    for name, clients in zip(names, domain_clients(len(names), num_clients)):
+        if public_client is not None and clients.tolist() == [public_client]:
+            raise UserError(f"partition.domains: domain '{name}' holds only the public client (partition.public_client="
+                            f"{public_client}), so no client trains on it; raise clients.num or list fewer domains")
+
+
+def check_domain_images(names: list[str], channels: int, image_size: int) -> None:
+    """The transforms are for images of 1 or 3 channels and at least blur's 5 x 5 pixels (not rows of
+    features such as a tabular dataset's); ``colour`` needs 3.
+
+    Raises:
+        UserError: naming ``partition.domains``, in one line.
+    """
+    if channels not in (1, 3) or image_size < 5:
+        raise UserError(f"partition.domains transforms images of 1 or 3 channels and 5 x 5 pixels or more, but these "
+                        f"samples are {channels} x {image_size} x {image_size}; drop partition.domains for this data")
+    if "colour" in names and channels != 3:
+        raise _colour_refusal(channels)
 
 
 @dataclass
@@ -148,14 +188,13 @@ def shift_features(data: ImageData, names: list[str], num_clients: int, rng: np.
         The shifted data, every client's indices, and each client's domain.
 
     Raises:
-        UserError: fewer clients than domains.
+        UserError: fewer clients than domains, or samples the transforms cannot take.
     """
     d = len(names)
-    if num_clients < d:
-        raise UserError(f"partition.domains lists {d} domains but clients.num={num_clients}; every domain needs a "
-                        "client: raise clients.num or list fewer domains")
+    check_domain_clients(names, num_clients)
+    check_domain_images(names, data.channels, data.image_size)
     transforms = domain_transforms(names, rng)
-    clients_per_domain = np.array([len(g) for g in np.array_split(np.arange(num_clients), d)])
+    clients_per_domain = np.array([len(g) for g in domain_clients(d, num_clients)])
     train = _cut(len(data.train_y), proportional_sizes(len(data.train_y), clients_per_domain.astype(float)), rng)
     test = _cut(len(data.test_y), proportional_sizes(len(data.test_y), np.ones(d)), rng)
     parts: list[np.ndarray] = []

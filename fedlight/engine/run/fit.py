@@ -18,7 +18,7 @@ from fedlight.catalog import NO_ATTACK
 from fedlight.config.schema import Recipe
 from fedlight.cpus import busy_machine, default_threads
 from fedlight.data.image_data import ImageData
-from fedlight.data.domains import shift_features
+from fedlight.data.domains import check_domain_images, shift_features
 from fedlight.data.locate import data_on_disk
 from fedlight.data.partition import partition
 from fedlight.data.public_set import balanced_outside_subset
@@ -175,7 +175,10 @@ def check_elsewhere(recipe: Recipe, load: Callable[..., ImageData] = load_datase
     if data_on_disk(d.name, d.root, d.download):
         return prepare(recipe, load)[-1]
     check_recipe(recipe)
-    check_module(recipe, build_module(recipe, empty_of_shape(d.name)))
+    shape = empty_of_shape(d.name)
+    if recipe.partition.domains:
+        check_domain_images(recipe.partition.domains, shape.channels, shape.image_size)
+    check_module(recipe, build_module(recipe, shape))
     return []
 
 

@@ -18,6 +18,7 @@ from fedlight import registry
 from fedlight.attacks.attack import Attack
 from fedlight.catalog import NO_ATTACK, check_name
 from fedlight.config.schema import Recipe
+from fedlight.data.domains import check_domain_clients
 from fedlight.data.image_data import ImageData
 from fedlight.data.rotated import check_device_fits
 from fedlight.engine.loop.aggregation import check_payload_budget
@@ -45,6 +46,7 @@ def check_recipe(recipe: Recipe) -> Aggregator:
     server = registry.validate(recipe.method, recipe.server, recipe.clients.num, recipe.partition.public_client,
                                recipe.seed)
     check_public_balanced(recipe, server)
+    check_feature_shift(recipe, server)
     check_name("model.backbone", recipe.model.backbone, registry.BACKBONES)
     probe = registry.check_method_state(recipe.method, recipe.model.backbone)
     registry.check_plugins(recipe.plugins)
@@ -78,6 +80,25 @@ def check_public_balanced(recipe: Recipe, server: Aggregator) -> None:
     if recipe.data.subset is None:
         raise UserError("partition.public_balanced draws the public set from the training images outside "
                         f"data.subset, which is unset; set data.subset below the dataset's size {fix}")
+
+
+def check_feature_shift(recipe: Recipe, server: Aggregator) -> None:
+    """``partition.domains`` against the clients and the parts that draw their own images or test splits;
+    raises a one-line UserError where they do not go together."""
+    p = recipe.partition
+    if not p.domains:
+        return
+    check_domain_clients(p.domains, recipe.clients.num, p.public_client)
+    unset = "drop partition.domains (set it to [])"
+    if p.kind == "natural":
+        raise UserError("partition.kind=natural splits by writer, and partition.domains would cut each writer's "
+                        f"images over several domains; the writers are the feature shift here: {unset}")
+    if recipe.new_device.rotation is not None:
+        raise UserError("new_device.rotation draws LG-FedAvg's new device from every domain's images and tests it "
+                        f"on every domain's; {unset} or new_device.rotation")
+    if server.pools_clients and recipe.eval.local_test:
+        raise UserError(f"server.name={recipe.server['name']} pools every domain into one client, and eval.local_test "
+                        f"scores a client on its own domain's test images only; set eval.local_test=false or {unset}")
 
 
 def trainable_clients(recipe: Recipe) -> int:
@@ -209,13 +230,21 @@ def check_sizes(recipe: Recipe, data: ImageData, parts: list) -> list[str]:
         the warning for each clamped size, for the caller to say once the run goes ahead.
 
     Raises:
-        UserError: ``data.test_subset`` below the number of classes.
+        UserError: ``data.test_subset``, or a domain's share of the test split, below the number of classes.
     """
     d, l, e = recipe.data, recipe.local, recipe.eval
     if d.test_subset is not None and d.test_subset < data.num_classes:
         raise UserError(f"recipe key 'data.test_subset' is {d.test_subset}, fewer test images than the "
                         f"{data.num_classes} classes: an accuracy over them measures nothing; "
                         f"raise it to at least {data.num_classes} or drop it")
+    if data.test_domain is not None:  # each domain's accuracy is reported on its own share of the test split
+        domains = len(data.domain_names)
+        fewest = int(torch.bincount(data.test_domain, minlength=domains).min())
+        if fewest < data.num_classes:
+            size = "data.test_subset" if d.test_subset is not None else f"the test split of data.name={d.name}"
+            raise UserError(f"partition.domains gives a domain {fewest} test images, fewer than the {data.num_classes} "
+                            f"classes: its accuracy measures nothing; raise {size} to at least "
+                            f"{domains * data.num_classes} or list fewer domains")
     clamped = []
     largest = max(len(part) for part in parts)
     if l.batch_size > largest:
