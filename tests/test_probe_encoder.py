@@ -19,21 +19,25 @@ REPO = Path(__file__).resolve().parents[1]
 FMNIST = Path("/usr/share/datasets/fashion-mnist")
 
 
-@pytest.fixture(scope="module")
-def export(tmp_path_factory) -> tuple[Path, dict]:
+def exported_run(tmp: Path, *overrides: str) -> tuple[Path, dict]:
     """(the export of a finished one-round Fashion-MNIST run, the run's results.json)."""
     if not FMNIST.is_dir():
         pytest.skip("needs Debian's dataset-fashion-mnist (scripts/setup.sh)")
     from conftest import TINY
 
-    tmp = tmp_path_factory.mktemp("probe")
     recipe = tmp / "tiny.yaml"
     recipe.write_text(TINY.format(repo=REPO) + f"run: {{dir: {tmp / 'run'}}}\n")
     data = f"data={{name: fashion_mnist, root: {FMNIST}, subset: 600, test_subset: 300}}"
     fit(load_recipe(recipe, ["rounds=1", data, "seed=5", "eval.label_fraction=0.2", "eval.knn_k=15",
-                             "eval.probe_epochs=10", "eval.extra_label_fractions=[0.5]", "model.backbone=tiny_cnn"]))
+                             "eval.probe_epochs=10", "eval.extra_label_fractions=[0.5]", "model.backbone=tiny_cnn",
+                             *overrides]))
     assert main(["export", str(tmp / "run")]) == 0
     return tmp / "run" / "encoder.pt", json.loads((tmp / "run" / "results.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory) -> tuple[Path, dict]:
+    return exported_run(tmp_path_factory.mktemp("probe"))
 
 
 def test_the_helper_gives_the_runs_final_knn_and_probe(export: tuple[Path, dict]) -> None:
@@ -43,6 +47,12 @@ def test_the_helper_gives_the_runs_final_knn_and_probe(export: tuple[Path, dict]
     assert scores == {k: final[k] for k in ("linear_probe_acc", "knn_acc", "linear_probe_acc@0.5")}
     assert final["knn_acc"] != results["baseline"]["knn_acc"]  # a random-init encoder scores otherwise
     assert fedlight.probe_encoder(path, data_root=FMNIST, knn_k=1)["knn_acc"] != final["knn_acc"]
+
+
+def test_under_feature_shift_the_helper_scores_the_shifted_images_as_the_run_did(tmp_path: Path) -> None:
+    path, results = exported_run(tmp_path, "partition.domains=[identity,invert]", "partition.kind=iid")
+    final = results["final"]
+    assert fedlight.probe_encoder(path) == {k: final[k] for k in ("linear_probe_acc", "knn_acc", "linear_probe_acc@0.5")}
 
 
 def test_an_unknown_option_or_an_export_without_the_protocol_is_one_line(export: tuple[Path, dict],

@@ -23,6 +23,7 @@ from torchvision.transforms.v2 import functional as F
 from fedlight.data.image_data import ImageData
 from fedlight.data.partition import proportional_sizes
 from fedlight.errors import UserError
+from fedlight.seeding import numpy_rng
 
 Transform = Callable[[torch.Tensor], torch.Tensor]
 
@@ -204,6 +205,16 @@ def shift_features(data: ImageData, names: list[str], num_clients: int, rng: np.
                       train_domain=_domain_ids(train, len(data.train_y)), test_domain=_domain_ids(test, len(data.test_y)),
                       domain_names=tuple(names))
     return ShiftedData(shifted, parts, np.repeat(np.arange(d), clients_per_domain), transforms)
+
+
+def shift_like_run(data: ImageData, names: list[str], num_clients: int, seed: int) -> ImageData:
+    """The images a run with ``partition.domains=names`` trained and was evaluated on, for a reader of the
+    finished run (``fedlight.probe_encoder``, ``fedlight export``): ``prepare_data``'s shift, without the label
+    partition within the domains, which no image depends on. ``names`` empty: ``data`` itself."""
+    if not names:
+        return data
+    keep_whole = lambda idx, clients: np.array_split(np.arange(len(idx)), clients)  # noqa: E731 (images only)
+    return shift_features(data, names, num_clients, numpy_rng(seed, "domains"), keep_whole).data
 
 
 def _apply(images: torch.Tensor, pieces: list[np.ndarray], transforms: list[Transform]) -> torch.Tensor:

@@ -2,8 +2,8 @@
 
 ``fedlight export`` records the run's evaluation protocol in the file (``run.evaluation``: the data,
 its subsets, the seed that draws the labelled share, k, the temperature, the probe's L-BFGS
-iterations); this reads the same images with fedlight's own loader (``data.root``, no download),
-draws the same labelled share and scores the encoder's features with the run's own probes.
+iterations, and the feature shift's domains); this reads the same images with fedlight's own loader
+(``data.root``, no download), shifts them as the run did, draws the same labelled share and scores the encoder's features with the run's own probes.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from fedlight.data.domains import shift_like_run
 from fedlight.data.sources import load_dataset, take_subset
 from fedlight.errors import UserError
 from fedlight.eval.probes import knn_accuracy, label_subset, linear_probe_accuracy
@@ -21,7 +22,8 @@ from fedlight.seeding import numpy_rng
 
 CHUNK = 256  # images a forward pass takes, as the run's evaluator (engine/loop/evaluator.py's CHUNK)
 PROTOCOL = ("data", "root", "subset", "test_subset", "seed", "label_fraction", "extra_label_fractions", "knn_k",
-            "knn_temperature", "probe_epochs")
+            "knn_temperature", "probe_epochs", "domains", "clients")
+FIXED = ("data", "root", "domains", "clients")  # what the run's images are: no downstream probe changes them
 
 
 def evaluation_record(recipe: dict[str, Any]) -> dict[str, Any]:
@@ -30,7 +32,8 @@ def evaluation_record(recipe: dict[str, Any]) -> dict[str, Any]:
     return {"data": d["name"], "root": d["root"], "subset": d.get("subset"), "test_subset": d.get("test_subset"),
             "seed": recipe["seed"], "label_fraction": e["label_fraction"],
             "extra_label_fractions": list(e.get("extra_label_fractions") or ()), "knn_k": e["knn_k"],
-            "knn_temperature": e["knn_temperature"], "probe_epochs": e["probe_epochs"]}
+            "knn_temperature": e["knn_temperature"], "probe_epochs": e["probe_epochs"],
+            "domains": list(recipe["partition"].get("domains") or ()), "clients": recipe["clients"]["num"]}
 
 
 def probe_encoder(path: str | Path, data_root: str | Path | None = None, device: str | torch.device = "cpu",
@@ -61,7 +64,7 @@ def probe_encoder(path: str | Path, data_root: str | Path | None = None, device:
     if not isinstance(protocol, dict):
         raise UserError(f"encoder file '{path}' records no evaluation protocol (exported before fedlight recorded "
                         "it): export the run again with fedlight export RUN_DIR --overwrite")
-    allowed = [k for k in PROTOCOL if k not in ("data", "root")]
+    allowed = [k for k in PROTOCOL if k not in FIXED]
     unknown = sorted(set(changes) - set(allowed))
     if unknown:
         raise UserError(f"probe_encoder: unknown option '{unknown[0]}'; give one of {', '.join(allowed)} "
@@ -69,6 +72,7 @@ def probe_encoder(path: str | Path, data_root: str | Path | None = None, device:
     p = {**protocol, **changes}
     root = str(data_root) if data_root is not None else p["root"]
     data = take_subset(load_dataset(p["data"], root, False, p["seed"]), p["subset"], p["test_subset"], p["seed"])
+    data = shift_like_run(data, p.get("domains") or [], p.get("clients", 0), p["seed"])  # older files: no domains
     encoder = load_encoder(path, device, client)
     labels = data.train_y.numpy()
 

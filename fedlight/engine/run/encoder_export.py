@@ -21,6 +21,7 @@ import torch
 
 from fedlight import __version__
 from fedlight.atomic_files import atomic_write_bytes, leftover_pattern, remove_leftovers
+from fedlight.data.domains import shift_like_run
 from fedlight.data.sources import load_dataset, take_subset
 from fedlight.engine.run.own_records import check_output_file
 from fedlight.engine.state import client_state_files as files
@@ -136,11 +137,12 @@ def _recorded_inputs(results: dict[str, Any], path: Path) -> dict[str, Any] | No
 
 def _inputs_from_data(record: dict[str, Any]) -> dict[str, Any]:
     """results.json's ``inputs`` for a run that predates them: from the run's training images (its
-    ``data.subset`` of them), read again from ``data.root``."""
+    ``data.subset`` of them, shifted by its ``partition.domains``), read again from ``data.root``."""
     d = record["data"]
     columns = (d.get("image_column", "image"), d.get("label_column", "label"), d.get("group_column"))
     data = take_subset(load_dataset(d["name"], d["root"], d["download"], record["seed"], columns), d.get("subset"),
                        d.get("test_subset"), record["seed"])
+    data = shift_like_run(data, record["partition"].get("domains") or [], record["clients"]["num"], record["seed"])
     mean, std = data.mean_std()
     return {"channels": data.channels, "image_size": data.image_size,
             "normalize": {"mean": mean.tolist(), "std": std.tolist()}}
