@@ -56,11 +56,15 @@ def timing_options(recipe: Recipe, aggregator: Aggregator, schedule: str, popula
         if aggregator.uses_public_set:
             raise UserError(f"clock.devices times weight uploads; server.name={server} uploads similarities on a "
                             "public set, which the clock does not time yet: drop clock.devices")
-        privacy_sampling = clock.availability != "always" or clock.over_selection or clock.deadline_s
-        if aggregator.accounts_privacy and privacy_sampling:
+        reshapes_rounds = clock.availability != "always" or clock.over_selection or clock.deadline_s
+        if aggregator.accounts_privacy and reshapes_rounds:
             raise UserError(f"server.name={server}'s accountant models Poisson sampling of every client; "
                             "clock.availability, clock.over_selection and clock.deadline_s change who takes part: "
                             "drop them")
+        if recipe.new_device.rotation is not None and reshapes_rounds:
+            raise UserError("new_device.rotation chooses each round's clients itself, not among those "
+                            "clock.availability, clock.over_selection and clock.deadline_s leave: drop them, or "
+                            "new_device.rotation")
         if clock.trace:  # read and checked now; the devices are drawn when the run builds its clock
             load_trace(Path(clock.trace), recipe.clients.num, clock)
     if asynchrony.on:
@@ -81,6 +85,9 @@ def check_asynchrony(a: AsyncOptions, clock: ClockOptions, aggregator: Aggregato
     if a.concurrency > population:
         raise UserError(f"asynchrony.concurrency={a.concurrency} is above the {population} clients that train; "
                         f"lower it to at most {population}")
+    if a.buffer is not None and a.buffer > population:  # a step stops once every client trained from its model
+        raise UserError(f"asynchrony.buffer={a.buffer} is above the {population} clients that train, and no client "
+                        f"trains twice from one model: lower it to at most {population}")
     reasons = [(not aggregator.communicates, "its clients send nothing"),
                (aggregator.keeps_models_local, "every client keeps its own model"),
                (aggregator.pools_clients, "it pools every client into one"),

@@ -12,16 +12,19 @@ method's built model. ``fit.prepare`` asks them all; ``fedlight sweep`` asks the
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import torch
 
 from fedlight import registry
 from fedlight.attacks.attack import Attack
 from fedlight.catalog import NO_ATTACK, check_name
+from fedlight.clock.events import AsyncOptions
 from fedlight.config.schema import Recipe
 from fedlight.data.domains import check_domain_clients
 from fedlight.data.image_data import ImageData
 from fedlight.data.rotated import check_device_fits
-from fedlight.engine.loop.aggregation import check_payload_budget
+from fedlight.engine.loop.aggregation import check_payload_budget, payload_bytes
 from fedlight.engine.loop.batched_clients import batch_refusal, refused
 from fedlight.engine.loop.compiled_step import compile_refusal
 from fedlight.engine.loop.sampling import clients_per_round
@@ -29,6 +32,7 @@ from fedlight.engine.parts.cfcl.exchange_schedule import check_label_free
 from fedlight.engine.parts.sofed.importance_score import ImportanceScoring, ScoreHead
 from fedlight.engine.run.clock_parts import check_timed_attack, check_timed_method
 from fedlight.engine.run.part_options import PartOptions, part_options
+from fedlight.engine.state.client_state_files import state_bytes
 from fedlight.errors import UserError
 from fedlight.eval.probes import labelled_count
 from fedlight.methods.federated_module import FederatedModule
@@ -59,8 +63,15 @@ def check_recipe(recipe: Recipe) -> Aggregator:
     options.faults.check_attackers(attackable_clients(recipe, server), attack)
     check_timed_attack(options.timing, attack, f.attack)
     per_round, trainable = round_size(recipe, server), trainable_clients(recipe)
+    a = options.timing.asynchrony
     with registry.SERVERS.building(recipe.server["name"], "server.name"):  # a plug-in's check that raises: one line
-        server.check_clients(per_round, trainable)  # e.g. Krum's f; DP-FedAvg's sampling rate
+        try:  # e.g. Krum's f; DP-FedAvg's sampling rate (refused under asynchrony)
+            server.check_clients(a.step_size if a.on else per_round, trainable)
+        except UserError as exc:
+            if not a.on:
+                raise
+            raise UserError(f"{exc} (under asynchrony.mode={a.mode} a step aggregates asynchrony.buffer="
+                            f"{a.step_size} updates: that is n)") from None
     check_privacy(recipe, server, attack, per_round, trainable)
     return server
 
@@ -302,7 +313,18 @@ def check_compile(recipe: Recipe, module: FederatedModule, device_type: str | No
 
 def check_round_payloads(recipe: Recipe, server: Aggregator, module: FederatedModule) -> None:
     """Refuse a recipe whose round keeps more payloads (a payloads-contract server, an attack that sees
-    them) than ``run.payload_budget_mb`` holds, counting the most clients a round can sample."""
+    them) than ``run.payload_budget_mb`` holds, counting the most clients a round can sample; under
+    asynchrony, whose updates every server holds, the most in flight and in the buffer at once."""
+    a = AsyncOptions(**asdict(recipe.asynchrony))
+    if a.on:  # every server's updates are held while they fly and while they wait in the buffer
+        held, budget = a.concurrency + a.step_size, recipe.run.payload_budget_mb
+        need, each = payload_bytes(module.payload(), held) / 2 ** 20, state_bytes(module.payload()) / 2 ** 20
+        if need > budget:
+            raise UserError(f"asynchrony.mode={a.mode} holds every update in flight or in its buffer: "
+                            f"asynchrony.concurrency={a.concurrency} + {a.step_size} = {held} updates x {each:.1f} MiB = "
+                            f"{need:.1f} MiB, over run.payload_budget_mb={budget}; raise run.payload_budget_mb or "
+                            "lower asynchrony.concurrency")
+        return
     most = trainable_clients(recipe) if recipe.clients.sampling == "poisson" else round_size(recipe, server)
     attack = attack_class(recipe)
     check_payload_budget(server, module.payload(), most, recipe.run.payload_budget_mb, recipe.server["name"],
