@@ -258,6 +258,23 @@ def test_the_clock_alone_changes_no_number_and_adds_virtual_time(tmp_path: Path,
     assert {"clock/virtual_hours", "clock/idle_share"} <= set(events.Tags()["scalars"])
 
 
+def test_a_resumed_run_keeps_its_curves_against_virtual_time(tmp_path: Path, tiny_recipe: Path) -> None:
+    """TensorBoard's purge at round 3 drops every earlier event at a step of 3 or more, whatever its tag: the
+    kept rounds' points against seconds and updates are drawn again after it."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run, slow = tmp_path / "run", ["clock.devices=fixed", "clock.seconds_per_sample=0.05"]  # rounds of seconds
+    _fit(tiny_recipe, run, "rounds=2", *slow)
+    _fit(tiny_recipe, run, "rounds=4", *slow, resume=True)
+    rows = _history(run)
+    assert rows[0]["virtual_seconds"] >= 3  # so the purge would drop it
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    seconds = sorted({e.step for e in events.Scalars("vs_virtual_seconds/knn_acc")})
+    assert seconds == [round(r["virtual_seconds"]) for r in rows]
+    assert sorted({e.step for e in events.Scalars("vs_updates_applied/knn_acc")}) == [r["updates_total"] for r in rows]
+
+
 def test_a_deadline_drops_late_clients_and_over_selection_keeps_the_first_to_land(tmp_path: Path,
                                                                                tiny_recipe: Path) -> None:
     run = tmp_path / "deadline"

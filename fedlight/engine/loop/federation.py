@@ -100,7 +100,7 @@ class Federation:
         if not self.restored and self.rank == 0:  # the floor of every metric, the parts' included
             state.baseline = bars.evaluate("the random-init model", floors(self.evaluator, self.hooks,
                                                                            state.global_state))
-        self.log.open(state.rounds_done, state.ledger.rows, state.baseline)
+        self.log.open(state.rounds_done, state.ledger.rows, state.baseline, state.history)
         self.wall, self.last_eval = state.wall_before, state.last_evaluation()
         rounds_before = state.rounds_done
         for round_ in bars:

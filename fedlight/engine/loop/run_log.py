@@ -29,6 +29,7 @@ from fedlight.engine.loop.interfaces import ACCURACY
 from fedlight.engine.loop.interfaces import Report, RoundPlugin
 from fedlight.engine.output.loggers import PictureSink, open_loggers
 from fedlight.engine.output.tensorboard import run_hparams
+from fedlight.engine.output.virtual_time import redraw_time_curves
 
 
 REPRESENTATION = "representation"  # the TensorBoard tag group of the label-free readings
@@ -65,10 +66,12 @@ class RunLog:
         self.loggers: list[Logger] = []  # those open (rank 0, between ``open`` and ``finish``)
         self.logger: TensorBoardLogger | PictureSink | None = None  # the pictures' (the parts draw on it)
 
-    def open(self, rounds_done: int, ledger: list[list], baseline: dict[str, Any] | None) -> None:
-        """Open the logs of a run that has completed ``rounds_done`` rounds; a fresh run also shows
-        the partition (every client's size, label histogram and domain, also written to ``partition.json``)
-        and the ``baseline`` (random-init) accuracies at step 0."""
+    def open(self, rounds_done: int, ledger: list[list], baseline: dict[str, Any] | None,
+             history: list[dict[str, Any]] = ()) -> None:
+        """Open the logs of a run that has completed ``rounds_done`` rounds (``history``: their rows); a fresh
+        run also shows the partition (every client's size, label histogram and domain, also written to
+        ``partition.json``) and the ``baseline`` (random-init) accuracies at step 0; a resumed one draws its
+        curves against virtual time again (``redraw_time_curves``)."""
         if not self.enabled:
             return
         self.loggers = open_loggers(self.names, self.run_dir, rounds_done)
@@ -83,6 +86,7 @@ class RunLog:
             self.logger.experiment.add_figure("data/partition", partition_picture(summary), 0)
         for plugin in self.plugins:
             plugin.log_open(self.logger, self.run_dir, fresh)
+        redraw_time_curves(self.logger, list(history))
         if fresh:
             self._log_metrics({scalar_tag(k): v for k, v in baseline.items() if v is not None}, step=0)
             self._reading_pictures(baseline, 0)

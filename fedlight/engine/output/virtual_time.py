@@ -12,14 +12,28 @@ TIME_TAG = "vs_virtual_seconds"  # tag group of the curves whose x axis (TensorB
 UPDATES_TAG = "vs_updates_applied"  # ... and those whose x axis is the client updates the server applied so far
 
 
-def log_time(logger: Any, row: dict[str, Any]) -> dict[str, float]:
+def draw_time_curves(logger: Any, row: dict[str, Any]) -> None:
     """Draw ``row``'s accuracies at step = its virtual seconds (``TIME_TAG/<metric>``) and at step = the
-    updates applied so far (``UPDATES_TAG/<metric>``); return the clock's scalars for the round's step:
-    virtual hours, the round's virtual seconds and the clients' idle share."""
+    updates applied so far (``UPDATES_TAG/<metric>``)."""
     for key, value in row.items():
         if key.startswith(ACCURACIES) and value is not None:
             logger.experiment.add_scalar(f"{TIME_TAG}/{key}", value, int(round(row["virtual_seconds"])))
             logger.experiment.add_scalar(f"{UPDATES_TAG}/{key}", value, row["updates_total"])
+
+
+def redraw_time_curves(logger: Any, history: list[dict[str, Any]]) -> None:
+    """After a resume, the kept rounds' points again: TensorBoard's ``purge_step`` (rounds done + 1) drops,
+    on reading, every earlier event at a step at or above it, whatever its tag, and these curves' steps are
+    seconds and update counts, far above the round; points drawn after the purge mark stay."""
+    for row in history:
+        if "virtual_seconds" in row:
+            draw_time_curves(logger, row)
+
+
+def log_time(logger: Any, row: dict[str, Any]) -> dict[str, float]:
+    """Draw ``row``'s time curves (``draw_time_curves``); return the clock's scalars for the round's step:
+    virtual hours, the round's virtual seconds and the clients' idle share."""
+    draw_time_curves(logger, row)
     return {"clock/virtual_hours": row["virtual_seconds"] / 3600, "clock/idle_share": row["idle_share"],
             **({"clock/round_virtual_seconds": row["round_virtual_seconds"]} if "round_virtual_seconds" in row else {})}
 
