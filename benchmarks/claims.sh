@@ -495,6 +495,17 @@ if want v4_pilot_moon_skew; then
     --row moon recipes/moon_fmnist.yaml method.mu=5 partition.alpha=0.1 \
     --row fedavg-t5 recipes/fedavg_fmnist.yaml partition.alpha=0.5 local.epochs=2
 fi
+# The skewed pilot's drift check passed (REPRODUCTION.md, "the skewed pilot read"): its block, R = 50, min_lift 22.29,
+# n = 24 (the cap); Holm over its two claims: python benchmarks/family_table.py runs/v4/moon_drift --family 2 --rule v4
+if want v4_moon_drift; then
+  python benchmarks/reproduce.py --rule v4 --set fabric.threads=1 --seeds $(seq 3400 3423) --out runs/v4/moon_drift \
+    --block v4_moon_drift "${MOON_E10[@]}" --at-round 50 --control fedavg --min-lift 22.29 --reference fedavg \
+    --learns moon --learns fedavg \
+    --row fedavg recipes/fedavg_fmnist.yaml partition.alpha=0.1 \
+    --row moon recipes/moon_fmnist.yaml method.mu=5 partition.alpha=0.1 \
+    --claim moon '>' fedavg 'Table 1: MOON 69.1 vs FedAvg 66.3' \
+    --claim 'rounds(moon)' '<' 'rounds(fedavg)' 'Table 2: MOON reaches FedAvg'"'"'s accuracy in 27 of its 100 rounds'
+fi
 # SOFed's v3 twin trained 96 rounds: first the check that round 48 of a 96-round run is v3's 48-round run
 # (seed 1000's sofed row, beside runs/v3/sofed/sofed/seed1000), then the block, n = 13 from v3's verdict runs.
 SOFED96=(--metric knn_acc --set rounds=96 --set eval.every=16 --set eval.label_fraction=1.0 --set data.test_subset=10000)
