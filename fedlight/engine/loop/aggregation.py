@@ -113,9 +113,15 @@ def check_payload_budget(aggregator: Aggregator, payload: State, per_round: int,
     for a sum-contract round)."""
     if not aggregator.needs_payloads and attack is None:
         return
-    need = payload_bytes(payload, per_round)
     keeper = f"server.name={server}" if aggregator.needs_payloads else f"faults.attack={attack}"
+    refuse_over_budget(payload, per_round, budget_mb, f"{keeper} keeps every client's payload of a round: "
+                       f"{per_round} clients", "clients.fraction")
+
+
+def refuse_over_budget(payload: State, count: int, budget_mb: int, held: str, lower: str) -> None:
+    """Raise a one-line UserError if ``count`` copies of ``payload`` would not fit ``budget_mb`` MiB;
+    ``held`` says who keeps them and how many (the sentence up to "x <size>"), ``lower`` the key to lower."""
+    need = payload_bytes(payload, count)
     if need > budget_mb * 2 ** 20:
-        raise UserError(f"{keeper} keeps every client's payload of a round: {per_round} clients x "
-                        f"{state_bytes(payload) / 2 ** 20:.1f} MiB = {need / 2 ** 20:.1f} MiB, over "
-                        f"run.payload_budget_mb={budget_mb}; raise run.payload_budget_mb or lower clients.fraction")
+        raise UserError(f"{held} x {state_bytes(payload) / 2 ** 20:.1f} MiB = {need / 2 ** 20:.1f} MiB, over "
+                        f"run.payload_budget_mb={budget_mb}; raise run.payload_budget_mb or lower {lower}")

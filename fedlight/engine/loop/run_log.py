@@ -15,7 +15,7 @@ step, and the run's final metrics (``final/*``, beside its hparams) the last rou
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -67,7 +67,7 @@ class RunLog:
         self.logger: TensorBoardLogger | PictureSink | None = None  # the pictures' (the parts draw on it)
 
     def open(self, rounds_done: int, ledger: list[list], baseline: dict[str, Any] | None,
-             history: list[dict[str, Any]] = ()) -> None:
+             history: Sequence[dict[str, Any]] = ()) -> None:
         """Open the logs of a run that has completed ``rounds_done`` rounds (``history``: their rows); a fresh
         run also shows the partition (every client's size, label histogram and domain, also written to
         ``partition.json``) and the ``baseline`` (random-init) accuracies at step 0; a resumed one draws its
@@ -86,7 +86,7 @@ class RunLog:
             self.logger.experiment.add_figure("data/partition", partition_picture(summary), 0)
         for plugin in self.plugins:
             plugin.log_open(self.logger, self.run_dir, fresh)
-        redraw_time_curves(self.logger, list(history))
+        redraw_time_curves(self.logger, history)
         if fresh:
             self._log_metrics({scalar_tag(k): v for k, v in baseline.items() if v is not None}, step=0)
             self._reading_pictures(baseline, 0)

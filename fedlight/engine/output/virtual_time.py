@@ -3,7 +3,7 @@ against the client updates applied as well as rounds, the clock's own scalars, a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -21,7 +21,7 @@ def draw_time_curves(logger: Any, row: dict[str, Any]) -> None:
             logger.experiment.add_scalar(f"{UPDATES_TAG}/{key}", value, row["updates_total"])
 
 
-def redraw_time_curves(logger: Any, history: list[dict[str, Any]]) -> None:
+def redraw_time_curves(logger: Any, history: Sequence[dict[str, Any]]) -> None:
     """After a resume, the kept rounds' points again: TensorBoard's ``purge_step`` (rounds done + 1) drops,
     on reading, every earlier event at a step at or above it, whatever its tag, and these curves' steps are
     seconds and update counts, far above the round; points drawn after the purge mark stay."""

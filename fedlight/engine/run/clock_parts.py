@@ -42,12 +42,17 @@ class TimingOptions:
     asynchrony: AsyncOptions
 
 
+def async_options(recipe: Recipe) -> AsyncOptions:
+    """The recipe's ``asynchrony`` section as options (checked alone)."""
+    return AsyncOptions(**asdict(recipe.asynchrony))
+
+
 def timing_options(recipe: Recipe, aggregator: Aggregator, schedule: str, population: int) -> TimingOptions:
     """The recipe's ``clock`` and ``asynchrony`` options, checked alone and with the rest of the recipe
     (``population``: the clients that train); raises a one-line UserError."""
-    c, a = recipe.clock, recipe.asynchrony
+    c = recipe.clock
     clock = ClockOptions(**{**asdict(c), "tiers": tuple(c.tiers)})
-    asynchrony = AsyncOptions(**asdict(a))
+    asynchrony = async_options(recipe)
     server = recipe.server["name"]
     if clock.on:
         if schedule in UNTIMED_SCHEDULES:

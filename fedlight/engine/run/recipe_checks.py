@@ -12,27 +12,23 @@ method's built model. ``fit.prepare`` asks them all; ``fedlight sweep`` asks the
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 import torch
 
 from fedlight import registry
 from fedlight.attacks.attack import Attack
 from fedlight.catalog import NO_ATTACK, check_name
-from fedlight.clock.events import AsyncOptions
 from fedlight.config.schema import Recipe
 from fedlight.data.domains import check_domain_clients
 from fedlight.data.image_data import ImageData
 from fedlight.data.rotated import check_device_fits
-from fedlight.engine.loop.aggregation import check_payload_budget, payload_bytes
+from fedlight.engine.loop.aggregation import check_payload_budget, refuse_over_budget
 from fedlight.engine.loop.batched_clients import batch_refusal, refused
 from fedlight.engine.loop.compiled_step import compile_refusal
 from fedlight.engine.loop.sampling import clients_per_round
 from fedlight.engine.parts.cfcl.exchange_schedule import check_label_free
 from fedlight.engine.parts.sofed.importance_score import ImportanceScoring, ScoreHead
-from fedlight.engine.run.clock_parts import check_timed_attack, check_timed_method
+from fedlight.engine.run.clock_parts import async_options, check_timed_attack, check_timed_method
 from fedlight.engine.run.part_options import PartOptions, part_options
-from fedlight.engine.state.client_state_files import state_bytes
 from fedlight.errors import UserError
 from fedlight.eval.probes import labelled_count
 from fedlight.methods.federated_module import FederatedModule
@@ -315,15 +311,13 @@ def check_round_payloads(recipe: Recipe, server: Aggregator, module: FederatedMo
     """Refuse a recipe whose round keeps more payloads (a payloads-contract server, an attack that sees
     them) than ``run.payload_budget_mb`` holds, counting the most clients a round can sample; under
     asynchrony, whose updates every server holds, the most in flight and in the buffer at once."""
-    a = AsyncOptions(**asdict(recipe.asynchrony))
+    a = async_options(recipe)
     if a.on:  # every server's updates are held while they fly and while they wait in the buffer
-        held, budget = a.concurrency + a.step_size, recipe.run.payload_budget_mb
-        need, each = payload_bytes(module.payload(), held) / 2 ** 20, state_bytes(module.payload()) / 2 ** 20
-        if need > budget:
-            raise UserError(f"asynchrony.mode={a.mode} holds every update in flight or in its buffer: "
-                            f"asynchrony.concurrency={a.concurrency} + {a.step_size} = {held} updates x {each:.1f} MiB = "
-                            f"{need:.1f} MiB, over run.payload_budget_mb={budget}; raise run.payload_budget_mb or "
-                            "lower asynchrony.concurrency")
+        held = a.concurrency + a.step_size
+        refuse_over_budget(module.payload(), held, recipe.run.payload_budget_mb,
+                           f"asynchrony.mode={a.mode} holds every update in flight or in its buffer: "
+                           f"asynchrony.concurrency={a.concurrency} + {a.step_size} = {held} updates",
+                           "asynchrony.concurrency")
         return
     most = trainable_clients(recipe) if recipe.clients.sampling == "poisson" else round_size(recipe, server)
     attack = attack_class(recipe)
