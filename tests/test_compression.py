@@ -97,6 +97,37 @@ def test_error_feedbacks_residual_plus_what_was_sent_is_the_update(kind: str) ->
     assert upload.payload["n"] is model["n"] and set(upload.residual) == {RESIDUAL + "w"}
 
 
+def test_qsgd_under_error_feedback_is_divided_by_one_plus_its_exact_relative_variance() -> None:
+    """x = [1, 0.5] at 1 bit: M = 1, s = 1, levels' fractional parts p = [0, 0.5], so the variance is 0.25,
+    w = 0.25 / 1.25 = 0.2 and the scale sent is 1 / 1.2; the first entry's level is 1 for sure."""
+    x = torch.tensor([1.0, 0.5], dtype=torch.float64)
+    scale = torch.tensor(1 / 1.2, dtype=torch.float32).double()
+    for seed in range(20):
+        out = codecs.qsgd(x, 1, None, False, _generator(seed), contract=True).value
+        assert out[0] == scale and out[1] in (0.0, scale)
+        assert torch.equal(codecs.qsgd(x, 1, None, False, _generator(seed)).value, out / scale)  # unbiased: M
+
+
+@pytest.mark.parametrize("rotate", [False, True])
+def test_error_feedback_with_one_bit_qsgd_keeps_the_residual_bounded(rotate: bool) -> None:
+    """Unscaled, 1-bit QSGD's error exceeds the update it compresses (w > 1 for a rotated Gaussian block) and
+    error feedback's residual grew without bound: 4.4e3 times the update after 40 rounds, rotated."""
+    compression = UpdateCompression("qsgd", bits=1, block=1024, rotate=rotate, error_feedback=True, seed=1)
+    start, stored, gen = {"w": torch.zeros(4096)}, {}, _generator(2)
+    ratios = []
+    for round_ in range(40):
+        update = torch.randn(4096, generator=gen)
+        upload = compression.compress({"w": update}, start, round_, 0, stored)
+        stored = upload.residual
+        ratios.append(float(stored[RESIDUAL + "w"].norm() / update.norm()))
+    assert max(ratios) < 3 and max(ratios[20:]) < 1.5 * max(ratios[:20])
+
+
+def test_a_sparsifiers_k_is_the_ceiling_of_the_fraction_as_written() -> None:
+    assert [codecs.kept(n, f) for n, f in ((100, 0.07), (100, 0.14), (10_000, 0.035), (700, 0.01), (101, 0.07))] \
+        == [7, 14, 350, 7, 8]
+
+
 def test_only_the_trainable_parameters_are_compressed_and_buffers_travel_as_they_are() -> None:
     """A BatchNorm variance rebuilt from a top-k update with a residual fell below 0 (NaN features in a run)."""
     start = {"w": torch.zeros(100), "bn.running_var": torch.ones(100)}
@@ -120,6 +151,8 @@ def test_byte_counts_by_hand() -> None:
         ("qsgd", (("bits", 4), ("block", 256))): 625 + 16 + 7 + 4 + 8,
         # rotated: 1000 padded to 1024 entries x 5 bits = 640 bytes; 10 padded to 16 x 5 = 80 bits = 10 bytes
         ("qsgd", (("bits", 4), ("rotate", True))): 640 + 4 + 10 + 4 + 8,
+        # rotated blocks of 256: 4 blocks, 1024 x 5 bits and 4 scales; the 10 entries one block of 16, not 256
+        ("qsgd", (("bits", 4), ("block", 256), ("rotate", True))): 640 + 16 + 10 + 4 + 8,
         # k = 10 of 1000: 10 float32 + 10 indices of 10 bits = 13 bytes; k = 1 of 10: 4 + one 4-bit index -> 1
         ("topk", (("fraction", 0.01),)): 40 + 13 + 4 + 1 + 8,
         ("randk", (("fraction", 0.01),)): 40 + 4 + 8,  # indices from the shared generator: no bytes
@@ -238,3 +271,78 @@ def test_compression_where_no_model_update_is_uploaded_is_refused(tmp_path: Path
                  f"run.dir={tmp_path / 'r'}"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and says in err, err
+
+
+def _spy(monkeypatch: pytest.MonkeyPatch, owner: type, name: str) -> list[tuple]:
+    """Record every (args, result) of ``owner.name`` while it still runs as it was."""
+    calls, original = [], getattr(owner, name)
+
+    def spied(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        calls.append((args, kwargs, out))
+        return out
+    monkeypatch.setattr(owner, name, spied)
+    return calls
+
+
+def test_an_attacking_round_neither_reads_nor_writes_the_error_feedback_residual(
+        tmp_path: Path, tiny_recipe: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attackers re-drawn each round: a sign-flip's leftover (ten times an honest update) would otherwise go up
+    with the client's later, benign uploads; the attacker's upload is compressed like any."""
+    calls = _spy(monkeypatch, UpdateCompression, "compress")
+    args = [*FAST, "rounds=3", f"server={{name: fedavg, compress: {TOP1}}}", "faults.attack=sign_flip",
+            "faults.attackers=0.25", "faults.attackers_per_round=true", "faults.attack_scale=10",
+            f"run.dir={tmp_path / 'run'}"]
+    fit(load_recipe(tiny_recipe, args))
+    attacking = {(int(r), int(c)) for r, c, *_ in (line.split(",") for line in
+                                                   (tmp_path / "run/faults.csv").read_text().splitlines()[1:])}
+    assert len(attacking) == 3
+    residual = {}  # client -> the residual it keeps after its last round
+    for (payload, start, round_, client, stored, _), _, upload in calls:
+        kept = {k: v for k, v in (stored or {}).items() if k.startswith(RESIDUAL)}
+        if (round_ + 1, client) in attacking:
+            assert stored is None  # nothing of the honest memory goes up with the attack
+        else:
+            assert kept.keys() == residual.get(client, {}).keys()
+            assert all(torch.equal(kept[k], residual[client][k]) for k in kept)  # its last honest residual
+            residual[client] = upload.residual
+    final = torch.load(tmp_path / "run/checkpoints/last.pt", weights_only=True)["clients"]
+    for client, state in final.items():
+        assert all(torch.equal(state[k], residual[client][k]) for k in residual[client])
+
+
+def test_an_attack_crafted_from_the_decoded_payloads_goes_up_compressed(
+        tmp_path: Path, tiny_recipe: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ALIE crafts its model on the server's side from the decoded benign ones: a dense model in full precision,
+    which the top-1% wire now sparsifies like any upload (its bytes, counted with its own upload, are the same)."""
+    from fedlight.engine.loop.client_runner import ClientRunner
+    calls = _spy(monkeypatch, ClientRunner, "on_the_wire")
+    fit(load_recipe(tiny_recipe, [*FAST, "rounds=1", "server={name: fedavg, compress: {kind: topk, fraction: 0.01}}",
+                                  "faults.attack=alie", "faults.attackers=0.25", f"run.dir={tmp_path / 'run'}"]))
+    ((round_, client, crafted, start), _, sent), = calls
+    for key, value in sent.items():
+        if value.is_floating_point() and not key.endswith(("running_mean", "running_var")):
+            moved = int((value != start[key].cpu()).sum())
+            assert moved <= codecs.kept(value.numel(), 0.01) < int((crafted[key] != start[key].cpu()).sum()) or \
+                value.numel() == 1, key
+
+
+def test_an_upload_the_server_decodes_to_inf_is_a_divergence_of_its_client(
+        tmp_path: Path, tiny_recipe: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """fp16 turns an update entry over 65504 into inf: the check reads what the server decodes, not only the
+    model the client trained, so the client is excluded in its round (faults.csv) and the model stays finite."""
+    original = UpdateCompression.compress
+
+    def overflowing(self, payload, global_state, round_, client, *args):
+        upload = original(self, payload, global_state, round_, client, *args)
+        if (round_, client) == (0, 1):
+            key = next(k for k, v in upload.payload.items() if v.is_floating_point())
+            upload.payload[key] = upload.payload[key].clone().fill_(float("inf"))
+        return upload
+    monkeypatch.setattr(UpdateCompression, "compress", overflowing)
+    res = fit(load_recipe(tiny_recipe, [*FAST, "server={name: fedavg, compress: {kind: fp16}}",
+                                        f"run.dir={tmp_path / 'run'}"]))
+    assert [row["diverged"] for row in res["history"]] == [1, 0]
+    assert (tmp_path / "run/faults.csv").read_text().splitlines()[1].startswith("1,1,diverged,")
+    model = torch.load(tmp_path / "run/checkpoints/last.pt", weights_only=True)["global"]
+    assert all(torch.isfinite(v).all() for v in model.values() if v.is_floating_point())

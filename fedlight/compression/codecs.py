@@ -9,14 +9,21 @@ ledger dtype (``Sent.rows``). The bytes are those of a real encoding, packed to 
   Communication-Efficient SGD via Gradient Quantization and Encoding", NeurIPS 2017, sec. 3.1), with the
   max-norm scale of each block (the lower-variance variant of the paper's L2 scale, also unbiased): entry
   x_i of a block of scale M becomes sign(x_i) M l_i / s with s = 2^b - 1 levels and l_i = floor(|x_i| s / M)
-  + Bernoulli(frac(|x_i| s / M)), so E[l_i] M / s = |x_i| and each entry's variance is at most
-  (M / s)^2 / 4. Sent: b bits of level and 1 sign bit an entry, packed (``uint8``), and one ``float32``
-  scale a block. With ``rotate``, each block is first multiplied by random signs and the normalised
-  Walsh-Hadamard matrix (Suresh, Yu, Kumar, McMahan, "Distributed Mean Estimation with Limited
-  Communication", ICML 2017, sec. 4), which spreads a block's mass over its entries and shrinks M; the
-  server undoes it. A rotated block is a power of two long: the tensor is padded with zeros, whose codes
-  are sent (and counted) too. The signs come from the (client, round) generator the server also holds,
-  so they cost nothing on the wire.
+  + Bernoulli(frac(|x_i| s / M)), so E[l_i] M / s = |x_i| and each entry's variance is at most (M / s)^2 /
+  4. Sent: b bits of level and 1 sign bit an entry, packed (``uint8``), and one ``float32`` scale a block.
+  As a contraction (error feedback's compressor), each block's reconstruction is divided by 1 + w, w =
+  E||Q(x) - x||^2 / ||x||^2 = (M / s)^2 sum_i p_i (1 - p_i) / ||x||^2 (p_i = frac(|x_i| s / M)), which the
+  client computes exactly. For an unbiased Q, E||Q(x) / (1 + w) - x||^2 = (1 - 1 / (1 + w)) ||x||^2: the
+  delta-contraction error feedback's analysis assumes (Karimireddy et al. 2019, Assumption A; the same
+  scaling that makes random-k's n / k estimate the contraction of Stich et al.), so the residual stays
+  bounded. Without it 1-bit QSGD (w > 1 for a rotated Gaussian block) made the residual grow without bound.
+  The divided scale is the one sent: no extra byte. With ``rotate``, each block is first multiplied by
+  random signs and the normalised Walsh-Hadamard matrix (Suresh, Yu, Kumar, McMahan, "Distributed Mean
+  Estimation with Limited Communication", ICML 2017, sec. 4), which spreads a block's mass over its entries
+  and shrinks M; the server undoes it. A rotated block is a power of two long (``block``, or the tensor's
+  next power of two where that is shorter): the tensor is padded with zeros, whose codes are sent (and
+  counted) too. The signs come from the (client, round) generator the server also holds, so they cost
+  nothing on the wire.
 * ``top_k``: the k entries of largest magnitude: k values in the update's dtype and k indices of
   ceil(log2 n) bits each, packed (``uint8``).
 * ``random_k``: k entries drawn uniformly without replacement from the (client, round) generator, which
@@ -31,6 +38,7 @@ fast Walsh-Hadamard transform), so they are written here by hand on torch's tens
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import NamedTuple
 
 import torch
@@ -69,8 +77,9 @@ def index_bits(n: int) -> int:
 
 
 def kept(n: int, fraction: float) -> int:
-    """k, the entries a sparsifier keeps of n: ceil(fraction n), at least 1."""
-    return max(1, math.ceil(fraction * n))
+    """k, the entries a sparsifier keeps of n: ceil(fraction n), at least 1, with ``fraction`` read as the
+    decimal it was written as (in floats 0.07 x 100 is 7.000000000000001, whose ceiling is 8)."""
+    return max(1, math.ceil(Fraction(repr(fraction)) * n))
 
 
 def cast(x: torch.Tensor, dtype: torch.dtype) -> Sent:
@@ -85,8 +94,10 @@ def cast_rows(n: int, dtype: torch.dtype) -> Rows:
 
 def blocks(n: int, block: int | None, rotate: bool) -> tuple[int, int]:
     """(block length, number of blocks) of a tensor of n entries: one block of n (rotated: of the next power
-    of two) where ``block`` is None, else blocks of ``block`` entries (a power of two when rotated)."""
-    length = block if block is not None else (1 << index_bits(n) if rotate else n)
+    of two) where ``block`` is None, else blocks of ``block`` entries (a power of two when rotated; a tensor
+    shorter than one rotated block is one block of its next power of two, not padded to ``block``)."""
+    whole = 1 << index_bits(n) if rotate else n
+    length = whole if block is None else (min(block, whole) if rotate else block)
     return length, math.ceil(n / length)
 
 
@@ -123,9 +134,10 @@ def wire_scale(scale: torch.Tensor) -> torch.Tensor:
     return sent.double()
 
 
-def qsgd(x: torch.Tensor, bits: int, block: int | None, rotate: bool, generator: torch.Generator) -> Sent:
+def qsgd(x: torch.Tensor, bits: int, block: int | None, rotate: bool, generator: torch.Generator,
+         contract: bool = False) -> Sent:
     """``x`` stochastically quantized to 2^bits - 1 levels of each block's max-norm scale (module docstring),
-    rotated first where ``rotate``."""
+    rotated first where ``rotate``; each block divided by 1 + w (a contraction) where ``contract``."""
     n, s = x.numel(), 2 ** bits - 1
     length, count = blocks(n, block, rotate)
     flat = torch.nn.functional.pad(x.reshape(-1), (0, length * count - n)).reshape(count, length)
@@ -135,6 +147,12 @@ def qsgd(x: torch.Tensor, bits: int, block: int | None, rotate: bool, generator:
         flat = walsh_hadamard(flat * signs)
     scale = wire_scale(flat.abs().amax(dim=1, keepdim=True))
     ratio = torch.where(scale > 0, flat.abs() * s / scale.clamp_min(torch.finfo(flat.dtype).tiny), 0.0)
+    if contract:  # the scale sent is M / (1 + w), w the block's exact relative variance (module docstring)
+        p = ratio - ratio.floor()
+        norm = (flat ** 2).sum(dim=1, keepdim=True)
+        variance = (scale / s) ** 2 * (p * (1 - p)).sum(dim=1, keepdim=True)
+        scale = (scale / (1 + torch.where(norm > 0, variance / norm.clamp_min(torch.finfo(flat.dtype).tiny), 0.0))
+                 ).to(SCALE_DTYPE).double()
     out = flat.sign() * stochastic_levels(ratio, generator) * scale / s
     if rotate:
         out = walsh_hadamard(out) * signs

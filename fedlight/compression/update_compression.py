@@ -13,7 +13,8 @@ Schemes", ICML 2019, Algorithm 2) a client keeps e, what it did not send: it sen
 e' = Delta + e - C(Delta + e) for its next round. e is client state: it lives in the client-state store
 under ``RESIDUAL`` (memory or disk, checkpointed with the rest, so a resumed run goes on bit for bit).
 Random-k is sent unscaled under error feedback (the k-contraction of Stich et al.'s Definition 2.1), scaled
-by n / k (unbiased) without it.
+by n / k (unbiased) without it; QSGD likewise is divided by 1 + w under error feedback (``codecs``), which
+makes the unbiased quantizer a contraction.
 
 Every random choice (QSGD's rounding, the rotation's signs, random-k's indices) comes from a generator
 keyed by (seed, ``compress``, round, client), the mechanism that keys every client's local training, so a
@@ -131,7 +132,7 @@ class UpdateCompression:
         if self.kind in CASTS:
             return codecs.cast(update, CASTS[self.kind])
         if self.kind == "qsgd":
-            return codecs.qsgd(update, self.bits, self.block, self.rotate, generator)
+            return codecs.qsgd(update, self.bits, self.block, self.rotate, generator, self.error_feedback)
         if self.kind == "topk":
             return codecs.top_k(update, self.fraction, dtype)
         return codecs.random_k(update, self.fraction, dtype, not self.error_feedback, generator)

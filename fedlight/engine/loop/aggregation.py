@@ -59,10 +59,11 @@ def on_cpu(acc: Any) -> Any:
 
 
 def revised(fabric: Fabric, aggregator: Aggregator, faults: FaultModel, round_: int, global_state: State,
-            acc: Kept | None, reports: list[Report]) -> Any:
+            acc: Kept | None, reports: list[Report], wire: Callable[[int, State], State] | None = None) -> Any:
     """With ``faults.needs_payloads``: this rank's kept payloads as ``faults.revise`` leaves them,
     seen among every rank's, then folded for the aggregator's contract (a sum, on the global
-    model's device, in client order); a replaced payload that ``faults.problem`` refuses is
+    model's device, in client order); a replaced payload goes through ``wire(client, payload)`` (what
+    the server receives of it: ``server.compress``) and one that ``faults.problem`` then refuses is
     excluded and its client's report (every rank's copy) says it diverged. Else ``acc`` as it is.
     A collective: every rank calls it."""
     if not faults.needs_payloads:
@@ -71,7 +72,8 @@ def revised(fabric: Fabric, aggregator: Aggregator, faults: FaultModel, round_: 
     device = next(iter(global_state.values())).device if global_state else "cpu"
     by_client, out = {rep["client"]: rep for rep in reports}, None
     for client, weight, payload in faults.revise(round_, [ClientPayload(c, *kept[c]) for c in sorted(kept)]):
-        if payload is not kept[client][1]:  # replaced: checked like any upload
+        if payload is not kept[client][1]:  # replaced: sent and checked like any upload
+            payload = wire(client, payload) if wire is not None else payload
             report = by_client[client]
             problem = faults.problem(report["loss"], payload)
             if problem:

@@ -166,7 +166,7 @@ class ClientRunner:
         trained, residual = self.faults.damage(self.payload(module), fault), {}
         payload = trained
         if self.aggregator.communicates:
-            payload, residual = self._upload(round_, client, trained, global_state, ledger)
+            payload, residual = self._upload(round_, client, trained, global_state, ledger, fault.attack is not None)
             report["update_norm"] = update_norm(payload, global_state)  # TensorBoard's histogram (RunLog)
         if work.d2d_bytes:  # images received from other clients, 8 bits per pixel
             ledger.rows.append([round_, client, "d2d", "uint8", work.d2d_bytes])
@@ -174,7 +174,9 @@ class ClientRunner:
         report.update(loss=work.result.mean_loss, steps=work.result.steps, samples=int(work.weight), **work.report)
         for plugin in self.plugins:
             report.update(plugin.client_reading(module))
-        problem = self.faults.problem(work.result.mean_loss, trained)
+        # the model it trained, and what the server decodes of it (fp16 turns an entry over 65504 into inf)
+        problem = self.faults.problem(work.result.mean_loss, trained) or (
+            payload is not trained and self.faults.problem(work.result.mean_loss, payload))
         if problem:  # excluded; its private state is not saved
             report.update(status="diverged", detail=problem)
             return acc
@@ -182,16 +184,32 @@ class ClientRunner:
         return fold(self.aggregator, acc, client, work.weight, payload, self.keeps_payloads)
 
     def _upload(self, round_: int, client: int, payload: State, global_state: State,
-                ledger: CommLedger) -> tuple[State, State]:
+                ledger: CommLedger, attacking: bool = False) -> tuple[State, State]:
         """(what the server receives of ``payload``, the client's new residual): the payload itself, or its
-        compressed update decoded, counted in the ledger as the bytes that went up."""
+        compressed update decoded, counted in the ledger as the bytes that went up.
+
+        An ``attacking`` client's upload is compressed like any (the wire format binds it too), but its round
+        neither reads nor writes error feedback's residual: that memory is the honest protocol's, and an
+        attack's leftover would otherwise go up with the client's next, benign updates
+        (``faults.attackers_per_round``)."""
         if self.compression is None:
             ledger.record(round_, client, "up", payload)
             return payload, {}
-        upload = self.compression.compress(payload, global_state, round_, client, self.store.get(client),
+        stored = self.store.get(client) or {}
+        upload = self.compression.compress(payload, global_state, round_, client, None if attacking else stored,
                                            self._parameters)
         ledger.record_bytes(round_, client, "up", upload.sent)
+        if attacking:
+            return upload.payload, {k: v for k, v in stored.items() if k.startswith(RESIDUAL)}
         return upload.payload, upload.residual
+
+    def on_the_wire(self, round_: int, client: int, payload: State, global_state: State) -> State:
+        """What the server receives of ``payload``, a model an attacker crafted from the round's decoded
+        payloads (``faults.revise``): compressed like its own upload, whose bytes the ledger has counted
+        (a compressed upload's bytes depend on its shapes only), without error feedback's residual."""
+        if self.compression is None:
+            return payload
+        return self.compression.compress(payload, global_state, round_, client, None, self._parameters).payload
 
     def _persistent_state(self, module: FederatedModule) -> State:
         """What the store keeps for a client: its private state (and its whole model for local-only)."""

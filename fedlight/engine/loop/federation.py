@@ -229,7 +229,8 @@ class Federation:
         state = self.run_state
         self.module.load_partial(state.global_state)  # server-side training starts from the global model
         reports = sorted((rep for part in gather(self.fabric, reports) for rep in part), key=lambda x: x["client"])
-        acc = revised(self.fabric, self.aggregator, self.faults, round_, state.global_state, acc, reports)
+        acc = revised(self.fabric, self.aggregator, self.faults, round_, state.global_state, acc, reports,
+                      lambda client, payload: self.clients.on_the_wire(round_, client, payload, state.global_state))
         if reports:  # none: no client sampled, or none due to train (a one-off local budget already spent)
             self.faults.check(round_, reports, self.checkpoint.rounds_saved)
         return acc, reports
