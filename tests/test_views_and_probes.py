@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from fedlight.data.views import ViewMaker, ViewParams
-from fedlight.eval.probes import knn_accuracy, label_subset, linear_probe_accuracy
+from fedlight.eval.probes import knn_accuracy, knn_predict, label_subset, linear_probe_accuracy
 
 
 def _maker(c: int, **kw) -> ViewMaker:
@@ -87,6 +87,16 @@ def test_knn_matches_lightly_knn_predict_where_no_class_ties() -> None:
     expected = float((theirs == y_test).float().mean())
     assert 0.3 < expected < 1.0  # neither trivial nor hopeless: predictions differ between test points
     assert knn_accuracy(bank, y_bank, test, y_test, 5, k=20, temperature=0.1) == expected
+
+
+@pytest.mark.parametrize("temperature", [0.1, 0.01, 0.005, 0.001])
+def test_knn_votes_right_at_a_temperature_whose_weights_overflow_float32(temperature: float) -> None:
+    """exp(0.999 / 0.005) is inf in float32: both neighbours' weights were inf and the tie went to class 0,
+    though the class-1 point is the nearer one."""
+    angle = torch.tensor([0.95, 0.999]).acos()
+    bank = torch.stack([angle.cos(), angle.sin()], dim=1)  # cosines 0.95 (class 0) and 0.999 (class 1) to [1, 0]
+    pred = knn_predict(bank, torch.tensor([0, 1]), torch.tensor([[1.0, 0.0]]), 2, k=2, temperature=temperature)
+    assert pred.tolist() == [1]
 
 
 def test_knn_breaks_an_exact_tie_towards_the_lowest_class() -> None:

@@ -51,6 +51,7 @@ def accuracy(pred: torch.Tensor, target: torch.Tensor, num_classes: int) -> floa
 
 
 KNN_CHUNK = 1024  # test points a kNN step compares with the whole bank at once
+EXP_LIMIT = 80.0  # float32's exp overflows above 88.7
 
 
 def knn_chunks(queries: int, chunk: int = KNN_CHUNK) -> int:
@@ -73,7 +74,8 @@ def knn_predict(train_feats: torch.Tensor, train_labels: torch.Tensor, test_feat
     """Weighted kNN predictions (M,) (Wu et al. 2018, as used in SimCLR/MoCo code bases).
 
     Each test point votes with its ``k`` most cosine-similar training points, weighted by
-    exp(sim / temperature).
+    exp(sim / temperature) (below a temperature of 1 / ``EXP_LIMIT``, by exp((sim - top sim) / temperature):
+    the same vote, whose float32 weights would otherwise overflow to inf and tie every class).
 
     Args:
         train_feats: (N, D) bank features. train_labels: (N,) int64.
@@ -94,8 +96,11 @@ def knn_predict(train_feats: torch.Tensor, train_labels: torch.Tensor, test_feat
     for start in range(0, len(test_feats), chunk):
         q = F.normalize(test_feats[start:start + chunk], dim=1)
         sim, idx = (q @ bank.T).topk(k, dim=1)
+        logits = sim / temperature
+        if 1 / temperature > EXP_LIMIT:  # exp(1 / temperature) overflows: each row over its top (sorted) one
+            logits = logits - logits[:, :1]  # the same vote, scaled; shifted only here to keep stored numbers
         votes = torch.zeros(len(q), num_classes, device=q.device)
-        votes.scatter_add_(1, train_labels[idx], (sim / temperature).exp())
+        votes.scatter_add_(1, train_labels[idx], logits.exp())
         preds.append(votes.argmax(dim=1))
         if on_chunk is not None:
             on_chunk()
