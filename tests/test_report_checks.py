@@ -11,7 +11,7 @@ import pytest
 from fedlight import stats
 from fedlight.cli import main
 
-BASE = [0.10, 0.10, 0.10]  # every seed's random-init test accuracy
+BASE = [0.10] * 5  # every seed's random-init test accuracy
 # arm -> per seed, test accuracy at rounds 1..5. `flat` and `peer` gain under 1 point from round 4 to 5 (the last
 # fifth of 5 rounds); `floor` stays at chance (lift +0.1, -0.1, +0.2 points over a 10.00 floor); `rising` gains 8
 FLAT = {0: [0.50, 0.60, 0.65, 0.700, 0.705], 1: [0.50, 0.60, 0.65, 0.710, 0.715], 2: [0.50, 0.60, 0.65, 0.720, 0.725]}
@@ -20,9 +20,11 @@ FLOOR = {0: [0.10, 0.11, 0.09, 0.10, 0.101], 1: [0.10, 0.11, 0.09, 0.10, 0.099],
 RISING = {0: [0.20, 0.30, 0.40, 0.50, 0.58], 1: [0.20, 0.30, 0.40, 0.50, 0.57], 2: [0.20, 0.30, 0.40, 0.50, 0.59]}
 
 
-def _run(folder: Path, arm: str, seed: int, curve: list[float], up: int = 500_000, hours: bool = False) -> None:
+def _run(folder: Path, arm: str, seed: int, curve: list[float], up: int = 500_000, hours: bool = False,
+         **results: object) -> None:
     """A finished run of ``arm`` evaluated every round (``curve``: test accuracy, fractions), ``up`` bytes up and
-    500,000 down a round; ``hours``: a virtual clock, round r ending at r hours."""
+    500,000 down a round; ``hours``: a virtual clock, round r ending at r hours; ``results``: results.json's
+    entries to set otherwise (a fine-tune in ``final``, a ``collapse`` record, an unfinished run's)."""
     folder.mkdir(parents=True)
     history = [{"round": r, "test_acc": v, "bytes_up": up, "bytes_down": 500_000, "bytes_d2d": 0,
                 **({"virtual_seconds": 3600 * r, "idle_share": 0.0} if hours else {})} for r, v in enumerate(curve, 1)]
@@ -30,7 +32,7 @@ def _run(folder: Path, arm: str, seed: int, curve: list[float], up: int = 500_00
         "recipe": {"seed": seed, "arm": arm, "rounds": len(curve), "run": {"dir": str(folder)}},
         "rounds_completed": len(curve), "history": history, "final": {"test_acc": curve[-1]},
         "baseline": {"test_acc": BASE[seed]},
-        "comm": {"bytes_up": up * len(curve), "bytes_down": 500_000 * len(curve), "bytes_d2d": 0}}))
+        "comm": {"bytes_up": up * len(curve), "bytes_down": 500_000 * len(curve), "bytes_d2d": 0}, **results}))
 
 
 def _sweep(tmp_path: Path, arms: dict[str, dict[int, list[float]]], hours: bool = False) -> Path:
@@ -77,6 +79,45 @@ def test_an_arm_at_its_floor_did_not_train_and_gets_no_verdict(tmp_path: Path) -
     assert "all 2 tests of this file" in text  # peer's two readings; floor's left the family
     report = (runs / "report.md").read_text()
     assert "- `floor` did not train on test" in report and "is not at a plateau" not in report
+
+
+def test_an_arm_that_did_not_train_gets_no_verdict_on_a_metric_without_a_random_init_value(tmp_path: Path) -> None:
+    """A fine-tune has no random-init value (the random init is not fine-tuned): `floor`, at chance on test,
+    fine-tunes 20 points above `flat` and was reported `ahead` there."""
+    for arm, curves, tuned in (("flat", FLAT, 0.60), ("floor", FLOOR, 0.80)):
+        for seed, curve in curves.items():
+            _run(tmp_path / f"runs/{arm}{seed}", arm, seed, curve,
+                 final={"test_acc": curve[-1], "finetune_acc@0.1": tuned + 0.01 * seed})
+    runs = tmp_path / "runs"
+    assert main(["report", str(runs), "--reference", "flat"]) == 0
+    text = (runs / "compare.md").read_text()
+    rows = _rows(text.split("## fine-tune")[1])
+    assert rows["floor"][4:] == ["+20.00", "[+20.00, +20.00]", "did not train", "did not train", "", "did not train"]
+    assert ("- `floor` did not train on fine-tune, 10% labels (fine-tune, 10% labels has no random-init value; read "
+            "on test): its "
+            "lift over its random-init value is +0.07 [-0.31, +0.45] points") in text
+    assert "all 0 tests of this file" in text
+
+
+def test_runs_that_collapsed_or_did_not_finish_are_named_beside_the_comparison(tmp_path: Path) -> None:
+    """`peer` lost seeds 3 and 4 (the collapse alarm stopped one; the other has 2 of 5 rounds) and seed 0 read as
+    collapsed but went on: its `ahead` rests on the seeds that finished, which compare.md must say."""
+    runs = _sweep(tmp_path, {"flat": {**FLAT, 3: FLAT[0], 4: FLAT[1]}, "peer": PEER})
+    alarm = {"round": 2, "reading": "rankme", "value": 1.1, "threshold": 2.0, "evaluations": 2}
+    (runs / "peer0/results.json").write_text((runs / "peer0/results.json").read_text()[:-1] + ', "collapse": '
+                                             + json.dumps(alarm) + "}")
+    _run(runs / "peer3", "peer", 3, FLAT[0][:2], final=None, collapse=alarm)
+    _run(runs / "peer4", "peer", 4, FLAT[0][:2], final=None, collapse=None)
+    for seed in (3, 4):  # what a stopped run's results.json holds: its recipe's rounds, fewer done
+        record = json.loads((runs / f"peer{seed}/results.json").read_text())
+        record["recipe"]["rounds"] = 5
+        (runs / f"peer{seed}/results.json").write_text(json.dumps(record))
+    assert main(["report", str(runs), "--reference", "flat"]) == 0
+    text = (runs / "compare.md").read_text()
+    assert ("- `peer`: seed 0 (the alarm fired at round 2) read as collapsed (in its mean; eval.collapse_stop=true "
+            "stops such a run)") in text
+    assert ("- `peer`: seeds 3 (the collapse alarm stopped it at round 2), 4 (2 of 5 rounds) did not finish (left "
+            "out: its comparisons read only the seeds that did)") in text
 
 
 def test_a_reference_that_did_not_train_leaves_every_comparison_without_a_verdict(tmp_path: Path) -> None:

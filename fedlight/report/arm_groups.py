@@ -12,7 +12,7 @@ BYOL arm has no ``method.temperature``, so it shows none, not ``temperature = No
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from fedlight.errors import UserError
 from fedlight.report.runs import Run, varying_keys
@@ -86,6 +86,44 @@ def mixed_groups(groups: list[Group], keys: list[str]) -> list[str]:
             notes.append(f"`{group_label(keys, values)}` mixes {what}: its runs of one seed are averaged as "
                          "if they were repeats; --group-by these keys too to keep them apart")
     return notes
+
+
+def survivor_notes(groups: list[Group], keys: list[str], unfinished: list[Run]) -> list[str]:
+    """A note for each group with a run that read as collapsed (``collapse`` in its results.json: in its mean)
+    and for each group of ``keys``' values with runs that did not finish (the collapse alarm stopped them, or
+    they have fewer rounds than their recipe's): a comparison reads the seeds that finished, so an arm that
+    failed on some seeds would otherwise look as good as its survivors, and a reader must be told."""
+    notes = []
+    for values, runs in groups:
+        fired = [r for r in runs if r.results.get("collapse")]
+        if fired:
+            notes.append(f"`{group_label(keys, values)}`: {_seeds_with(fired, _alarm)} read as collapsed (in its "
+                         "mean; eval.collapse_stop=true stops such a run)")
+    lost: dict[str, list[Run]] = {}
+    for run in unfinished:
+        lost.setdefault(group_label(keys, tuple(run.keys.get(k, ABSENT) for k in keys)), []).append(run)
+    for label, runs in lost.items():
+        notes.append(f"`{label}`: {_seeds_with(runs, _why_unfinished)} did not finish (left out: its "
+                     "comparisons read only the seeds that did)")
+    return notes
+
+
+def _alarm(run: Run) -> str:
+    record = run.results["collapse"]
+    return f"the alarm fired at round {record.get('round')}"
+
+
+def _why_unfinished(run: Run) -> str:
+    record, done = run.results.get("collapse"), run.results.get("rounds_completed", 0)
+    if record:
+        return f"the collapse alarm stopped it at round {record.get('round')}"
+    return f"{done} of {run.keys.get('rounds', '?')} rounds"
+
+
+def _seeds_with(runs: list[Run], why: Callable[[Run], str]) -> str:
+    """``'seeds 3 (...), 4 (...)'``: each run's seed with ``why(run)``."""
+    listed = ", ".join(f"{r.seed} ({why(r)})" for r in sorted(runs, key=lambda r: r.seed))
+    return ("seed " if len(runs) == 1 else "seeds ") + listed
 
 
 def legend_names(keys: list[str]) -> list[str]:

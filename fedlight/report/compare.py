@@ -40,7 +40,8 @@ from typing import Any
 from fedlight import stats
 from fedlight.errors import UserError
 from fedlight.eval import metric_names
-from fedlight.report.arm_groups import ABSENT, ARM, Group, group_label, mixed_groups
+from fedlight.report.arm_groups import ABSENT, ARM, Group, group_label, mixed_groups, survivor_notes
+from fedlight.report.runs import Run
 from fedlight.report.sanity import Checks, group_checks
 from fedlight.report.tables import Cell, finite, markdown_table, metric_cell, seed_means, without_value
 from fedlight.report.timing import Reach, Target, group_clocked, reach_cell, seed_reaches
@@ -359,10 +360,11 @@ def untimed_references(groups: list[Group], names: list[str], blocks: list[Block
 
 def compare_text(groups: list[Group], keys: list[str], metrics: list[str], reference: str | None = None,
                  margin: float | None = None, targets: dict[str, float] | None = None,
-                 timed_metrics: list[str] | None = None) -> str:
+                 timed_metrics: list[str] | None = None, unfinished: list[Run] | None = None) -> str:
     """``compare.md``: every group against the reference one (``--reference``, default the first), per metric;
     with a clock, the virtual hours to reach each of ``timed_metrics`` (those with a history) beside it, at
-    ``targets`` (``--target``, fractions) or the reference's mean final value."""
+    ``targets`` (``--target``, fractions) or the reference's mean final value; ``unfinished``: the runs left
+    out, named in its notes with the runs that read as collapsed (``arm_groups.survivor_notes``)."""
     check_margin(margin)
     names = [group_label(keys, values) for values, _ in groups]
     blocks, left_out = comparison_blocks(groups, keys, names, reference)
@@ -421,7 +423,8 @@ def compare_text(groups: list[Group], keys: list[str], metrics: list[str], refer
               f"{', and each sign test on time' if timing else ''}) is "
               "below 0.05, else `can't tell`: among many rows some raw verdicts are chance, so read that column, "
               "or judge only a comparison fixed before the runs, on seeds no earlier look used.", ""]
-    notes = [*mixed_groups(groups, keys), *left_out, *untimed_references(groups, names, blocks, timed_metrics)]
+    notes = [*mixed_groups(groups, keys), *survivor_notes(groups, keys, unfinished or []), *left_out,
+             *untimed_references(groups, names, blocks, timed_metrics)]
     lines += [f"- {note}" for note in notes] + ([""] if notes else [])
     for k, ((metric, cell, arms, ref), section) in enumerate(zip(sections, tested)):
         lines += metric_section(arms, ref, metric, margin, section, cell)

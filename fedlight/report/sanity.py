@@ -4,8 +4,11 @@
 - **did not train**: the lower end of the 95% interval of a group's per-seed lift (final value minus the
   same seed's random-init value) is under ``stats.MIN_LIFT`` points. Its comparisons get no verdict and
   leave the Holm family: being ahead of, or behind, a model that learnt nothing shows nothing. Not checked
-  with fewer than ``stats.MIN_SEEDS`` seeds that have both values, without a random-init value, or on a
-  metric where lower is better (its floor is chance, which a report does not know).
+  with fewer than ``stats.MIN_SEEDS`` seeds that have both values, or on a metric where lower is better
+  (its floor is chance, which a report does not know). A metric no run has a random-init value of (a
+  fine-tune's accuracy: the random init is not fine-tuned) takes the check of the group's test accuracy,
+  linear probe and kNN: a group that did not train on one of them did not train on it either, so an
+  encoder that learnt nothing gets no verdict on its fine-tunes.
 - **not at a plateau**: the mean over seeds of the group's evaluations still gains ``stats.PLATEAU_GAIN``
   point or more over the last fifth of its rounds (``stats.plateau_gain``; round 0 is the random init):
   its verdicts may change with more rounds. Not checked where the group has no evaluation that far back.
@@ -37,6 +40,7 @@ class Checks:
     lift: stats.Paired | None
     plateau: tuple[int, int, float] | None
     sign: int = 1
+    on: str | None = None  # the metric ``lift`` was read on, where not the checked one (it has no floor)
 
     @property
     def untrained(self) -> bool:
@@ -55,9 +59,12 @@ class Checks:
         title, out = metric_names.title(metric), []
         if self.untrained:
             d = self.lift
-            out.append(f"`{name}` did not train on {title}: its lift over its random-init value is {d.mean:+.2f} "
-                       f"[{d.low:+.2f}, {d.high:+.2f}] points over {d.n} seeds, the interval's lower end under the "
-                       f"{stats.MIN_LIFT:g} a group must gain: no verdict on it, and out of the Holm family")
+            read = "" if self.on is None else (f" ({title} has no random-init value; read on "
+                                                f"{metric_names.title(self.on)})")
+            out.append(f"`{name}` did not train on {title}{read}: its lift over its random-init value is "
+                       f"{d.mean:+.2f} [{d.low:+.2f}, {d.high:+.2f}] points over {d.n} seeds, the interval's lower "
+                       f"end under the {stats.MIN_LIFT:g} a group must gain: no verdict on it, and out of the Holm "
+                       "family")
         if self.rising:
             start, end, gain = self.plateau
             out.append(f"`{name}` is not at a plateau on {title}: its mean moved {gain:+.2f} points from round "
@@ -71,7 +78,23 @@ def group_checks(runs: list[Run], metric: str) -> Checks:
     if metric_names.is_reading(metric):
         return Checks(None, None)
     lower = metric_names.lower_is_better(metric)
-    return Checks(None if lower else _lift(runs, metric), _plateau(runs, metric), -1 if lower else 1)
+    if lower:
+        return Checks(None, _plateau(runs, metric), -1)
+    if any(finite(r.baseline.get(metric)) for r in runs):
+        return Checks(_lift(runs, metric), _plateau(runs, metric))
+    return _floorless(runs, metric)
+
+
+def _floorless(runs: list[Run], metric: str) -> Checks:
+    """The checks on a metric without a random-init value: untrained where the group is on the global model's
+    test accuracy, linear probe or kNN (in that order, the report's), else none."""
+    floors = {m for r in runs for m, v in r.baseline.items()
+              if finite(v) and metric_names.split(m)[0] in (metric_names.TEST, *metric_names.LABELLED)}
+    for other in metric_names.order(list(floors)):
+        lift = _lift(runs, other)
+        if lift is not None and lift.low < stats.MIN_LIFT:
+            return Checks(lift, _plateau(runs, metric), on=other)
+    return Checks(None, _plateau(runs, metric))
 
 
 def _lift(runs: list[Run], metric: str) -> stats.Paired | None:

@@ -131,7 +131,8 @@ def write_report(paths: list[str], out: str | Path, group_by: list[str] | None =
         raise UserError("--target: no finished run has a virtual clock with an evaluation history "
                         "(clock.devices: none); leave --target out, or report runs made with clock.devices set")
     given = parse_targets(targets, timed)
-    comparison = compare_text(groups, keys, table.metrics, reference, margin, given, timed)
+    comparison = compare_text(groups, keys, table.metrics, reference, margin, given, timed,
+                              [r for r in runs if not r.finished])
     goals = reach_targets(groups, keys, timed, reference, given)
     targets = [*plot_files(groups, table.metrics), *partition_files(groups), *TABLES, COMPARE, REPORT]
     in_the_way = next((out / name for name in targets if (out / name).exists() and not (out / name).is_file()), None)
