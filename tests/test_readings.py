@@ -3,6 +3,7 @@ clients' own test shares and the fine-tune: hand-computed tiny cases, then what 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -51,14 +52,40 @@ def test_alignment_and_uniformity_by_hand() -> None:
     assert diagnostics.uniformity(square) == pytest.approx(math.log((4 * math.exp(-4) + 2 * math.exp(-8)) / 6))
 
 
-def test_linear_cka_by_hand() -> None:
-    x = torch.randn(50, 6, generator=torch.Generator().manual_seed(1))
-    rotation, _ = torch.linalg.qr(torch.randn(6, 6, generator=torch.Generator().manual_seed(2)))
+def _hsic_u_by_its_definition(k: torch.Tensor, l: torch.Tensor) -> float:
+    """Song et al.'s U-statistic, summed over every ordered 4-tuple of distinct indices (N = 6: 360 of them)."""
+    n = k.shape[0]
+    total = sum(k[i, j] * l[i, j] + k[i, j] * l[q, r] - 2 * k[i, j] * l[i, q]
+                for i, j, q, r in itertools.permutations(range(n), 4))
+    return float(total) / math.perm(n, 4)
+
+
+def test_linear_cka_is_the_unbiased_hsic_ratio_by_its_definition() -> None:
+    gen = torch.Generator().manual_seed(3)
+    x, y = torch.randn(6, 3, generator=gen, dtype=torch.float64), torch.randn(6, 2, generator=gen, dtype=torch.float64)
+    x, y = x - x.mean(0), y - y.mean(0)
+    k, l = x @ x.T, y @ y.T
+    expected = _hsic_u_by_its_definition(k, l) / math.sqrt(_hsic_u_by_its_definition(k, k)
+                                                            * _hsic_u_by_its_definition(l, l))
+    assert diagnostics.linear_cka(x, y) == pytest.approx(expected, rel=1e-9)
+
+
+def test_linear_cka_reads_1_for_equal_embeddings_and_about_0_for_unrelated_ones_at_any_n() -> None:
+    """Kornblith et al.'s plain estimator reads two independent 512-d embeddings of 128 images as 0.80: the
+    drift reading's 128 images could not tell a client that drifted far from one that did not."""
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(50, 6, generator=gen)
+    rotation, _ = torch.linalg.qr(torch.randn(6, 6, generator=gen))
     assert diagnostics.linear_cka(x, 3 * x @ rotation + 1) == pytest.approx(1.0)  # rotation, scale, shift
-    assert diagnostics.linear_cka(torch.tensor([[-1.0], [0.0], [1.0]]), torch.tensor([[1.0], [-2.0], [1.0]])) == 0.0
-    a, b = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]]), torch.tensor([[1.0], [0.0], [-1.0]])
-    # centred: a'^T a' = [[2, 1], [1, 2]] (||.||_F = sqrt 10), b'^T b' = 2, b'^T a' = [2, 1]: 5 / (2 sqrt 10)
-    assert diagnostics.linear_cka(a, b) == pytest.approx(5 / (2 * math.sqrt(10)))
+    for d in (128, 512):
+        a, b = torch.randn(128, d, generator=gen), torch.randn(128, d, generator=gen)
+        assert abs(diagnostics.linear_cka(a, b)) < 0.05
+    big = torch.randn(4000, 16, generator=gen, dtype=torch.float64)  # N >> D: the plain estimator's value
+    related = big @ torch.randn(16, 8, generator=gen, dtype=torch.float64) + torch.randn(4000, 8, generator=gen,
+                                                                                       dtype=torch.float64)
+    a, b = big - big.mean(0), related - related.mean(0)
+    plain = float((b.T @ a).norm() ** 2 / ((a.T @ a).norm() * (b.T @ b).norm()))
+    assert diagnostics.linear_cka(big, related) == pytest.approx(plain, abs=0.01)
 
 
 def test_client_spread_by_hand() -> None:

@@ -10,7 +10,8 @@
   Siamese representation learning", CVPR 2021, section 4.1): 0 for a collapsed encoder, about 1/sqrt(D)
   for an isotropic Gaussian one (``lightly.utils.debug.std_of_l2_normalized``).
 - Linear CKA (Kornblith et al., "Similarity of neural network representations revisited", ICML 2019)
-  between two encoders' embeddings of the same images.
+  between two encoders' embeddings of the same images, with the unbiased HSIC estimator (Song et al. 2012;
+  Nguyen et al. 2021), whose scale does not depend on how many images there are against dimensions.
 
 None of these needs a label. The first three take the features an evaluation computed anyway.
 """
@@ -58,11 +59,27 @@ def uniformity(z: torch.Tensor, t: float = 2.0) -> float:
 
 
 def linear_cka(x: torch.Tensor, y: torch.Tensor) -> float:
-    """Linear CKA (Kornblith et al. 2019, eq. 5) of two encoders' embeddings (N, D1) and (N, D2) of the same
-    N images: ||Y'^T X'||_F^2 / (||X'^T X'||_F ||Y'^T Y'||_F) with X', Y' centred; 1 for embeddings equal up
-    to rotation and scale, near 0 for unrelated ones.
+    """Debiased linear CKA of two encoders' embeddings (N, D1) and (N, D2) of the same N >= 4 images:
+    HSIC_u(K, L) / sqrt(HSIC_u(K, K) HSIC_u(L, L)), K = X'X'^T and L = Y'Y'^T of the centred embeddings,
+    HSIC_u the unbiased estimator of Song et al. ("Feature selection via dependence maximization", JMLR
+    2012), as Nguyen, Raghu and Kornblith use for minibatch CKA ("Do wide and deep networks learn the same
+    things?", ICLR 2021). 1 for embeddings equal up to rotation and scale, about 0 for unrelated ones, at any
+    N. Kornblith et al.'s plain estimator (ICML 2019, eq. 5) is biased upward where N is not much larger
+    than D: two independent Gaussian embeddings read 0.50 at N = D = 128 and 0.80 at N = 128, D = 512, so a
+    client that drifted far still read close to 1.
 
     By hand: no kept library (lightly, torchmetrics, scikit-learn) has it."""
     x, y = x.double() - x.double().mean(0), y.double() - y.double().mean(0)
-    cross = (y.T @ x).norm() ** 2
-    return float(cross / ((x.T @ x).norm() * (y.T @ y).norm()).clamp_min(EPS))
+    k, l = x @ x.T, y @ y.T
+    xy, xx, yy = _unbiased_hsic(k, l), _unbiased_hsic(k, k), _unbiased_hsic(l, l)
+    return float(xy / (xx * yy).clamp_min(EPS ** 2).sqrt())
+
+
+def _unbiased_hsic(k: torch.Tensor, l: torch.Tensor) -> torch.Tensor:
+    """Song et al.'s unbiased HSIC of two symmetric (N, N) Gram matrices: with K~, L~ their diagonals zeroed,
+    (tr(K~ L~) + 1^T K~ 1 1^T L~ 1 / ((N - 1)(N - 2)) - 2 / (N - 2) 1^T K~ L~ 1) / (N (N - 3))."""
+    n = k.shape[0]
+    k, l = k - torch.diag(torch.diag(k)), l - torch.diag(torch.diag(l))
+    ones_k, ones_l = k.sum(0), l.sum(0)  # 1^T K, 1^T L
+    trace = (k * l).sum()
+    return (trace + k.sum() * l.sum() / ((n - 1) * (n - 2)) - 2 * (ones_k @ ones_l) / (n - 2)) / (n * (n - 3))

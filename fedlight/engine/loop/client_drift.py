@@ -1,9 +1,11 @@
 """Client drift: how far each sampled client's encoder moves from the global one in its local training.
 
-Linear CKA (Kornblith et al., ICML 2019; ``fedlight.eval.diagnostics.linear_cka``) between the features of a
-fixed probe batch under the client's encoder right after its local training and under the global encoder it
-started from (the round's model). 1: the client's encoder represents the batch as the global one does (up to
-rotation and scale); lower: it drifted. Non-iid clients drift further (Zhuang et al., "Divergence-aware
+Linear CKA (Kornblith et al., ICML 2019), debiased (``fedlight.eval.diagnostics.linear_cka``: the unbiased HSIC
+estimator, since the batch's 128 images are no more than the features' dimensions, where the plain estimator
+reads two unrelated encoders as 0.5 to 0.8), between the features of a fixed probe batch under the client's
+encoder right after its local training and under the global encoder it started from (the round's model). 1:
+the client's encoder represents the batch as the global one does (up to rotation and scale); lower: it
+drifted; about 0: unrelated. Non-iid clients drift further (Zhuang et al., "Divergence-aware
 federated self-supervised learning", ICLR 2022). Each client's value goes in its report; the round's history
 row gets their mean (``drift_cka``), lowest (``drift_cka_min``) and standard deviation (``drift_cka_std``).
 
