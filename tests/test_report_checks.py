@@ -182,3 +182,38 @@ def test_the_report_md_group_table_is_unchanged_by_a_check(tmp_path: Path, arm: 
     assert main(["report", str(runs), "--reference", "flat"]) == 0
     report = (runs / "report.md").read_text()
     assert "| arm | seeds | test (%) | MB communicated |" in report
+
+
+def _grid_run(folder: Path, arm: str, alpha: float, seed: int, value: float, **recipe: object) -> None:
+    """A finished 1-round run of ``arm`` at ``alpha`` whose test accuracy is ``value``."""
+    _run(folder, arm, seed, [value], recipe={"seed": seed, "arm": arm, "rounds": 1, "partition": {"alpha": alpha},
+                                             "run": {"dir": str(folder)}, **recipe})
+
+
+def test_arms_on_a_grid_are_compared_cell_by_cell_without_a_reference(tmp_path: Path) -> None:
+    """Without --reference, `b` at alpha 1.0 was compared with `a` at alpha 0.1: the arm and alpha in one
+    difference (+32.20 points); in each cell `b` is 2.10 points over `a` (2, 2.1, 2.2 over the seeds)."""
+    for seed in range(3):
+        for alpha, base in ((0.1, 0.40), (1.0, 0.70)):
+            _grid_run(tmp_path / f"runs/a{alpha}-{seed}", "a", alpha, seed, base + 0.001 * seed)
+            _grid_run(tmp_path / f"runs/b{alpha}-{seed}", "b", alpha, seed, base + 0.02 + 0.002 * seed)
+    assert main(["report", str(tmp_path / "runs")]) == 0
+    text = (tmp_path / "runs/compare.md").read_text()
+    assert "Each arm against `a` at the same `partition.alpha`, a table per value" in text
+    tables = [_rows(part) for part in text.split("\n## ")[1:]]
+    assert [row[4] for rows in tables for name, row in rows.items() if name.startswith("b,")] == ["+2.10", "+2.10"]
+
+
+def test_a_group_evaluated_otherwise_is_named_and_16_bit_runs_are_not_repeats(tmp_path: Path) -> None:
+    """`b` votes its kNN with 20 neighbours, `a` with 200; and `a`'s 16-bit runs are a group of their own."""
+    for seed in range(3):
+        for arm, k, precision, value in (("a", 200, "32-true", 0.50), ("b", 20, "32-true", 0.60),
+                                         ("a", 200, "16-mixed", 0.55)):
+            _grid_run(tmp_path / f"runs/{arm}{precision}{seed}", arm, 0.1, seed, value + 0.01 * seed,
+                      eval={"knn_k": k}, fabric={"precision": precision, "threads": 1 + seed})
+    assert main(["report", str(tmp_path / "runs")]) == 0
+    text = (tmp_path / "runs/compare.md").read_text()
+    assert ("- `b, precision = 32-true` was evaluated otherwise than `a, precision = 32-true`: eval.knn_k 20 "
+            "(`a, precision = 32-true`: 200); its differences mix the method with how it was measured") in text
+    assert "`a, precision = 16-mixed` was evaluated otherwise" not in text  # the same eval settings
+    assert "| a | 16-mixed | 3 |" in (tmp_path / "runs/report.md").read_text()  # a group, not 32-bit's repeats

@@ -171,8 +171,9 @@ def test_runs_without_a_clock_give_the_same_report_byte_for_byte(tmp_path: Path,
     """tests/data/report_unclocked holds report.md and compare.md of test_report.py's fixtures as written
     before the clock (the folder they were written in replaced by TMP), rewritten once since, on purpose, when
     compare.md gained its `MB up / down` column and both files the checks' notes (the fixtures' probe
-    rises 10 points in their last round, so every group is `not at a plateau` on it), and once more when
-    report.md's table gained `MB up` and its plots those against upload bytes."""
+    rises 10 points in their last round, so every group is `not at a plateau` on it), once more when
+    report.md's table gained `MB up` and its plots those against upload bytes, and once when compare.md
+    named the runs that did not finish (the sweep's preempted run)."""
     from test_report import _arms as arms, _sweep as sweep
 
     folder = {"arms": arms, "sweep": sweep}[fixture](tmp_path)

@@ -1,7 +1,8 @@
 """Which runs belong together: the recipe keys that define an experiment, arms, and group names.
 
 Runs are grouped by the recipe keys that define what was measured, never by how it was run:
-the seed (the sample), ``fabric.*`` (devices, threads, workers), ``run.*`` (folder, state
+the seed (the sample), ``fabric.*`` (devices, threads, workers; not ``fabric.precision``, whose 16-bit
+arithmetic changes the numbers), ``run.*`` (folder, state
 store, budgets), where the data lives (``data.root``, ``data.download``) and where the scalars
 go (``loggers``). Runs whose
 recipes carry a top-level ``arm`` (a sweep's arms) are grouped by it, and by any experiment
@@ -21,6 +22,7 @@ ARM = "arm"
 # how a run executed, not what it measured: runs that differ only here are one arm
 EXECUTION_KEYS = ("seed", "data.root", "data.download", "loggers")
 EXECUTION_SECTIONS = ("fabric.", "run.")
+NUMERICS = ("fabric.precision",)  # an execution key that changes what is measured: 16-bit runs are not repeats
 
 Group = tuple[tuple[Any, ...], list[Run]]
 
@@ -37,7 +39,8 @@ ABSENT = _Absent()
 
 def experiment_keys(runs: list[Run]) -> list[str]:
     """The recipe keys that vary between ``runs`` and define the experiment (execution settings excepted)."""
-    return [k for k in varying_keys(runs) if k not in EXECUTION_KEYS and not k.startswith(EXECUTION_SECTIONS)]
+    return [k for k in varying_keys(runs)
+            if k in NUMERICS or (k not in EXECUTION_KEYS and not k.startswith(EXECUTION_SECTIONS))]
 
 
 def default_keys(runs: list[Run]) -> list[str]:
@@ -117,7 +120,8 @@ def _why_unfinished(run: Run) -> str:
     record, done = run.results.get("collapse"), run.results.get("rounds_completed", 0)
     if record:
         return f"the collapse alarm stopped it at round {record.get('round')}"
-    return f"{done} of {run.keys.get('rounds', '?')} rounds"
+    rounds = run.keys.get("rounds")
+    return f"{done} of {rounds} rounds" if isinstance(rounds, int) and done < rounds else "no final metrics"
 
 
 def _seeds_with(runs: list[Run], why: Callable[[Run], str]) -> str:

@@ -117,15 +117,20 @@ def comparison_blocks(groups: list[Group], keys: list[str], names: list[str],
     """Which groups are compared with which reference, and notes on those that are not.
 
     Every group against ``--reference`` where it names a group (or is not given: the first); where it
-    names an arm and other keys vary beside the arms (a sweep's arms x ``--grid``), the groups of each
-    cell of those keys against that arm's group in the same cell, so a difference is only ever the arm's.
+    names an arm, or is not given, and other keys vary beside the arms (a sweep's arms x ``--grid``), the
+    groups of each cell of those keys against that arm's (the first arm's) group in the same cell, so a
+    difference is only ever the arm's.
     """
-    squeezed = (reference or "").replace(" ", "")
     at = keys.index(ARM) if ARM in keys else 0
     grid = [k for j, k in enumerate(keys) if j != at]
 
     def cell_of(values: tuple[Any, ...]) -> tuple[Any, ...]:  # a group's values of the grid keys
         return tuple(v for j, v in enumerate(values) if j != at)
+
+    if reference is None and ARM in keys and grid and not any(v is ABSENT for values, _ in groups
+                                                              for v in cell_of(values)):
+        reference = str(groups[0][0][at])  # the first arm, cell by cell: never two factors in one difference
+    squeezed = (reference or "").replace(" ", "")
 
     # cell by cell only where every group defines every grid key (an arm lacking one, e.g. a grid of FedProx's
     # mu beside FedAvg, has no cell to pair in), else the whole-label reference or its one-line refusal
@@ -398,7 +403,8 @@ def compare_text(groups: list[Group], keys: list[str], metrics: list[str], refer
     checked = any(a.checks.flags() for _, _, arms, _ in sections for a in arms)
     cell, members, ref = blocks[0]
     against = (f"`{names[members[ref]]}`" if not cell else
-               f"`{reference}` at the same {', '.join(f'`{k}`' for k in keys if k != ARM)}, a table per value")
+               f"`{groups[members[ref]][0][keys.index(ARM)]}` at the same {', '.join(f'`{k}`' for k in keys if k != ARM)}, "
+               "a table per value")
     lines += [f"Each arm against {against} (`--reference` chooses), seed by seed: the difference is the arm's "
               "value minus the reference's on the same seed, in percentage points, averaged over the pairs (the "
               "seeds both ran), with its 95% Student-t interval. Verdict: `ahead` / `behind` where the interval "
@@ -423,14 +429,44 @@ def compare_text(groups: list[Group], keys: list[str], metrics: list[str], refer
               f"{', and each sign test on time' if timing else ''}) is "
               "below 0.05, else `can't tell`: among many rows some raw verdicts are chance, so read that column, "
               "or judge only a comparison fixed before the runs, on seeds no earlier look used.", ""]
-    notes = [*mixed_groups(groups, keys), *survivor_notes(groups, keys, unfinished or []), *left_out,
-             *untimed_references(groups, names, blocks, timed_metrics)]
+    notes = [*mixed_groups(groups, keys), *survivor_notes(groups, keys, unfinished or []),
+             *protocol_notes(groups, keys, names, blocks), *left_out, *untimed_references(groups, names, blocks, timed_metrics)]
     lines += [f"- {note}" for note in notes] + ([""] if notes else [])
     for k, ((metric, cell, arms, ref), section) in enumerate(zip(sections, tested)):
         lines += metric_section(arms, ref, metric, margin, section, cell)
         if k in timing:
             lines += time_section(timing[k][1], ref, metric, timing[k][0], timed[k], cell)
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def protocol_notes(groups: list[Group], keys: list[str], names: list[str], blocks: list[Block]) -> list[str]:
+    """A note for each compared group evaluated otherwise than its reference (an ``eval.*`` key with other
+    values: kNN's k, the labels, the test set, ...; not one of the grouping ``keys``, which the groups' names
+    say): only the probe's and kNN's names carry the label fraction, so a difference on any other metric
+    (the clients' kNN, a fine-tune) would mix the method with the protocol unseen."""
+    notes = []
+    for _, members, ref in blocks:
+        reference = _eval_settings(groups[members[ref]][1])
+        for i in members:
+            mine = _eval_settings(groups[i][1])
+            differ = [k for k in dict.fromkeys([*mine, *reference])
+                      if k not in keys and mine.get(k) != reference.get(k)]
+            if i != members[ref] and differ:
+                said = "; ".join(f"{k} {mine.get(k, '-')} (`{names[members[ref]]}`: {reference.get(k, '-')})"
+                                 for k in differ)
+                notes.append(f"`{names[i]}` was evaluated otherwise than `{names[members[ref]]}`: {said}; its "
+                             "differences mix the method with how it was measured")
+    return notes
+
+
+def _eval_settings(runs: list[Run]) -> dict[str, str]:
+    """``eval.*`` key -> the group's values of it, as said (``'0.1, 1.0'`` where its runs differ)."""
+    values: dict[str, dict[str, None]] = {}
+    for run in runs:
+        for key, value in run.keys.items():
+            if key.startswith("eval."):
+                values.setdefault(key, {})[str(value)] = None
+    return {k: ", ".join(v) for k, v in values.items()}
 
 
 def _unpaired(a: Arm, b: Arm) -> list[str]:
