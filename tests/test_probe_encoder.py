@@ -49,10 +49,18 @@ def test_the_helper_gives_the_runs_final_knn_and_probe(export: tuple[Path, dict]
     assert fedlight.probe_encoder(path, data_root=FMNIST, knn_k=1)["knn_acc"] != final["knn_acc"]
 
 
-def test_under_feature_shift_the_helper_scores_the_shifted_images_as_the_run_did(tmp_path: Path) -> None:
+def test_under_feature_shift_the_helper_scores_the_shifted_images_as_the_run_did(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another ``seed`` redraws the subsets and the labelled draw, not the run's domains (their transforms'
+    parameters come from the run's seed, 5)."""
     path, results = exported_run(tmp_path, "partition.domains=[identity,invert]", "partition.kind=iid")
     final = results["final"]
     assert fedlight.probe_encoder(path) == {k: final[k] for k in ("linear_probe_acc", "knn_acc", "linear_probe_acc@0.5")}
+    from fedlight.eval import encoder_probe
+    seeds, shift = [], encoder_probe.shift_like_run
+    monkeypatch.setattr(encoder_probe, "shift_like_run", lambda data, *args: seeds.append(args[-1]) or shift(data, *args))
+    fedlight.probe_encoder(path, seed=9)
+    assert seeds == [5]
 
 
 def test_an_unknown_option_or_an_export_without_the_protocol_is_one_line(export: tuple[Path, dict],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -299,3 +300,15 @@ def test_every_baseline_of_the_moon_comparison_runs_on_moons_network(data: str, 
     assert budgets == {"solo": "once", "solo_per_round": "per_round"}
     if data == "fmnist":
         assert network("fedavg_nohead")["classifier.weight"] == (10, 84)
+
+
+def test_a_centralized_run_pools_every_share_but_the_public_one(tmp_path: Path, tiny_recipe: Path) -> None:
+    """The public client's share never trains; pooled, it did (or, as client 0, left nothing to train)."""
+    shares = {}
+    for public in (0, 2):
+        args = ["clients.num=4", f"partition.public_client={public}", "rounds=1"]
+        for server in ("fedavg", "centralized"):
+            fit(load_recipe(tiny_recipe, [*args, f"server.name={server}", f"run.dir={tmp_path / server}{public}"]))
+            shares[server, public] = json.loads((tmp_path / f"{server}{public}/partition.json").read_text())["sizes"]
+        federated = shares["fedavg", public]
+        assert shares["centralized", public] == [sum(federated) - federated[public]]

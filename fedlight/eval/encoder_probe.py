@@ -72,7 +72,8 @@ def probe_encoder(path: str | Path, data_root: str | Path | None = None, device:
     p = {**protocol, **changes}
     root = str(data_root) if data_root is not None else p["root"]
     data = take_subset(load_dataset(p["data"], root, False, p["seed"]), p["subset"], p["test_subset"], p["seed"])
-    data = shift_like_run(data, p.get("domains") or [], p.get("clients", 0), p["seed"])  # older files: no domains
+    # the run's domains, drawn from the run's seed: another ``seed`` redraws subsets and labels, not the shifts
+    data = shift_like_run(data, p.get("domains") or [], p.get("clients", 0), protocol["seed"])  # older: no domains
     encoder = load_encoder(path, device, client)
     labels = data.train_y.numpy()
 

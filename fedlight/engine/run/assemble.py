@@ -99,10 +99,10 @@ def build_federation(fabric: Fabric, recipe: Recipe, data: ImageData, parts: lis
         nd = o.new_device
         rotated = add_rotated_device(data, parts, nd.rotation, nd.train, nd.test, recipe.seed)
         data, parts = rotated.data, rotated.parts
-    if aggregator.pools_clients:
-        parts = [np.sort(np.concatenate(parts))]
-    tensors = [torch.as_tensor(p, dtype=torch.long) for p in parts]
     public = recipe.partition.public_client
+    if aggregator.pools_clients:  # one client of every share but the public one, which never trains
+        parts, public = [np.sort(np.concatenate([p for c, p in enumerate(parts) if c != public]))], None
+    tensors = [torch.as_tensor(p, dtype=torch.long) for p in parts]
     trainable = [c for c in range(len(parts)) if c != public]
     images = fabric.to_device(data.train_x)
     labels = data.train_y
