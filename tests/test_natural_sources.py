@@ -163,3 +163,21 @@ def test_hf_disk_reads_a_saved_dataset_and_parquet(tmp_path: Path) -> None:
         data = natural_sources.hf_disk(tmp_path / folder, "image", "label", "writer")
         assert data.train_x.shape == (6, 1, 6, 6) and data.train_group.tolist() == [0, 0, 1, 2, 2, 2]
         assert torch.equal(data.train_x[0, 0], torch.from_numpy(np.asarray(rows["image"][0])))
+
+
+def test_hf_disk_reads_palette_16_bit_and_float_pixels_as_their_values() -> None:
+    """A palette image's colours, not its indices; 16-bit values scaled, not clipped at 255; a [0, 255] float
+    column's dark image kept dark (the [0, 1] test was made image by image, so a maximum of 1 became 255)."""
+    palette = Image.new("P", (4, 4), 1)
+    palette.putpalette([0, 0, 0, 200, 10, 20] + [0] * 762)  # index 1 is (200, 10, 20)
+    deep = Image.fromarray(np.full((4, 4), 30000, dtype=np.uint16))
+    floats = [np.full((4, 4), 100.0), np.full((4, 4), 1.0)]
+    data = columns_to_data({"img": [palette, palette], "y": [0, 1]}, {"img": [palette], "y": [0]}, "img", "y", None, "x")
+    assert data.train_x[0, :, 0, 0].tolist() == [200, 10, 20]
+    data = columns_to_data({"img": [deep], "y": [0]}, {"img": [deep], "y": [0]}, "img", "y", None, "x")
+    assert data.train_x.flatten().unique().tolist() == [117]  # 30000 / 257, rounded
+    data = columns_to_data({"img": floats, "y": [0, 1]}, {"img": floats[:1], "y": [0]}, "img", "y", None, "x")
+    assert [int(data.train_x[i].max()) for i in range(2)] == [100, 1]
+    unit = [np.full((4, 4), 0.5), np.full((4, 4), 1.0)]
+    data = columns_to_data({"img": unit, "y": [0, 1]}, {"img": unit[:1], "y": [0]}, "img", "y", None, "x")
+    assert [int(data.train_x[i].max()) for i in range(2)] == [128, 255]

@@ -137,26 +137,46 @@ def columns_to_data(train: dict[str, list], test: dict[str, list], image_column:
 
 
 def _images(column: list, where: str) -> torch.Tensor:
-    """(N, C, H, W) uint8 from a column of images; every image must have the first's shape."""
+    """(N, C, H, W) uint8 from a column of images; every image must have the first's shape. Pixels that are
+    not uint8 are scaled once for the whole column (of a split), not image by image: 16-bit ones by
+    255 / 65535, other numbers x 255 where the column's largest is at most 1 (a [0, 1] float column), else
+    clipped to [0, 255] (a dark image of a [0, 255] column, whose largest pixel is under 1, stays dark)."""
     arrays = [_pixels(item) for item in column]
     shapes = {a.shape for a in arrays}
     if len(shapes) > 1:
         raise UserError(f"{where}: the images have {len(shapes)} shapes ({', '.join(map(str, sorted(shapes)[:3]))}, "
                         "...); resize them to one size before saving")
+    numbers = [a for a in arrays if a.dtype not in (np.uint8, np.uint16)]
+    unit = bool(numbers) and max(float(a.max(initial=0)) for a in numbers) <= 1
+    arrays = [_as_uint8(a, unit) for a in arrays]
     stacked = np.stack(arrays) if arrays else np.zeros((0, 1, 1, 1), np.uint8)
     return torch.from_numpy(stacked if stacked.ndim == 4 else stacked[:, None])
 
 
 def _pixels(item: Any) -> np.ndarray:
-    """One image as uint8 (H, W) or (C, H, W)."""
+    """One image as an (H, W) or (C, H, W) array: a PIL image in its colours (a palette image's, not its
+    indices; an alpha channel dropped), 16-bit ones as uint16; an array as it is."""
     if isinstance(item, dict):  # the Image feature undecoded: {"bytes": ..., "path": ...}
         from PIL import Image
 
         item = Image.open(io.BytesIO(item["bytes"])) if item.get("bytes") else Image.open(item["path"])
+    mode = getattr(item, "mode", None)
+    if mode is not None and mode not in ("L", "RGB") and not mode.startswith(("I", "F")):
+        item = item.convert("L" if mode in ("1", "LA") else "RGB")  # palette, alpha, CMYK, YCbCr, ...
     array = np.asarray(item)
-    if array.dtype != np.uint8:
-        array = np.clip(np.round(array * 255 if array.max(initial=0) <= 1 else array), 0, 255).astype(np.uint8)
+    if mode is not None and mode.startswith("I;16"):
+        array = array.astype(np.uint16)
     return array.transpose(2, 0, 1) if array.ndim == 3 else array
+
+
+def _as_uint8(array: np.ndarray, unit: bool) -> np.ndarray:
+    """``array`` as uint8 pixels: 16-bit scaled by 255 / 65535, other numbers x 255 where ``unit`` (the column
+    is in [0, 1]), else rounded and clipped to [0, 255]."""
+    if array.dtype == np.uint8:
+        return array
+    if array.dtype == np.uint16:
+        return np.round(array / 257).astype(np.uint8)
+    return np.clip(np.round(array * 255 if unit else array), 0, 255).astype(np.uint8)
 
 
 def _labels(column: list, where: str) -> torch.Tensor:
