@@ -18,7 +18,9 @@ def iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[
 
 def dirichlet(labels: np.ndarray, num_clients: int, rng: np.random.Generator, alpha: float,
               min_size: int = 10, max_draws: int = 1000) -> list[np.ndarray]:
-    """Per-class Dirichlet(alpha) proportions over clients (Hsu et al. 2019; MOON / FLESD code).
+    """Per-class Dirichlet(alpha) proportions over clients: each class is split over the K clients by a
+    Dir(alpha) draw (Yurochkin et al. 2019's scheme, as NIID-Bench, Li et al. 2022, and the MOON / FLESD code
+    implement it; not Hsu et al. 2019's, which draws each client's class mix).
 
     As in the MOON and FLESD reference code, a client that already holds its even share
     (N / K) gets no more of the next class, and the whole draw is repeated until every
