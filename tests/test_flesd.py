@@ -270,6 +270,10 @@ def test_a_real_flesd_run_distils_on_the_balanced_public_set(tmp_path: Path, tin
     assert res["history"][0]["esd_steps"] == 2 * esd_steps_per_epoch(len(parts[0]), 32, 64) > 0
     assert math.isfinite(res["history"][0]["knn_acc"])
     assert json.loads((tmp_path / "b/results.json").read_text())["recipe"]["partition"]["public_balanced"] is True
+    summary = json.loads((tmp_path / "b/partition.json").read_text())  # the set it distilled on, not the share
+    assert summary["public_client"] == 0
+    assert summary["public_set_label_counts"] == torch.bincount(data.public_y, minlength=10).tolist()
+    assert summary["public_set_label_counts"] != summary["label_counts"][0]
 
 
 @pytest.mark.parametrize("overrides,says", [

@@ -26,8 +26,12 @@ def test_summary_by_hand() -> None:
     summary = partition_summary(labels, [np.array([0, 1]), np.array([2, 3, 4, 5])], 3, np.array([1, 1, 0, 0, 0, 0]),
                                 ("identity", "blur"))
     assert summary == {"sizes": [2, 4], "label_counts": [[1, 1, 0], [0, 1, 3]], "domain": [1, 0],
-                       "domain_names": ["identity", "blur"]}
+                       "domain_names": ["identity", "blur"], "public_client": None, "public_set_label_counts": None}
     assert json.loads(json.dumps(summary)) == summary
+    assert partition_summary(labels, [np.array([0, 1]), np.array([2, 3, 4, 5])], 3, public_client=0
+                             )["public_set_label_counts"] == [1, 1, 0]  # the share itself
+    assert partition_summary(labels, [np.array([0, 1]), np.array([2, 3, 4, 5])], 3, public_client=0,
+                             public_labels=np.array([0, 1, 2]))["public_set_label_counts"] == [1, 1, 1]  # its stand-in
 
 
 @pytest.mark.parametrize("kind", KINDS)

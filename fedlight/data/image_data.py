@@ -26,6 +26,7 @@ class ImageData:
         test_a: (M,) int64 protected attribute of the test samples.
         public_x: (P, C, H, W) uint8 images that replace the public client's share as FLESD's public
             set, drawn outside ``train_x`` (``partition.public_balanced``); None: the share itself.
+        public_y: (P,) int64 their labels (the partition's record only: the public set is read unlabelled).
         train_group: (N,) int64 id of who made each training image (a writer, user or device), for
             sources that carry one (``partition.kind=natural``); None: no such column.
         train_domain: (N,) int64 domain of each training image under feature shift
@@ -42,6 +43,7 @@ class ImageData:
     train_a: torch.Tensor | None = None
     test_a: torch.Tensor | None = None
     public_x: torch.Tensor | None = None
+    public_y: torch.Tensor | None = None
     train_group: torch.Tensor | None = None
     train_domain: torch.Tensor | None = None
     test_domain: torch.Tensor | None = None

@@ -25,7 +25,8 @@ MOST_CLIENTS = 200  # clients drawn; a larger federation shows its first 200 (th
 
 
 def partition_summary(labels: np.ndarray, parts: list[np.ndarray], num_classes: int,
-                      sample_domain: np.ndarray | None = None, domain_names: tuple[str, ...] = ()) -> dict[str, Any]:
+                      sample_domain: np.ndarray | None = None, domain_names: tuple[str, ...] = (),
+                      public_client: int | None = None, public_labels: np.ndarray | None = None) -> dict[str, Any]:
     """What the picture shows, JSON-ready.
 
     Args:
@@ -34,15 +35,21 @@ def partition_summary(labels: np.ndarray, parts: list[np.ndarray], num_classes: 
         num_classes: C.
         sample_domain: (N,) each sample's domain under feature shift; None: no domains.
         domain_names: the transform of each domain.
+        public_client: the client whose share never trains (FLESD's public set); None: none.
+        public_labels: (P,) labels of the set that replaces that share (``partition.public_balanced``).
 
     Returns:
         ``sizes`` (K,), ``label_counts`` (K, C), ``domain`` (K,) or None (a client's domain: its first
-        sample's, the same for all of them), ``domain_names``.
+        sample's, the same for all of them), ``domain_names``, ``public_client`` and
+        ``public_set_label_counts`` (C,): the labels of the public set used, the balanced draw's where one
+        replaces the share, else the public client's row (None without a public client).
     """
     counts = np.stack([np.bincount(labels[p], minlength=num_classes) for p in parts])
     domain = None if sample_domain is None else [int(sample_domain[p[0]]) if len(p) else -1 for p in parts]
+    public = (None if public_client is None else counts[public_client].tolist() if public_labels is None
+              else np.bincount(public_labels, minlength=num_classes).tolist())
     return {"sizes": [len(p) for p in parts], "label_counts": counts.tolist(), "domain": domain,
-            "domain_names": list(domain_names)}
+            "domain_names": list(domain_names), "public_client": public_client, "public_set_label_counts": public}
 
 
 def write_summary(summary: dict[str, Any], run_dir: Path) -> None:
@@ -82,7 +89,10 @@ def partition_picture(summary: dict[str, Any], title: str = "partition") -> Any:
     fig.colorbar(image, ax=heat, label="share of the client's samples", fraction=0.05)
     _domain_strip(strip, domain[:MOST_CLIENTS] if domain is not None else None, summary.get("domain_names") or [], k)
     shown = f" (first {MOST_CLIENTS} of {len(summary['sizes'])})" if len(summary["sizes"]) > MOST_CLIENTS else ""
-    fig.suptitle(f"{title}: {len(summary['sizes'])} clients{shown}, {c} classes, sizes {sizes.min()}-{sizes.max()}")
+    public = summary.get("public_client")
+    note = "" if public is None else f"; client {public} public (never trains)"
+    fig.suptitle(f"{title}: {len(summary['sizes'])} clients{shown}, {c} classes, sizes {sizes.min()}-{sizes.max()}"
+                 f"{note}")
     fig.tight_layout()
     return fig
 

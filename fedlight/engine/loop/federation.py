@@ -78,7 +78,7 @@ class Federation:
         self.clients = ClientRunner(fabric, aggregator, schedule, faults, plugins, [len(p) for p in parts],
                                     self.workers, options, store.open_store(options, run_dir / CHECKPOINT, fabric))
         self.log = RunLog(run_dir, self.hooks, data, parts, enabled=self.rank == 0, loggers=options.loggers,
-                          server_metrics=tuple(aggregator.metrics(0)), evaluator=evaluator)
+                          server_metrics=tuple(aggregator.metrics(0)), evaluator=evaluator, trainable=trainable)
         self.checkpoint = RunCheckpoint(fabric, module, aggregator, self.clients, self.hooks, run_dir)
         self.run_state = RunState({k: v.detach().clone() for k, v in module.shared_state().items()})
         self.restored, self.started = False, time.perf_counter()

@@ -55,12 +55,14 @@ class RunLog:
             each logged as the scalar ``server/<name>``.
         evaluator: the run's evaluator, whose last singular-value spectrum and per-client kNN accuracies are
             drawn as histograms after each evaluation (None: no such pictures).
+        trainable: the clients that train (None: all); a part outside them is the public client's.
     """
 
     def __init__(self, run_dir: Path, plugins: list[RoundPlugin], data: ImageData, parts: list[torch.Tensor],
                  enabled: bool = True, loggers: tuple[str, ...] = ("tensorboard",),
-                 server_metrics: tuple[str, ...] = (), evaluator: Any = None) -> None:
+                 server_metrics: tuple[str, ...] = (), evaluator: Any = None, trainable: list[int] | None = None) -> None:
         self.run_dir, self.plugins, self.data, self.parts, self.enabled = run_dir, plugins, data, parts, enabled
+        self.trainable = range(len(parts)) if trainable is None else trainable  # the others: the public client
         self.evaluator = evaluator
         self.names, self.server_metrics = loggers, server_metrics
         self.loggers: list[Logger] = []  # those open (rank 0, between ``open`` and ``finish``)
@@ -80,8 +82,10 @@ class RunLog:
         fresh = rounds_done == 0
         if fresh:  # each client's size, label histogram and domain: a picture, and partition.json for the report
             d = self.data
+            public = next((c for c in range(len(self.parts)) if c not in self.trainable), None)
             summary = partition_summary(d.train_y.numpy(), [p.numpy() for p in self.parts], d.num_classes,
-                                        None if d.train_domain is None else d.train_domain.numpy(), d.domain_names)
+                                        None if d.train_domain is None else d.train_domain.numpy(), d.domain_names,
+                                        public, None if d.public_y is None else d.public_y.numpy())
             write_summary(summary, self.run_dir)
             self.logger.experiment.add_figure("data/partition", partition_picture(summary), 0)
         for plugin in self.plugins:

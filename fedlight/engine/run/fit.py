@@ -73,7 +73,7 @@ def prepare_data(recipe: Recipe, load: Callable[..., ImageData] = load_dataset) 
         # in that client's domain, so that only the classes' balance differs from the share it replaces
         picked = balanced_outside_subset(full.train_y, d.subset, len(parts[p.public_client]), full.num_classes,
                                          recipe.seed)
-        data = replace(data, public_x=in_domain(full.train_x[picked]))
+        data = replace(data, public_x=in_domain(full.train_x[picked]), public_y=full.train_y[picked])
     return data, parts
 
 
