@@ -360,3 +360,15 @@ def test_a_resume_that_makes_the_last_evaluation_writes_its_new_test_upload_to_c
     ledger = _ckpt(tmp_path / "run")["ledger"]
     assert any(d == "new_test" for _, _, d, *_ in ledger)
     assert rows == [[str(v) for v in row] for row in ledger]
+
+
+def test_mnist_refuses_fashion_mnists_files_of_the_same_names(tmp_path: Path) -> None:
+    """Both datasets' IDX files have one set of names; the official files' first labels tell them apart."""
+    images = np.zeros((10, 28, 28))
+    for name, labels in (("mnist", [9, 0, 0, 3, 0, 2, 7, 2, 5, 5]), ("fashion_mnist", [5, 0, 4, 1, 9, 2, 1, 3, 1, 4])):
+        for prefix in ("train", "t10k"):
+            _write_idx(tmp_path / f"{prefix}-images-idx3-ubyte", images)
+            _write_idx(tmp_path / f"{prefix}-labels-idx1-ubyte", np.array(labels))
+        other = "Fashion-MNIST" if name == "mnist" else "MNIST"
+        with pytest.raises(UserError, match=f"data.name={name}, but data.root .* holds {other}'s files"):
+            load_dataset(name, str(tmp_path), download=False)

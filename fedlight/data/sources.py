@@ -22,6 +22,11 @@ from fedlight.errors import UserError, warnings_if_it_works
 from fedlight.seeding import torch_generator
 
 
+# the first training labels of the official files: MNIST and Fashion-MNIST share the IDX files' names, so these
+# tell a data.root holding the other one's files (10 labels: a chance match is 1e-10)
+FIRST_LABELS = {"mnist": (5, 0, 4, 1, 9, 2, 1, 3, 1, 4), "fashion_mnist": (9, 0, 0, 3, 0, 2, 7, 2, 5, 5)}
+
+
 def _fashion_mnist(root: Path, download: bool, mnist: bool = False) -> ImageData:
     """Fashion-MNIST, or MNIST (same IDX file names) when ``mnist``."""
     label = "MNIST" if mnist else "Fashion-MNIST"
@@ -44,6 +49,12 @@ def _fashion_mnist(root: Path, download: bool, mnist: bool = False) -> ImageData
         if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
             raise UserError(f"{label} files in data.root '{root}' have mismatched shapes {tuple(x.shape)} "
                             f"and {tuple(y.shape)}; re-download or reinstall them")
+    other = "fashion_mnist" if mnist else "mnist"
+    if tuple(arrays["train_y"][:len(FIRST_LABELS[other])].tolist()) == FIRST_LABELS[other]:
+        raise UserError(f"data.name={'mnist' if mnist else 'fashion_mnist'}, but data.root '{root}' holds "
+                        f"{'Fashion-MNIST' if mnist else 'MNIST'}'s files (the same names; its first training labels "
+                        f"are {'Fashion-MNIST' if mnist else 'MNIST'}'s): set data.name={other}, or data.root to "
+                        f"{label}'s files")
     return ImageData(arrays["train_x"].unsqueeze(1), arrays["train_y"].long(),
                      arrays["test_x"].unsqueeze(1), arrays["test_y"].long(), SHAPES["mnist" if mnist else "fashion_mnist"][2])
 
