@@ -152,6 +152,12 @@ def test_plan_never_duplicates_a_submission() -> None:
     (["--grid", "method.bogus=1,2"], "unknown recipe key 'method.bogus'"),
     (["--grid", "partition.alpha=-1,1"], "recipe key 'partition.alpha' must be >= 0.001"),
     (["--grid", "exchange.policy=none,uniform"], "exchange.policy=uniform needs local.iterations"),  # fit's check
+    # ran one experiment twice under two names
+    (["--grid", "local.lr=1e-3,0.001"], "--grid local.lr: '1e-3' and '0.001' are one value (0.001)"),
+    (["--grid", "partition.alpha=0.1,0.1"], "'0.1' and '0.1' are one value"),
+    # a stray bracket stopped the split: one value 'a]b,c'
+    (["--grid", "data.root=a]b,c"], "--grid data.root 'a]b,c': an unbalanced bracket"),
+    (["--grid", "data.root='a,b"], "an unbalanced quote"),
 ])
 def test_bad_grid_is_one_line_exit_2_and_nothing_written(tmp_path: Path, tiny_recipe: Path, capsys,
                                                          grid: list[str], fragment: str) -> None:
@@ -160,6 +166,13 @@ def test_bad_grid_is_one_line_exit_2_and_nothing_written(tmp_path: Path, tiny_re
     err = capsys.readouterr().err
     assert fragment in err and err.count("\n") == 1
     assert not out.exists()
+
+
+def test_a_quoted_grid_value_keeps_its_commas() -> None:
+    """Split at the quoted comma, the tasks read '"/data/a', 'b"' and '/data/c' as data.root."""
+    from fedlight.sweep.grid import parse_axis
+    axis = parse_axis('data.root="/data/a,b",/data/c')
+    assert axis.values == ("/data/a,b", "/data/c")
 
 
 def test_submit_without_sbatch_is_refused_before_writing(tmp_path: Path, tiny_recipe: Path, capsys, monkeypatch) -> None:

@@ -91,6 +91,13 @@ def test_arms_carry_settings_and_grid_only_the_arms_that_take_a_key(tmp_path: Pa
     (["--arm", "a", "--arm", "a=method:moon"], "two arms are named 'a'"),
     (["--arm", "null=method:moon"], "not a number or a YAML word such as null or true"),
     (["--arm", "1e3"], "not a number or a YAML word such as null or true"),
+    # recorded as arm: 16 and arm: 10, not as named
+    (["--arm", "0x10"], "not a number or a YAML word such as null or true"),
+    (["--arm", "1_0"], "not a number or a YAML word such as null or true"),
+    # trained SimCLR in the arm named for BYOL: the shared name reset each arm's chosen section
+    (["--arm", "a", "--arm", "b=method:byol", "method.name=simclr"],
+     "override 'method.name=simclr' would replace every arm's method choice; choose the method per arm"),
+    (["--arm", "b=method:moon,method.name=byol"], "override 'method.name=byol' of arm 'b' would replace its own method"),
     (["--arm", "a=method:moon,method:scaffold"], "gives two method choices; keep one"),
     (["--arm", "a=~method.mu"], "arm 'a': ~method.mu drops nothing: the recipe sets no method.mu"),
     (["--arm", "a", "--grid", "method.name=moon,supervised"], "--grid method.name with arms: choose the method per arm"),
@@ -119,3 +126,12 @@ def test_a_setting_the_group_file_sets_otherwise_must_be_decided(tmp_path: Path,
     assert "arm 'moon': method.mu is 0.01 in the recipe but 5.0 in" in err and "~method.mu for the file's" in err
     assert main([*moon, "moon=method:moon,~method.projection_dim,~method.mu"]) == 0
     assert _recipe(out, "arm=moon_seed=0")["method"] == {"name": "moon", "mu": 5.0, "tau": 0.5}
+
+
+def test_a_nested_server_key_varies_the_arms_whose_server_takes_its_section(tmp_path: Path) -> None:
+    """server.dp.clip was checked as the key 'dp.clip' of each arm's server, which none takes: refused."""
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--recipe", "fedavg_fmnist", "--arm", "a", "--arm", "b=server:fedadam",
+                 "--grid", "server.dp.clip=0.5,1.0", "--out", str(out), "server.dp.noise_multiplier=1.0"]) == 0
+    clips = sorted((r.name, _recipe(out, r.stem)["server"]["dp"]["clip"]) for r in (out / "recipes").iterdir())
+    assert [clip for _, clip in clips] == [0.5, 1.0, 0.5, 1.0]

@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 
 from fedlight.config.bundled import resolve_recipe
 from fedlight.config.groups import GROUPS, Choice, parse_choice
-from fedlight.config.loader import compose, override_layers, parse_override, recipe_layers, resolve
+from fedlight.config.loader import compose, override_layers, parse_override, recipe_layers, resolve, yaml_value
 from fedlight.config.schema import Recipe
 from fedlight.config.structured import to_recipe
 from fedlight.errors import UserError
@@ -35,8 +35,9 @@ YAML_WORDS = {"null", "none", "true", "false", "yes", "no", "on", "off", "nan", 
 
 
 def check_arm_name(name: str, where: str) -> None:
-    """Refuse a name a run name cannot keep as written, or one YAML reads as a keyword, number or null."""
-    if not ARM_NAME.fullmatch(name) or name.lower() in YAML_WORDS or re.fullmatch(r"[0-9.+-]+(e[0-9+-]+)?", name):
+    """Refuse a name a run name cannot keep as written, or one YAML reads as a keyword, number or null (each
+    task's recipe records ``arm=NAME`` as YAML reads it: 0x10 would be 16, 1_0 would be 10)."""
+    if not ARM_NAME.fullmatch(name) or name.lower() in YAML_WORDS or yaml_value(name, where) != name:
         raise UserError(f"{where}: an arm's name is letters, digits and ._+-, not a number or a YAML word such as "
                         "null or true (e.g. --arm moon=method:moon)")
 
@@ -95,7 +96,7 @@ def parse_arm(text: str, base: str | None) -> Arm:
     where = f"--arm '{text}'"
     check_arm_name(name, where)
     recipes, choices, drops, overrides = [], [], [], []
-    for item in (i.strip() for i in split_values(rest)) if rest else ():
+    for item in (i.strip() for i in split_values(rest, where)) if rest else ():
         if not item:
             raise UserError(f"{where} has an empty item; give NAME=ITEM,ITEM,... (e.g. moon=method:moon,method.mu=1)")
         if item.startswith("~"):
@@ -156,9 +157,9 @@ def arm_axes(arms: list[Arm], axes: list[Axis], overrides: list[str]) -> list[tu
                         f"(--arm NAME={group}:CHOICE, or --arm NAME={named.key}=VALUE)")
     from fedlight.registry import accepted_keys
 
-    def takes(recipe: Recipe, axis: Axis) -> bool:
+    def takes(recipe: Recipe, axis: Axis) -> bool:  # server.dp.clip: the server takes ``dp``
         group, _, key = axis.key.partition(".")
-        return key in accepted_keys(group, getattr(recipe, group))
+        return key.partition(".")[0] in accepted_keys(group, getattr(recipe, group))
 
     out = []
     for arm in arms:

@@ -103,12 +103,28 @@ def check_overrides(overrides: list[str], axes: list[Axis], arms: list[Arm] = ()
         if key in grid_keys:
             raise UserError(f"override '{text}' sets the --grid key '{key}'; give its values in --grid only")
     shared = {parse_override(text)[0] for text in overrides}
+    chosen = {c.group for arm in arms for c in arm.choices}  # a section an arm chooses: GROUP.name would reset it
+    renames = [text for text in overrides if _renames(parse_override(text)[0], chosen)]
+    if renames:
+        group = parse_override(renames[0])[0].partition(".")[0]
+        raise UserError(f"override '{renames[0]}' would replace every arm's {group} choice; choose the {group} per "
+                        f"arm (--arm NAME={group}:CHOICE), or drop the override")
     for arm in arms:
         for text in arm.overrides:
             key = parse_override(text)[0]
             if key in grid_keys | shared | {"run.dir", "arm"}:
                 raise UserError(f"override '{text}' of {arm.who} sets '{key}', which the sweep sets for every arm "
                                 "(--grid, an override or its own); drop one of them")
+            if _renames(key, {c.group for c in arm.choices}):
+                raise UserError(f"override '{text}' of {arm.who} would replace its own {key.partition('.')[0]} "
+                                "choice; give one of them")
+
+
+def _renames(key: str, groups: set[str]) -> bool:
+    """Whether ``key`` names the class of one of ``groups`` (``method.name``, a wrapper's ``method.objective``),
+    an override that starts that section afresh."""
+    group, _, rest = key.partition(".")
+    return group in groups and rest in ("name", "objective")
 
 
 def problem_line(message: str, tasks: list[Task], shown: int = 3) -> str:

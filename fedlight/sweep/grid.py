@@ -8,6 +8,7 @@ the same task every time the same command is run.
 from __future__ import annotations
 
 import itertools
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,17 +45,28 @@ class Task:
         return arm + [f"{k}={v}" for k, v in self.settings] + [f"seed={self.seed}"]
 
 
-def split_values(text: str) -> list[str]:
-    """``'0.01,1,[0.5,0.5]'`` -> ``['0.01', '1', '[0.5,0.5]']``: commas inside brackets are kept."""
-    items, depth, current = [], 0, ""
+def split_values(text: str, where: str = "--grid") -> list[str]:
+    """``'0.01,1,[0.5,0.5]'`` -> ``['0.01', '1', '[0.5,0.5]']``: commas inside brackets or quotes are kept
+    (``'"/data/a,b",/c'`` -> ``['"/data/a,b"', '/c']``, which YAML reads as ``/data/a,b`` and ``/c``); an
+    unbalanced bracket or quote raises a UserError naming ``where``."""
+    items, depth, quote, current = [], 0, "", ""
     for ch in text:
-        depth += ch in "[{"
-        depth -= ch in "]}"
-        if ch == "," and depth == 0:
-            items.append(current)
-            current = ""
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
         else:
-            current += ch
+            depth += (ch in "[{") - (ch in "]}")
+            if depth < 0:
+                break
+            if ch == "," and depth == 0:
+                items.append(current)
+                current = ""
+                continue
+        current += ch
+    if depth or quote:
+        raise UserError(f"{where} '{text}': an unbalanced {'quote' if quote else 'bracket'}; close it, or quote the "
+                        "value")
     return [*items, current]
 
 
@@ -68,10 +80,16 @@ def parse_axis(text: str) -> Axis:
     problem = key_problem(key, sections=False)
     if problem:
         raise UserError(f"--grid key '{key}' is not a recipe key; {problem}")
-    raw = split_values(rest)
+    raw = split_values(rest, f"--grid {key}")
     if not rest or any(not r.strip() for r in raw):
         raise UserError(f"--grid {key} has an empty value list or an empty value in '{rest}'; give v1,v2,...")
     values = tuple(yaml_value(r, f"--grid {key} value '{r}'") for r in raw)
+    canon = [json.dumps(v, sort_keys=True, default=str) for v in values]
+    for j, c in enumerate(canon):
+        i = canon.index(c)
+        if i != j:  # 1e-3 and 0.001, or 0.1 twice: the same experiment twice, told apart only by its name
+            raise UserError(f"--grid {key}: '{raw[i].strip()}' and '{raw[j].strip()}' are one value ({values[j]!r}), "
+                            "which would run the same experiment twice; give each value once")
     return Axis(key, tuple(r.strip() for r in raw), values)
 
 
