@@ -459,3 +459,28 @@ def test_local_executor_runs_skips_finished_and_resumes(tmp_path: Path, tiny_rec
     assert "1 finished" in printed and "1 to run now" in printed
     assert f"{names[1]}: resumed from its checkpoint" in printed
     assert json.loads((out / "runs" / names[1] / "results.json").read_text())["final"] is not None
+
+
+def test_a_sweep_whose_tasks_read_a_relative_data_root_is_run_from_where_it_was_planned(
+        tmp_path: Path, tiny_recipe: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its array script's --chdir, and the local tasks' folder, followed the last invocation: a task started
+    from elsewhere read data.root 'data' under another folder."""
+    planned, elsewhere = tmp_path / "planned", tmp_path / "elsewhere"
+    planned.mkdir(), elsewhere.mkdir()
+    out = tmp_path / "sweep"
+    monkeypatch.chdir(planned)
+    assert _sweep(tiny_recipe, out, "data.root=data") == 0
+    assert json.loads((out / "manifest.json").read_text())["cwd"] == str(planned)
+    before = _tree(out)
+    monkeypatch.chdir(elsewhere)
+    capsys.readouterr()
+    assert _sweep(tiny_recipe, out, "data.root=data") == 2
+    err = capsys.readouterr().err
+    assert f"a sweep planned from '{planned}', and its tasks read data.root 'data'" in err and err.count("\n") == 1
+    assert _tree(out) == before
+    monkeypatch.chdir(planned)
+    assert _sweep(tiny_recipe, out, "data.root=data") == 0
+    absolute = tmp_path / "absolute"
+    assert _sweep(tiny_recipe, absolute, f"data.root={tmp_path}") == 0
+    monkeypatch.chdir(elsewhere)
+    assert _sweep(tiny_recipe, absolute, f"data.root={tmp_path}") == 0  # nothing relative: any folder

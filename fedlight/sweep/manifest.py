@@ -50,9 +50,10 @@ def names_text(names: dict[int, str]) -> str:
 
 def new_manifest(base: Path, overrides: list[str], grid: list[dict[str, Any]], seeds: list[int],
                  tasks: list[dict[str, Any]], version: int = FORMAT) -> dict[str, Any]:
-    """A manifest with no submissions; ``overrides`` are the ones every task shares."""
+    """A manifest with no submissions; ``overrides`` are the ones every task shares; ``cwd``: the folder it
+    was planned from, which the tasks' relative paths (``data.root: data``) are read from."""
     return {"fedlight_sweep": version, "base_recipe": str(base), "overrides": overrides, "grid": grid,
-            "seeds": seeds, "tasks": tasks, "submissions": []}
+            "seeds": seeds, "tasks": tasks, "submissions": [], "cwd": str(Path.cwd())}
 
 
 def task_entry(out: Path, index: int, name: str, overrides: list[str], recipe: Recipe) -> dict[str, Any]:
@@ -149,6 +150,12 @@ def check_same_sweep(old: dict[str, Any], new: dict[str, Any], out: Path, resolv
     if len(old["tasks"]) != len(new["tasks"]) or not all(map(same, old["tasks"], new["tasks"])):
         raise UserError(f"--out '{out}' holds another sweep (its {MANIFEST} lists other tasks or recipes, "
                         f"from {old.get('base_recipe')}); choose a new --out, or delete '{out}' to start over")
+    relative = sorted({str(r["data"]["root"]) for r in resolved.values()
+                       if isinstance(r.get("data"), dict) and not Path(str(r["data"].get("root", "/"))).is_absolute()})
+    if old.get("cwd") not in (None, new["cwd"]) and relative:  # a manifest from before it records none
+        raise UserError(f"--out '{out}' is a sweep planned from '{old['cwd']}', and its tasks read data.root "
+                        f"'{relative[0]}' relative to that folder (a task started from here would read another copy): "
+                        f"run the sweep from '{old['cwd']}'")
 
 
 def _compared(recipe: dict[str, Any]) -> dict[str, Any]:
