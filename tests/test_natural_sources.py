@@ -172,7 +172,8 @@ def test_hf_disk_reads_palette_16_bit_and_float_pixels_as_their_values() -> None
     palette.putpalette([0, 0, 0, 200, 10, 20] + [0] * 762)  # index 1 is (200, 10, 20)
     deep = Image.fromarray(np.full((4, 4), 30000, dtype=np.uint16))
     floats = [np.full((4, 4), 100.0), np.full((4, 4), 1.0)]
-    data = columns_to_data({"img": [palette, palette], "y": [0, 1]}, {"img": [palette], "y": [0]}, "img", "y", None, "x")
+    data = columns_to_data({"img": [palette, palette], "y": [0, 1]}, {"img": [palette], "y": [0]}, "img", "y",
+                           None, "x")
     assert data.train_x[0, :, 0, 0].tolist() == [200, 10, 20]
     data = columns_to_data({"img": [deep], "y": [0]}, {"img": [deep], "y": [0]}, "img", "y", None, "x")
     assert data.train_x.flatten().unique().tolist() == [117]  # 30000 / 257, rounded

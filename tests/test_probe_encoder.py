@@ -58,7 +58,8 @@ def test_under_feature_shift_the_helper_scores_the_shifted_images_as_the_run_did
     assert fedlight.probe_encoder(path) == {k: final[k] for k in ("linear_probe_acc", "knn_acc", "linear_probe_acc@0.5")}
     from fedlight.eval import encoder_probe
     seeds, shift = [], encoder_probe.shift_like_run
-    monkeypatch.setattr(encoder_probe, "shift_like_run", lambda data, *args: seeds.append(args[-1]) or shift(data, *args))
+    monkeypatch.setattr(encoder_probe, "shift_like_run",
+                        lambda data, *args: seeds.append(args[-1]) or shift(data, *args))
     fedlight.probe_encoder(path, seed=9)
     assert seeds == [5]
 

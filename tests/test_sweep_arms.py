@@ -97,7 +97,8 @@ def test_arms_carry_settings_and_grid_only_the_arms_that_take_a_key(tmp_path: Pa
     # trained SimCLR in the arm named for BYOL: the shared name reset each arm's chosen section
     (["--arm", "a", "--arm", "b=method:byol", "method.name=simclr"],
      "override 'method.name=simclr' would replace every arm's method choice; choose the method per arm"),
-    (["--arm", "b=method:moon,method.name=byol"], "override 'method.name=byol' of arm 'b' would replace its own method"),
+    (["--arm", "b=method:moon,method.name=byol"],
+     "override 'method.name=byol' of arm 'b' would replace its own method"),
     (["--arm", "a=method:moon,method:scaffold"], "gives two method choices; keep one"),
     (["--arm", "a=~method.mu"], "arm 'a': ~method.mu drops nothing: the recipe sets no method.mu"),
     (["--arm", "a", "--grid", "method.name=moon,supervised"], "--grid method.name with arms: choose the method per arm"),

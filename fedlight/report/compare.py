@@ -402,9 +402,9 @@ def compare_text(groups: list[Group], keys: list[str], metrics: list[str], refer
                  for name, pair in section.items()} for k, section in time_found.items()}
     checked = any(a.checks.flags() for _, _, arms, _ in sections for a in arms)
     cell, members, ref = blocks[0]
+    grid_keys = ", ".join(f"`{k}`" for k in keys if k != ARM)
     against = (f"`{names[members[ref]]}`" if not cell else
-               f"`{groups[members[ref]][0][keys.index(ARM)]}` at the same {', '.join(f'`{k}`' for k in keys if k != ARM)}, "
-               "a table per value")
+               f"`{groups[members[ref]][0][keys.index(ARM)]}` at the same {grid_keys}, a table per value")
     lines += [f"Each arm against {against} (`--reference` chooses), seed by seed: the difference is the arm's "
               "value minus the reference's on the same seed, in percentage points, averaged over the pairs (the "
               "seeds both ran), with its 95% Student-t interval. Verdict: `ahead` / `behind` where the interval "
@@ -430,7 +430,8 @@ def compare_text(groups: list[Group], keys: list[str], metrics: list[str], refer
               "below 0.05, else `can't tell`: among many rows some raw verdicts are chance, so read that column, "
               "or judge only a comparison fixed before the runs, on seeds no earlier look used.", ""]
     notes = [*mixed_groups(groups, keys), *survivor_notes(groups, keys, unfinished or []),
-             *protocol_notes(groups, keys, names, blocks), *left_out, *untimed_references(groups, names, blocks, timed_metrics)]
+             *protocol_notes(groups, keys, names, blocks), *left_out,
+             *untimed_references(groups, names, blocks, timed_metrics)]
     lines += [f"- {note}" for note in notes] + ([""] if notes else [])
     for k, ((metric, cell, arms, ref), section) in enumerate(zip(sections, tested)):
         lines += metric_section(arms, ref, metric, margin, section, cell)

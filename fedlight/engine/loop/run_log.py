@@ -60,7 +60,8 @@ class RunLog:
 
     def __init__(self, run_dir: Path, plugins: list[RoundPlugin], data: ImageData, parts: list[torch.Tensor],
                  enabled: bool = True, loggers: tuple[str, ...] = ("tensorboard",),
-                 server_metrics: tuple[str, ...] = (), evaluator: Any = None, trainable: list[int] | None = None) -> None:
+                 server_metrics: tuple[str, ...] = (), evaluator: Any = None,
+                 trainable: list[int] | None = None) -> None:
         self.run_dir, self.plugins, self.data, self.parts, self.enabled = run_dir, plugins, data, parts, enabled
         self.trainable = range(len(parts)) if trainable is None else trainable  # the others: the public client
         self.evaluator = evaluator
