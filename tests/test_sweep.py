@@ -264,6 +264,17 @@ def test_unclosed_quote_in_slurm_args_writes_nothing(tmp_path: Path, tiny_recipe
     assert not out.exists()
 
 
+@pytest.mark.parametrize("args", ["--array=0-99", "-a 0-3", "--chdir /elsewhere", "-D/x", "--output=x.log", "-e err"])
+def test_an_sbatch_option_the_sweep_sets_is_refused_in_slurm_args(tmp_path: Path, tiny_recipe: Path, capsys,
+                                                                  args: str) -> None:
+    """sbatch takes the last of a repeated option: --array=0-99 ran tasks the manifest does not list."""
+    out = tmp_path / "sweep"
+    assert _sweep(tiny_recipe, out, "--slurm-args", f"--partition=cpu {args}") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is the sweep's own" in err, err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("results", [b"[1, 2]", b'{"rounds_completed": "3", "final": {}}', bytes(range(256)),
                                      b'{"rounds_completed": 3, "final": [1]}', b"[" * 100_000])
 def test_a_garbage_results_json_is_an_unfinished_task(tmp_path: Path, tiny_recipe: Path, capsys,

@@ -38,12 +38,26 @@ def array_spec(indices: list[int], max_running: int | None) -> str:
     return ",".join(parts) + (f"%{max_running}" if max_running else "")
 
 
+# sbatch options the sweep sets itself: the array (its tasks are the manifest's), the working folder and the logs
+OWNED_SBATCH = {"--array": "-a", "--chdir": "-D", "--output": "-o", "--error": "-e"}
+
+
 def split_slurm_args(slurm_args: str) -> list[str]:
-    """``--slurm-args`` as sbatch options, split like a shell line (raises a UserError on bad quotes)."""
+    """``--slurm-args`` as sbatch options, split like a shell line; raises a UserError on bad quotes, or on an
+    option the sweep sets (sbatch takes the last of a repeated option, so ``--array`` would run other tasks
+    than the manifest lists, ``--chdir`` read relative paths elsewhere, ``--output`` move the logs)."""
     try:
-        return shlex.split(slurm_args)
+        args = shlex.split(slurm_args)
     except ValueError as exc:
         raise UserError(f"--slurm-args '{slurm_args}' cannot be split like a shell line ({exc}); fix its quotes") from None
+    for arg in args:
+        owned = next((long for long, short in OWNED_SBATCH.items()
+                      if arg == long or arg.startswith(long + "=") or arg.startswith(short) and not arg.startswith("--")),
+                     None)
+        if owned:
+            raise UserError(f"--slurm-args '{slurm_args}': {owned} is the sweep's own (its tasks, folder and logs are "
+                            "the manifest's); drop it (--max-running limits the tasks at once)")
+    return args
 
 
 def sbatch_command(script: Path, indices: list[int], max_running: int | None, extra: list[str]) -> list[str]:
