@@ -66,8 +66,8 @@ def linear_cka(x: torch.Tensor, y: torch.Tensor) -> float:
     things?", ICLR 2021). 1 for embeddings equal up to rotation and scale, about 0 for unrelated ones, at any
     N. Kornblith et al.'s plain estimator (ICML 2019, eq. 5) is biased upward where N is not much larger
     than D: two independent Gaussian embeddings read 0.50 at N = D = 128 and 0.80 at N = 128, D = 512, so
-    its scale's low end was not 0 (where two encoders are much alike, 0.56 to 0.9998 in docs/reading-a-run.md's
-    runs, the two estimators differ by under 0.01).
+    its scale's low end was not 0 (where two encoders are much alike, 0.56 to 0.99 in docs/reading-a-run.md's
+    runs, the two estimators differed by under 0.01).
 
     By hand: no kept library (lightly, torchmetrics, scikit-learn) has it."""
     x, y = x.double() - x.double().mean(0), y.double() - y.double().mean(0)
